@@ -1,0 +1,24 @@
+"""mdband: molecular dynamics with SeZM (DPA4) potentials on banded Wigner storage."""
+
+from mdband._version import __version__
+from mdband.errors import (
+    MdbandError,
+    ModelFileError,
+    StructureError,
+    UnknownElementError,
+    UnsupportedModelError,
+)
+from mdband.loader import load_model
+from mdband.potential import Potential, Result
+
+__all__ = [
+    "__version__",
+    "load_model",
+    "Potential",
+    "Result",
+    "MdbandError",
+    "ModelFileError",
+    "StructureError",
+    "UnknownElementError",
+    "UnsupportedModelError",
+]

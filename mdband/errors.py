@@ -1,0 +1,44 @@
+"""Typed exceptions raised by mdband's public API.
+
+Every error a user can cause (a bad file, an unknown element, an unsupported option) raises a
+subclass of :class:`MdbandError`, so front ends can turn it into a one-line message.
+"""
+
+from __future__ import annotations
+
+
+class MdbandError(Exception):
+    """Base class of every error mdband raises on bad input."""
+
+
+class ModelFileError(MdbandError):
+    """A model file is missing, corrupt, or not a SeZM / mdband model."""
+
+
+class UnsupportedModelError(ModelFileError):
+    """The checkpoint uses an option value mdband does not implement."""
+
+    def __init__(self, option: str, value: object, detail: str = "") -> None:
+        self.option = option
+        self.value = value
+        msg = f"unsupported model option {option}={value!r}"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class UnknownElementError(MdbandError, ValueError):
+    """A structure contains an element that the model's type map does not know."""
+
+    def __init__(self, elements: list[str], type_map: list[str]) -> None:
+        self.elements = list(elements)
+        self.type_map = list(type_map)
+        super().__init__(
+            f"element(s) {', '.join(self.elements)} not in the model's type map {self.type_map}"
+        )
+
+
+class StructureError(MdbandError, ValueError):
+    """Positions, cell or periodicity are unusable (NaN, zero volume, overlapping atoms...)."""
+
+
+class LayoutMismatchError(MdbandError, RuntimeError):
+    """A rotation storage was handed to a consumer that does not read its layout."""

@@ -1,0 +1,1 @@
+"""Builds the SeZM energy model from a config dict (registered as model kind "sezm")."""

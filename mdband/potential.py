@@ -1,0 +1,254 @@
+"""Potential: the one entry point every front end (ASE, LAMMPS, CLI) calls.
+
+A :class:`Potential` wraps an energy module ``model(types, src, dst, edge_vec, exchange=None)``
+that returns per-atom energies. Forces and the virial come from one autograd pass over the edge
+vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` and
+``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from ase.data import atomic_numbers, chemical_symbols
+
+from mdband.errors import MdbandError, UnknownElementError
+from mdband.graph import EdgeGraph, build_edge_graph
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _DTYPES.values():
+            raise MdbandError(f"unsupported dtype {dtype}; use float32 or float64")
+        return dtype
+    if dtype not in _DTYPES:
+        raise MdbandError(f"unsupported dtype {dtype!r}; use 'float32' or 'float64'")
+    return _DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise MdbandError("device 'cuda' requested but CUDA is not available")
+    return dev
+
+
+@dataclass
+class Result:
+    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,)."""
+
+    energy: float
+    forces: np.ndarray
+    virial: np.ndarray
+    atom_energy: np.ndarray
+
+    def stress(self, volume: float) -> np.ndarray:
+        """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
+        return -self.virial / volume
+
+
+@dataclass
+class EdgeResult:
+    """Tensor results of :meth:`Potential.evaluate_edges` (all float64)."""
+
+    atom_energy: torch.Tensor
+    edge_grad: torch.Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
+    """sha256 over the canonical config JSON and the raw bytes of every tensor (sorted keys)."""
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for key in sorted(state_dict):
+        t = state_dict[key].detach().cpu().contiguous()
+        h.update(key.encode())
+        h.update(str(t.dtype).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+class Potential:
+    """A loaded model, ready to evaluate frames.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        ``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64 atom energies``.
+    kind : str
+        Model family stored in the model file (``"sezm"``; ``"lj"`` for the test potential).
+    type_map : list of str
+        Element symbol of each type index.
+    cutoff : float
+        Neighbour cutoff in Å.
+    config : dict
+        JSON-serialisable configuration from which ``model`` is rebuilt.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        kind: str,
+        type_map: list[str],
+        cutoff: float,
+        config: dict,
+        metadata: dict | None = None,
+        device: str | torch.device | None = "cpu",
+        dtype: str | torch.dtype = "float32",
+    ) -> None:
+        self.kind = kind
+        self.type_map = list(type_map)
+        self.cutoff = float(cutoff)
+        self.config = config
+        self.metadata = dict(metadata or {})
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self._znum = {atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers}
+        self._hash: str | None = self.metadata.get("model_hash")
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def model_hash(self) -> str:
+        """sha256 of the config and the weights as loaded (stable across save/load)."""
+        if self._hash is None:
+            sd = {k: v.to(torch.float64) for k, v in self.model.state_dict().items()}
+            self._hash = weights_hash(self.config, sd)
+        return self._hash
+
+    @property
+    def rotation_layout(self) -> str:
+        """Rotation storage the model uses (``"band"`` or ``"dense"``), ``"n/a"`` if none."""
+        layout = getattr(self.model, "rotation_layout", None)
+        return "n/a" if layout is None else str(getattr(layout, "value", layout))
+
+    @property
+    def rotation_layout_reason(self) -> str:
+        return str(getattr(self.model, "rotation_layout_reason", ""))
+
+    def n_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    # ------------------------------------------------------------------ species
+    def types_of(self, species) -> np.ndarray:
+        """Type indices of ``species`` (chemical symbols or atomic numbers)."""
+        species = list(np.asarray(species).reshape(-1))
+        types = np.empty(len(species), dtype=np.int64)
+        unknown: list[str] = []
+        for k, s in enumerate(species):
+            if isinstance(s, (int, np.integer)):
+                t = self._znum.get(int(s))
+                name = chemical_symbols[int(s)] if 0 <= int(s) < len(chemical_symbols) else str(s)
+            else:
+                name = str(s)
+                t = self.type_map.index(name) if name in self.type_map else None
+            if t is None:
+                if name not in unknown:
+                    unknown.append(name)
+                continue
+            types[k] = t
+        if unknown:
+            raise UnknownElementError(unknown, self.type_map)
+        return types
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate_edges(
+        self,
+        types: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        edge_vec: torch.Tensor,
+        *,
+        grad: bool = True,
+        exchange=None,
+        n_local: int | None = None,
+    ) -> EdgeResult:
+        """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
+
+        ``E`` sums the first ``n_local`` atom energies (all atoms when None); ghost atoms beyond
+        ``n_local`` only provide features, as in LAMMPS.
+        """
+        ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
+        with torch.set_grad_enabled(grad):
+            atom_e = self.model(types, src, dst, ev, exchange=exchange)
+            atom_e = atom_e.to(torch.float64)
+            e_local = atom_e if n_local is None else atom_e[:n_local]
+            g = None
+            if grad:
+                (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
+                if g is None:
+                    g = torch.zeros_like(ev)
+        return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach())
+
+    def evaluate(
+        self,
+        positions,
+        cell=None,
+        pbc=False,
+        species=None,
+        *,
+        graph: EdgeGraph | None = None,
+        compute_virial: bool = True,
+    ) -> Result:
+        """Energy, forces, virial and per-atom energies of one frame.
+
+        Parameters
+        ----------
+        positions : (N, 3) array_like, Å
+        cell : (3, 3) array_like or None
+            Rows are the cell vectors (Å); ignored for open boundaries.
+        pbc : bool or sequence of 3 bools
+        species : sequence of chemical symbols or atomic numbers
+        graph : EdgeGraph, optional
+            A neighbour list to reuse (must be within this model's cutoff for these positions).
+        """
+        pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
+        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+        types = self.types_of(species)
+        if types.shape[0] != pos.shape[0]:
+            raise MdbandError(f"{pos.shape[0]} positions but {types.shape[0]} species")
+        if graph is None:
+            graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        dev = self.device
+        pos_t = torch.as_tensor(pos, device=dev)
+        cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
+        edge_vec = graph.edge_vectors(pos_t, cell_t)
+        src = torch.as_tensor(graph.src, device=dev)
+        dst = torch.as_tensor(graph.dst, device=dev)
+        out = self.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, edge_vec)
+        g = out.edge_grad.to(torch.float64)
+        forces = torch.zeros_like(pos_t)
+        forces.index_add_(0, dst, g)
+        forces.index_add_(0, src, -g)
+        virial = -(g.T @ edge_vec.detach()) if compute_virial else torch.zeros(3, 3)
+        atom_e = out.atom_energy
+        return Result(
+            energy=float(atom_e.sum()),
+            forces=forces.cpu().numpy(),
+            virial=virial.cpu().numpy(),
+            atom_energy=atom_e.cpu().numpy(),
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path) -> None:
+        """Write mdband's own versioned model file (see :mod:`mdband.io.modelfile`)."""
+        from mdband.io.modelfile import save_model_file
+
+        save_model_file(self, path)
+
+    def __repr__(self) -> str:
+        return (
+            f"Potential(kind={self.kind!r}, type_map={self.type_map}, cutoff={self.cutoff}, "
+            f"device={self.device}, dtype={self.dtype}, layout={self.rotation_layout})"
+        )

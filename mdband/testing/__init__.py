@@ -1,0 +1,1 @@
+"""Small, fast potentials for tests and examples (not machine-learned)."""
