@@ -1,0 +1,167 @@
+"""SO2Convolution: one SeZM message-passing step (sezm-architecture.md §2.7).
+
+x (N, D, C) → pre_focus_mix → rotate to the edge frame (band rows) → radial degree mixer →
+SO(2) mixing stack (residual, gated) → focus competition → rotate back with ρ_l →
+envelope-gated softmax attention (or the plain envelope scatter) → optional message-node SO(3)
+grid → post_focus_mix. Rotations are read only through :mod:`mdband.so3.storage`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
+from mdband.model.so2 import (
+    FocusLinear,
+    GatedActivation,
+    RadialDegreeMixer,
+    SO2Linear,
+    reduced_degree_index,
+)
+from mdband.so3 import storage as st
+
+
+def segment_softmax_weights(
+    logits: torch.Tensor, env: torch.Tensor, dst: torch.Tensor, n_nodes: int, null: torch.Tensor
+) -> torch.Tensor:
+    """α (E, K) = env²·exp(logit) / (null + Σ_{e'→dst} env²·exp(logit)), max-shifted per node.
+
+    logits (E, K); env (E,); null (K,) > 0. Edges with env = 0 get α = 0.
+    """
+    E, K = logits.shape
+    pos = env > 0
+    logw = 2.0 * torch.log(torch.where(pos, env, torch.ones_like(env)))
+    eff = torch.where(pos[:, None], logits + logw[:, None], torch.full_like(logits, -math.inf))
+    null_logit = torch.log(null).reshape(1, K)
+    idx = dst[:, None].expand(E, K)
+    gmax = null_logit.expand(n_nodes, K).clone()
+    gmax = gmax.scatter_reduce(0, idx, eff, reduce="amax", include_self=True)
+    ex = torch.exp(eff - gmax[dst])
+    denom = torch.zeros(n_nodes, K, dtype=logits.dtype, device=logits.device)
+    denom = denom.scatter_add(0, idx, ex) + torch.exp(null_logit - gmax)
+    return ex / denom[dst]
+
+
+class SO2Convolution(nn.Module):
+    def __init__(self, cfg, lmax: int) -> None:
+        super().__init__()
+        C, F, Cf = cfg.channels, cfg.n_focus, cfg.focus_channels
+        Cw = cfg.hidden_channels
+        self.lmax, self.C, self.F, self.Cf, self.Cw = lmax, C, F, Cf, Cw
+        self.H = cfg.n_atten_head
+        self.eps = cfg.eps
+        self.mixing_layers = cfg.mixing_layers
+        self.radial_mode = cfg.radial_so2_mode
+        self.pre_focus_mix = SO3Linear(lmax, C, Cw)
+        self.post_focus_mix = SO3Linear(lmax, Cw, C)
+        self.radial_hidden_proj = ChannelLinear(C, Cw) if Cw != C else None
+        self.radial_degree_mixer = (
+            RadialDegreeMixer(lmax, Cw, cfg.radial_so2_mode, cfg.radial_so2_rank)
+            if cfg.radial_so2_mode != "none"
+            else None
+        )
+        n = cfg.mixing_layers
+        self.so2_linears = nn.ModuleList([SO2Linear(lmax, Cf, Cf, F) for _ in range(n)])
+        self.non_linearities = nn.ModuleList(
+            [GatedActivation(lmax, Cf, F) if i < n - 1 else nn.Identity() for i in range(n)]
+        )
+        self.focus_compete = F > 1
+        if self.focus_compete:
+            self.focus_compete_norm = ScalarRMSNorm(Cf, F) if cfg.edge_norm else nn.Identity()
+            self.adamw_focus_compete_w = nn.Parameter(torch.zeros(Cf, F))
+        if self.H > 0:
+            H = self.H
+            self.head_dim = Cf // H
+            self.attn_qk_norm = ScalarRMSNorm(Cf, F)
+            self.attn_q_proj = FocusLinear(Cf, Cf, F)
+            self.attn_k_proj = FocusLinear(Cf, Cf, F)
+            self.adamw_attn_logit_w = nn.Parameter(torch.zeros(Cf, F, H))
+            self.adamw_attn_z_bias_raw = nn.Parameter(torch.zeros(F, H))
+            self.attn_output_gate_norm = ScalarRMSNorm(Cf, F)
+            self.adamw_attn_gate_w = nn.Parameter(torch.zeros(Cf, F, H))
+        if cfg.message_node_so3:
+            from mdband.model.message_grid import MessageNodeSO3
+
+            opts = cfg.ffn_opts()
+            opts["kmax"] = min(cfg.kmax, lmax)
+            self.message_node_grid_product = MessageNodeSO3(lmax, Cf, opts)
+        else:
+            self.message_node_grid_product = None
+        self.needs_local_frame = n > 0 or cfg.radial_so2_mode != "none"
+        deg_m = torch.tensor(reduced_degree_index(lmax))
+        self.register_buffer("_deg_m", deg_m, persistent=False)
+        self.register_buffer("_deg", st.tables(lmax, "cpu")["deg"].clone(), persistent=False)
+        self.register_buffer("_rho", st.rotate_inv_rescale(lmax), persistent=False)
+
+    # ------------------------------------------------------------------ capability
+    def rotation_reads(self) -> list[str]:
+        """Names of the rotation reads this module makes (empty if it needs no edge frame)."""
+        return ["rotate_to_local", "rotate_back"] if self.needs_local_frame else []
+
+    # ------------------------------------------------------------------ pieces
+    def _focus_alpha(self, s: torch.Tensor) -> torch.Tensor:  # s (E, F, Cf)
+        logits = torch.einsum("efi,if->ef", self.focus_compete_norm(s), self.adamw_focus_compete_w)
+        return torch.softmax(logits, dim=1) * 0.98 + 0.02 / self.F
+
+    def _edge_messages(self, x1, ec, radf):
+        """(E, D, Cw) rotated-back messages and the l = 0 radial row (E, Cw)."""
+        E = ec.src.shape[0]
+        L, F, Cf = self.lmax, self.F, self.Cf
+        if not self.needs_local_frame:
+            rad = radf if self.radial_hidden_proj is None else self.radial_hidden_proj(radf)
+            xs = x1[ec.src]
+            msg = xs * rad[:, self._deg]
+            if self.focus_compete:
+                a = self._focus_alpha((xs[:, 0] * rad[:, 0]).reshape(E, F, Cf))
+                msg = (msg.reshape(E, -1, F, Cf) * a[:, None, :, None]).reshape(E, -1, self.Cw)
+            return msg, rad[:, 0]
+        rad = radf[:, self._deg_m]
+        if self.radial_hidden_proj is not None:
+            rad = self.radial_hidden_proj(rad)
+        xl = st.rotate_to_local(ec.rotations, x1[ec.src], L)  # (E, Dm, Cw)
+        xl = xl * rad if self.radial_degree_mixer is None else self.radial_degree_mixer(xl, rad)
+        xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
+        gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
+        for lin, act in zip(self.so2_linears, self.non_linearities):
+            xl = xl + act(lin(xl))
+        if gate_src is not None:
+            a = self._focus_alpha(gate_src)  # (E, F)
+            xl = xl * a.transpose(0, 1)[:, :, None, None]
+        xl = xl.permute(1, 2, 0, 3).reshape(E, 3 * L + 1, self.Cw)
+        msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
+        return msg, rad[:, 0]
+
+    def forward(self, x: torch.Tensor, ec, radf: torch.Tensor) -> torch.Tensor:
+        N = x.shape[0]
+        x1 = self.pre_focus_mix(x)
+        msg, rad0 = self._edge_messages(x1, ec, radf)
+        E = msg.shape[0]
+        if self.H == 0:
+            out = x1.new_zeros(N, msg.shape[1], self.Cw)
+            out = out.index_add(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg
+        else:
+            F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
+            s0 = x1[:, 0].reshape(N, F, Cf)
+            qk = self.attn_qk_norm(s0)
+            q = self.attn_q_proj(qk)[ec.dst].reshape(E, F, H, hd)
+            k = self.attn_k_proj(qk)[ec.src].reshape(E, F, H, hd)
+            logits = (q * k).sum(-1) * hd**-0.5
+            logits = logits + torch.einsum(
+                "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
+            )
+            null = nn.functional.softplus(self.adamw_attn_z_bias_raw) + self.eps
+            alpha = segment_softmax_weights(
+                logits.reshape(E, F * H), ec.env.reshape(E), ec.dst, N, null.reshape(F * H)
+            )
+            wmsg = msg.reshape(E, -1, F * H, hd) * alpha[:, None, :, None]
+            pre = msg.new_zeros(N, msg.shape[1], F * H, hd).index_add(0, ec.dst, wmsg)
+            gate = torch.sigmoid(
+                torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
+            )
+            out = (pre * gate.reshape(N, 1, F * H, 1)).reshape(N, -1, self.Cw)
+        if self.message_node_grid_product is not None:
+            out = self.message_node_grid_product(out, x1)
+        return self.post_focus_mix(out)

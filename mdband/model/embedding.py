@@ -1,0 +1,80 @@
+"""Initial node state: type embedding, environment-seed FiLM and the geometric initial embedding.
+
+Math and names follow sezm-architecture.md §2.3–2.4 (deepmd-kit ``EnvironmentInitialEmbedding``,
+``GeometricInitialEmbedding``). The GIE reads only the zonal (m = 0) rows of the rotation storage,
+through :func:`mdband.so3.storage.zonal`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from mdband.model.radial import MLPLayer
+from mdband.so3 import storage as st
+
+
+class TypeEmbedding(nn.Module):
+    """``adam_type_embedding`` (ntypes + 1, dim); the last row is padding."""
+
+    def __init__(self, ntypes: int, dim: int) -> None:
+        super().__init__()
+        self.adam_type_embedding = nn.Parameter(torch.zeros(ntypes + 1, dim))
+
+    def forward(self, types: torch.Tensor) -> torch.Tensor:
+        return self.adam_type_embedding[types]
+
+
+def env_seed_dims(channels: int) -> dict:
+    """Widths of the environment-seed network for a given channel count."""
+    embed = min(channels, 128)
+    type_dim = min(max(channels // 4, 8), 32)
+    axis = min(4 if embed < 64 else 8, embed - 1)
+    rbf_out = max(32, embed - 2 * type_dim)
+    hidden = min(256, max(2 * embed, rbf_out + 2 * type_dim))
+    return {"embed": embed, "type_dim": type_dim, "axis": axis, "rbf_out": rbf_out, "hidden": hidden}
+
+
+class EnvironmentSeed(nn.Module):
+    """FiLM logits (N, 2C) from a rank-``axis`` contraction of each atom's environment matrix."""
+
+    def __init__(self, ntypes: int, n_radial: int, channels: int, eps: float) -> None:
+        super().__init__()
+        d = env_seed_dims(channels)
+        self.axis = d["axis"]
+        self.embed = d["embed"]
+        self.eps = eps
+        self.rbf_proj_layer1 = MLPLayer(n_radial, d["rbf_out"], act=True)
+        self.rbf_proj_layer2 = MLPLayer(d["rbf_out"], d["rbf_out"], act=False)
+        self.env_type_embed = TypeEmbedding(ntypes, d["type_dim"])
+        self.g_layer1 = MLPLayer(d["rbf_out"] + 2 * d["type_dim"], d["hidden"], act=True)
+        self.g_layer2 = MLPLayer(d["hidden"], d["embed"], act=False)
+        self.output_proj = MLPLayer(d["embed"] * d["axis"], 2 * channels, act=False)
+
+    def forward(self, ec, types: torch.Tensor) -> torch.Tensor:
+        v = ec.edge_vec
+        inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
+        s = ec.env * inv_r
+        r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
+        rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
+        te = self.env_type_embed
+        g = self.g_layer2(self.g_layer1(torch.cat([rp, te(types[ec.src]), te(types[ec.dst])], -1)))
+        outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
+        agg = outer.new_zeros(ec.n_nodes, 4 * self.embed).index_add(0, ec.dst, outer)
+        agg = agg.reshape(-1, 4, self.embed) * ec.inv_sqrt_deg
+        dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
+        return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
+
+
+def geometric_initial_embedding(ec, radial: torch.Tensor, lmax: int) -> torch.Tensor:
+    """l ≥ 1 rows: ``s[n] Σ_{e:dst=n} Y_l(û_e) radial[e, l]`` → (N, (lmax+1)², C), row 0 zero.
+
+    ``radial`` (E, lmax+1, C) is the enveloped radial MLP output before the type feature.
+    """
+    d = st.dim_of(lmax)
+    y = st.zonal(ec.rotations, lmax)  # (E, D)
+    deg = st.tables(lmax, radial.device)["deg"][:d]
+    msg = y[:, 1:, None] * radial[:, deg[1:]]  # (E, D-1, C)
+    out = msg.new_zeros(ec.n_nodes, d - 1, radial.shape[-1]).index_add(0, ec.dst, msg)
+    out = out * ec.inv_sqrt_deg
+    return torch.cat([out.new_zeros(ec.n_nodes, 1, radial.shape[-1]), out], dim=1)

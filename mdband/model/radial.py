@@ -1,0 +1,101 @@
+"""Radial pieces of SeZM: smooth envelopes, radial basis and the radial MLP.
+
+* ``envelope(r; p) = u⁴ Σ_{k<p} C(k+3, 3) x^k`` with ``x = r/rcut``, ``u = 1 − x`` (clamped to
+  [0, 1]); value and first three derivatives vanish at rcut.
+* Bessel basis ``w_n sinc(w_n r / π) · envelope(r; p_rbf)`` with trainable ``adam_freqs`` (1, n);
+  Gaussian basis ``exp(−(r − μ_n)² / (2σ²))`` with μ = ``adam_freqs``, σ = rcut / (n − 1).
+* Radial MLP (bias-free): hidden layers ``x @ M`` → RMSNorm (if ``edge_norm``) → SiLU; the last
+  layer linear. Parameter names follow deepmd-kit (``net.{i}.matrix``, ``net.{i}.adam_scale``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def cutoff_envelope(r: torch.Tensor, rcut: float, p: int) -> torch.Tensor:
+    u = ((rcut - r) / rcut).clamp(0.0, 1.0)
+    x = 1.0 - u
+    coeffs = [float(math.comb(k + 3, 3)) for k in range(p)]
+    series = torch.full_like(x, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        series = c + x * series
+    return u.pow(4) * series
+
+
+class RadialBasis(nn.Module):
+    def __init__(self, rcut: float, n_radial: int, basis_type: str, exponent: int) -> None:
+        super().__init__()
+        self.rcut = float(rcut)
+        self.basis_type = basis_type
+        self.exponent = int(exponent)
+        if basis_type == "bessel":
+            freqs = torch.arange(1, n_radial + 1, dtype=torch.float64) * (math.pi / rcut)
+        else:
+            freqs = torch.linspace(0.0, rcut, n_radial, dtype=torch.float64)
+        self.adam_freqs = nn.Parameter(freqs[None, :])
+        width = rcut / max(n_radial - 1, 1)
+        self.gauss_coeff = -0.5 / (width * width)
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        """r (E, 1) → (E, n_radial)."""
+        w = self.adam_freqs
+        if self.basis_type == "bessel":
+            raw = w * torch.sinc(r * w / math.pi)
+        else:
+            d = r - w
+            raw = torch.exp(d * d * self.gauss_coeff)
+        return raw * cutoff_envelope(r, self.rcut, self.exponent)
+
+
+class _Matrix(nn.Module):
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
+
+    def forward(self, x):
+        return x @ self.matrix
+
+
+class RMSNorm(nn.Module):
+    """``x · rsqrt(mean(x²) + eps) · adam_scale`` over the last axis."""
+
+    def __init__(self, channels: int, eps: float = 1e-7) -> None:
+        super().__init__()
+        self.eps = eps
+        self.adam_scale = nn.Parameter(torch.ones(channels))
+
+    def forward(self, x):
+        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.adam_scale
+
+
+class RadialMLP(nn.Module):
+    def __init__(self, layers: list[int], norm: bool) -> None:
+        super().__init__()
+        mods: list[nn.Module] = []
+        for i in range(len(layers) - 1):
+            mods.append(_Matrix(layers[i], layers[i + 1]))
+            if i < len(layers) - 2:
+                if norm:
+                    mods.append(RMSNorm(layers[i + 1]))
+                mods.append(nn.SiLU())
+        self.net = nn.Sequential(*mods)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class MLPLayer(nn.Module):
+    """deepmd-kit's ``MLPLayer`` without bias: ``act(x @ matrix)``."""
+
+    def __init__(self, n_in: int, n_out: int, act: bool) -> None:
+        super().__init__()
+        self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
+        self.act = act
+
+    def forward(self, x):
+        y = x @ self.matrix
+        return nn.functional.silu(y) if self.act else y

@@ -1,0 +1,121 @@
+"""SO(2) layers of SeZM in the edge frame (mmax = 1, m-major reduced layout).
+
+Reduced layout of a degree-L edge feature: rows ``[(l,0) l=0..L] + [(l,−1) l=1..L] +
+[(l,+1) l=1..L]`` (Dm = 3L + 1). Focus streams are the leading axis of the mixing stack,
+(F, E, Dm, Cf). Weight layouts follow deepmd-kit (sezm-architecture.md §2.7).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def reduced_degree_index(lmax: int) -> list[int]:
+    """Degree of each reduced row: [0..L, 1..L, 1..L]."""
+    return list(range(lmax + 1)) + list(range(1, lmax + 1)) * 2
+
+
+class FocusLinear(nn.Module):
+    """``y[b, f, o] = Σ_i x[b, f, i] W[i, f, o]``, W stored as (Cin, F·Cout)."""
+
+    def __init__(self, c_in: int, c_out: int, n_focus: int) -> None:
+        super().__init__()
+        self.shape = (c_in, n_focus, c_out)
+        self.weight = nn.Parameter(torch.zeros(c_in, n_focus * c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bfi,ifo->bfo", x, self.weight.view(self.shape))
+
+
+class SO2Linear(nn.Module):
+    """SO(2)-equivariant linear map on (F, E, Dm, Cin) → (F, E, Dm, Cout).
+
+    m = 0 block: one ((L+1)Cin × (L+1)Cout) matrix per focus. |m| = 1 block: W = [Wu | Wv] with
+    ``y₋ = x₋Wu − x₊Wv``, ``y₊ = x₋Wv + x₊Wu`` (rotation-commuting complex multiply).
+    """
+
+    def __init__(self, lmax: int, c_in: int, c_out: int, n_focus: int) -> None:
+        super().__init__()
+        self.lmax, self.c_in, self.c_out, self.n_focus = lmax, c_in, c_out, n_focus
+        L = lmax
+        self.weight_m0 = nn.Parameter(torch.zeros((L + 1) * c_in, n_focus * (L + 1) * c_out))
+        self.weight_m = nn.ParameterList(
+            [nn.Parameter(torch.zeros(L * c_in, n_focus * 2 * L * c_out))]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        F, E = x.shape[0], x.shape[1]
+        L, ci, co = self.lmax, self.c_in, self.c_out
+        w0 = self.weight_m0.view((L + 1) * ci, F, (L + 1) * co).permute(1, 0, 2)
+        y0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * ci), w0)
+        w = self.weight_m[0].view(L * ci, F, 2 * L * co).permute(1, 0, 2)
+        wu, wv = w[..., : L * co], w[..., L * co :]
+        xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * ci)
+        xp = x[:, :, 2 * L + 1 :].reshape(F, E, L * ci)
+        yn = torch.bmm(xn, wu) - torch.bmm(xp, wv)
+        yp = torch.bmm(xn, wv) + torch.bmm(xp, wu)
+        return torch.cat(
+            [y0.view(F, E, L + 1, co), yn.view(F, E, L, co), yp.view(F, E, L, co)], dim=2
+        )
+
+
+class GatedActivation(nn.Module):
+    """``out[0] = silu(x[0])``, ``out[r] = x[r] · sigmoid(x[0] @ W)[l(r) − 1]`` for r ≥ 1."""
+
+    def __init__(self, lmax: int, channels: int, n_focus: int) -> None:
+        super().__init__()
+        self.lmax, self.channels = lmax, channels
+        self.gate_linear = FocusLinear(channels, lmax * channels, n_focus)
+        idx = torch.tensor(reduced_degree_index(lmax)[1:]) - 1
+        self.register_buffer("_expand", idx, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (F, E, Dm, C)
+        F, E = x.shape[0], x.shape[1]
+        x0 = x[:, :, 0, :]
+        logits = self.gate_linear(x0.transpose(0, 1)).transpose(0, 1)  # (F, E, L*C)
+        gates = torch.sigmoid(logits).reshape(F, E, self.lmax, self.channels)
+        gates = gates.index_select(2, self._expand)
+        return torch.cat([nn.functional.silu(x[:, :, :1]), x[:, :, 1:] * gates], dim=2)
+
+
+class RadialDegreeMixer(nn.Module):
+    """Edge-dependent mixing across degrees within each |m| block (deepmd's
+    ``DynamicRadialDegreeMixer``): the kernel is a linear map of the l ≤ L radial features."""
+
+    def __init__(self, lmax: int, channels: int, mode: str, rank: int) -> None:
+        super().__init__()
+        L = lmax
+        self.lmax, self.channels, self.mode, self.rank = L, channels, mode, rank
+        self.k0 = (L + 1) ** 2
+        self.ksize = (L + 1) ** 2 + L * L
+        out = self.ksize if mode == "degree" else self.ksize * (rank if rank > 0 else channels)
+        self.weight = nn.Parameter(torch.zeros((L + 1) * channels, out))
+        if mode == "degree_channel" and rank > 0:
+            self.channel_basis = nn.Parameter(torch.zeros(rank, channels))
+        else:
+            self.channel_basis = None
+
+    def kernel(self, rad: torch.Tensor) -> torch.Tensor:
+        """Compact kernel (E, K, R') from radial features rad (E, Dm, C)."""
+        E = rad.shape[0]
+        flat = rad[:, : self.lmax + 1].reshape(E, -1) @ self.weight
+        return flat.view(E, self.ksize, -1)
+
+    def forward(self, xl: torch.Tensor, rad: torch.Tensor) -> torch.Tensor:
+        L = self.lmax
+        E = xl.shape[0]
+        k = self.kernel(rad)
+        k0 = k[:, : self.k0].reshape(E, L + 1, L + 1, -1)  # (E, l_in, l_out, R')
+        k1 = k[:, self.k0 :].reshape(E, L, L, -1)
+        parts = [(k0, xl[:, : L + 1]), (k1, xl[:, L + 1 : 2 * L + 1]), (k1, xl[:, 2 * L + 1 :])]
+        outs = []
+        for kk, xx in parts:
+            if self.mode == "degree":
+                outs.append(torch.einsum("eio,eic->eoc", kk[..., 0], xx))
+            elif self.channel_basis is None:
+                outs.append(torch.einsum("eioc,eic->eoc", kk, xx))
+            else:
+                t = torch.einsum("eior,eic->eorc", kk, xx)
+                outs.append((t * self.channel_basis).sum(2))
+        return torch.cat(outs, dim=1)
