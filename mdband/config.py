@@ -43,7 +43,7 @@ def _broadcast3(value, name: str) -> list:
 
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
-    """deepmd-kit's auto hidden width: 32·ceil((8/3)·dim / 32) with GLU, 32·ceil(4·dim / 32) without."""
+    """deepmd-kit's auto width: 32·ceil((8/3)·dim/32) with GLU, else 32·ceil(4·dim/32)."""
     base = 8.0 * dim_in / 3.0 if glu else 4.0 * dim_in
     return int(32 * math.ceil(base / 32.0))
 
@@ -81,7 +81,7 @@ class SeZMConfig:
     glu_activation: bool = True
     lebedev_quadrature: bool = True
     eps: float = 1e-7
-    version: float = 1.1
+    version: float = 1.2
     fitting_neuron: tuple[int, ...] = (0,)
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -150,8 +150,17 @@ class SeZMConfig:
     @classmethod
     def from_dict(cls, d: dict) -> SeZMConfig:
         kw = dict(d)
-        for k in ("type_map", "radial_mlp", "env_exp", "l_schedule", "sandwich_norm",
-                  "s2_activation", "grid_mlp", "grid_branch", "fitting_neuron"):
+        for k in (
+            "type_map",
+            "radial_mlp",
+            "env_exp",
+            "l_schedule",
+            "sandwich_norm",
+            "s2_activation",
+            "grid_mlp",
+            "grid_branch",
+            "fitting_neuron",
+        ):
             if k in kw and kw[k] is not None:
                 kw[k] = tuple(kw[k])
         cfg = cls(**kw)
@@ -193,8 +202,8 @@ class SeZMConfig:
             bad("kmax", self.kmax)
         if self.mixing_layers < 0 or self.ffn_blocks < 0:
             bad("mixing_layers/ffn_blocks", (self.mixing_layers, self.ffn_blocks))
-        if self.version not in (1.0, 1.1):
-            bad("version", self.version, "known descriptor versions are 1.0 and 1.1")
+        if self.version not in (1.0, 1.1, 1.2):
+            bad("version", self.version, "known descriptor versions are 1.0, 1.1 and 1.2")
         if any(w < 0 for w in self.fitting_neuron):
             bad("fitting_net.neuron", list(self.fitting_neuron))
 
@@ -275,7 +284,9 @@ def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
         lebedev_quadrature=leb_ok,
         eps=float(desc.get("eps", 1e-7)),
         version=float(version),
-        fitting_neuron=tuple(int(x) for x in (fit.get("neuron") if fit.get("neuron") is not None else [0])),
+        fitting_neuron=tuple(
+            int(x) for x in (fit.get("neuron") if fit.get("neuron") is not None else [0])
+        ),
     )
     cfg.validate()
     return cfg

@@ -115,7 +115,9 @@ class Potential:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self._znum = {atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers}
+        self._znum = {
+            atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
+        }
         self._hash: str | None = self.metadata.get("model_hash")
 
     # ------------------------------------------------------------------ identity

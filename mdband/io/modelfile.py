@@ -44,7 +44,9 @@ def read_torch_file(path) -> dict:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many types for a bad file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelFileError(f"cannot read model file {path}: corrupt or not a torch file ({first[:120]})") from None
+        raise ModelFileError(
+            f"cannot read model file {path}: corrupt or not a torch file ({first[:120]})"
+        ) from None
     if not isinstance(obj, dict):
         raise ModelFileError(f"{path} is not a SeZM checkpoint or mdband model file")
     return obj

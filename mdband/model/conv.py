@@ -87,7 +87,7 @@ class SO2Convolution(nn.Module):
 
             opts = cfg.ffn_opts()
             opts["kmax"] = min(cfg.kmax, lmax)
-            self.message_node_grid_product = MessageNodeSO3(lmax, Cf, opts)
+            self.message_node_grid_product = MessageNodeSO3(lmax, C, opts)
         else:
             self.message_node_grid_product = None
         self.needs_local_frame = n > 0 or cfg.radial_so2_mode != "none"
@@ -116,7 +116,8 @@ class SO2Convolution(nn.Module):
             msg = xs * rad[:, self._deg]
             if self.focus_compete:
                 a = self._focus_alpha((xs[:, 0] * rad[:, 0]).reshape(E, F, Cf))
-                msg = (msg.reshape(E, -1, F, Cf) * a[:, None, :, None]).reshape(E, -1, self.Cw)
+                D = msg.shape[1]
+                msg = (msg.reshape(E, D, F, Cf) * a[:, None, :, None]).reshape(E, D, self.Cw)
             return msg, rad[:, 0]
         rad = radf[:, self._deg_m]
         if self.radial_hidden_proj is not None:
@@ -156,12 +157,13 @@ class SO2Convolution(nn.Module):
             alpha = segment_softmax_weights(
                 logits.reshape(E, F * H), ec.env.reshape(E), ec.dst, N, null.reshape(F * H)
             )
-            wmsg = msg.reshape(E, -1, F * H, hd) * alpha[:, None, :, None]
+            D = msg.shape[1]
+            wmsg = msg.reshape(E, D, F * H, hd) * alpha[:, None, :, None]
             pre = msg.new_zeros(N, msg.shape[1], F * H, hd).index_add(0, ec.dst, wmsg)
             gate = torch.sigmoid(
                 torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
             )
-            out = (pre * gate.reshape(N, 1, F * H, 1)).reshape(N, -1, self.Cw)
+            out = (pre * gate.reshape(N, 1, F * H, 1)).reshape(N, D, self.Cw)
         if self.message_node_grid_product is not None:
             out = self.message_node_grid_product(out, x1)
         return self.post_focus_mix(out)

@@ -32,7 +32,13 @@ def env_seed_dims(channels: int) -> dict:
     axis = min(4 if embed < 64 else 8, embed - 1)
     rbf_out = max(32, embed - 2 * type_dim)
     hidden = min(256, max(2 * embed, rbf_out + 2 * type_dim))
-    return {"embed": embed, "type_dim": type_dim, "axis": axis, "rbf_out": rbf_out, "hidden": hidden}
+    return {
+        "embed": embed,
+        "type_dim": type_dim,
+        "axis": axis,
+        "rbf_out": rbf_out,
+        "hidden": hidden,
+    }
 
 
 class EnvironmentSeed(nn.Module):

@@ -18,7 +18,7 @@ from mdband.model.gate import decide_model_layout
 def build_sezm(config: dict, state_dict: dict | None = None, options: dict | None = None):
     cfg = SeZMConfig.from_dict(config)
     layout, reason = decide_model_layout(cfg, (options or {}).get("rotation_layout"))
-    model = SeZMEnergyModel(cfg, layout, reason)
+    model = SeZMEnergyModel(cfg, layout, reason).double()  # load weights without rounding
     if state_dict is not None:
         sd = {k: v for k, v in state_dict.items()}
         try:
@@ -26,7 +26,8 @@ def build_sezm(config: dict, state_dict: dict | None = None, options: dict | Non
         except RuntimeError as exc:
             msg = str(exc).splitlines()
             raise ModelFileError(
-                "weights do not match the SeZM configuration: " + " ".join(m.strip() for m in msg[:3])[:400]
+                "weights do not match the SeZM configuration: "
+                + " ".join(m.strip() for m in msg[:3])[:400]
             ) from None
     return model
 
@@ -34,3 +35,46 @@ def build_sezm(config: dict, state_dict: dict | None = None, options: dict | Non
 @register_kind("sezm")
 def _build(config: dict, state_dict: dict, options: dict) -> torch.nn.Module:
     return build_sezm(config, state_dict, options)
+
+
+def initialise_weights(model: torch.nn.Module, seed: int = 0, gain: float = 1.0) -> None:
+    """Random weights: N(0, gain²/fan_in) for matrices (fan_in = size of the input axis),
+    N(0, 0.1²) for vectors, ones for norm scales, zeros for the energy offsets."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("adam_scale"):
+                p.fill_(1.0)
+                continue
+            if p.dim() >= 2:
+                fan_in = p.shape[-2] if p.dim() == 2 else p.shape[-2]
+                std = gain / max(fan_in, 1) ** 0.5
+            else:
+                std = 0.1
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * std)
+
+
+def random_potential(
+    config: dict,
+    seed: int = 0,
+    gain: float = 1.0,
+    device="cpu",
+    dtype="float64",
+    rotation_layout=None,
+):
+    """A SeZM :class:`~mdband.potential.Potential` with random weights (tests, fitting)."""
+    from mdband.potential import Potential
+
+    model = build_sezm(config, None, {"rotation_layout": rotation_layout})
+    initialise_weights(model, seed, gain)
+    cfg = SeZMConfig.from_dict(config)
+    return Potential(
+        model,
+        kind="sezm",
+        type_map=list(cfg.type_map),
+        cutoff=cfg.rcut,
+        config=cfg.to_dict(),
+        metadata={"source": "random"},
+        device=device,
+        dtype=dtype,
+    )

@@ -85,9 +85,7 @@ class EquivariantRMSNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(1, channels))
         deg = degree_index(lmax)
         self.register_buffer("_deg", deg, persistent=False)
-        self.register_buffer(
-            "_wdeg", 1.0 / ((2 * deg + 1).double() * (lmax + 1)), persistent=False
-        )
+        self.register_buffer("_wdeg", 1.0 / ((2 * deg + 1).double() * (lmax + 1)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         d = x.shape[-2]

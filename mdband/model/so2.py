@@ -99,15 +99,16 @@ class RadialDegreeMixer(nn.Module):
     def kernel(self, rad: torch.Tensor) -> torch.Tensor:
         """Compact kernel (E, K, R') from radial features rad (E, Dm, C)."""
         E = rad.shape[0]
-        flat = rad[:, : self.lmax + 1].reshape(E, -1) @ self.weight
-        return flat.view(E, self.ksize, -1)
+        flat = rad[:, : self.lmax + 1].reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
+        return flat.view(E, self.ksize, flat.shape[-1] // self.ksize)
 
     def forward(self, xl: torch.Tensor, rad: torch.Tensor) -> torch.Tensor:
         L = self.lmax
         E = xl.shape[0]
         k = self.kernel(rad)
-        k0 = k[:, : self.k0].reshape(E, L + 1, L + 1, -1)  # (E, l_in, l_out, R')
-        k1 = k[:, self.k0 :].reshape(E, L, L, -1)
+        r = k.shape[-1]
+        k0 = k[:, : self.k0].reshape(E, L + 1, L + 1, r)  # (E, l_in, l_out, R')
+        k1 = k[:, self.k0 :].reshape(E, L, L, r)
         parts = [(k0, xl[:, : L + 1]), (k1, xl[:, L + 1 : 2 * L + 1]), (k1, xl[:, 2 * L + 1 :])]
         outs = []
         for kk, xx in parts:

@@ -179,9 +179,7 @@ def rotate_to_local(storage: RotationStorage, x: torch.Tensor, lmax: int) -> tor
     xs = x[:, 1:]
     dg = deg[1:] - 1
     mm = xs.new_zeros(E, lmax, C).index_add(1, dg, band[:, Ds : Ds + d - 1, None] * xs)
-    mp = xs.new_zeros(E, lmax, C).index_add(
-        1, dg, band[:, 2 * Ds - 1 : 2 * Ds - 2 + d, None] * xs
-    )
+    mp = xs.new_zeros(E, lmax, C).index_add(1, dg, band[:, 2 * Ds - 1 : 2 * Ds - 2 + d, None] * xs)
     return torch.cat([m0, mm, mp], dim=1)
 
 
@@ -207,4 +205,157 @@ def rotate_back(storage: RotationStorage, x_loc: torch.Tensor, lmax: int) -> tor
 def _reduced_rows(t: dict, lmax_storage: int, lmax: int) -> torch.Tensor:
     rows = t["rows"]
     L = lmax_storage
-    return torch.cat([rows[: lmax + 1], rows[L + 1 : L + 1 + lmax], rows[2 * L + 1 : 2 * L + 1 + lmax]])
+    return torch.cat(
+        [rows[: lmax + 1], rows[L + 1 : L + 1 + lmax], rows[2 * L + 1 : 2 * L + 1 + lmax]]
+    )
+
+
+# ---------------------------------------------------------------------------- kernel index tables
+#: slot order of the band rows inside a degree block, used by every table below
+SLOT_M = (0, -1, 1)
+#: slot axis of the kernel tables, padded to a power of two (slot 3 is always empty)
+KERNEL_SLOTS = 4
+
+
+def reduced_index(lmax: int) -> list[tuple[int, int]]:
+    """(l, m) of every reduced (local) row of degree ``lmax``, m-major: row r ↔ entry r."""
+    rows = [(l, 0) for l in range(lmax + 1)]
+    rows += [(l, -1) for l in range(1, lmax + 1)]
+    rows += [(l, 1) for l in range(1, lmax + 1)]
+    return rows
+
+
+def _reduced_row(lmax: int, l: int, m: int) -> int:
+    return {0: l, -1: lmax + l, 1: 2 * lmax + l}[m]
+
+
+def _check_degrees(layout: RotationLayout, lmax_storage: int, lmax: int) -> None:
+    if not isinstance(layout, RotationLayout):
+        raise LayoutMismatchError(f"unknown rotation layout {layout!r}")
+    if not 0 <= lmax <= lmax_storage:
+        raise LayoutMismatchError(
+            f"a {layout.value} storage built for lmax={lmax_storage} cannot serve a consumer of "
+            f"degree {lmax}"
+        )
+
+
+@lru_cache(maxsize=128)
+def _entries(layout: RotationLayout, lmax_storage: int, lmax: int) -> tuple:
+    """Every structural entry (l, m, j) of degree ≤ ``lmax``, in band order of ``lmax``.
+
+    Per entry: (reduced row of ``lmax``, packed column l²+j, flat per-edge position in the
+    storage's data, kernel index pair (a, b) with address ``a·stride(1) + b·stride(2)``).
+    """
+    _check_degrees(layout, lmax_storage, lmax)
+    Ds = dim_of(lmax_storage)
+    out = []
+    for m in SLOT_M:
+        for l in range(1 if m else 0, lmax + 1):
+            for j in range(2 * l + 1):
+                if layout is RotationLayout.BAND:
+                    a = band_offset(lmax_storage, l, m, j)
+                    pos, b = a, 0
+                else:
+                    a, b = l * l + l + m, l * l + j
+                    pos = a * Ds + b
+                out.append((_reduced_row(lmax, l, m), l * l + j, pos, a, b, l, m))
+    return tuple(out)
+
+
+def entry_table(layout: RotationLayout, lmax_storage: int, lmax: int, device) -> dict:
+    """Index vectors over the 3D−2 structural entries of degree ≤ ``lmax`` (torch references).
+
+    Returns a dict of int64 tensors of length P = 3(lmax+1)² − 2: ``row`` (reduced row of
+    ``lmax``), ``col`` (packed column l²+j), ``pos`` (flat index into ``data.reshape(E, -1)`` of a
+    contiguous storage of ``layout`` built for ``lmax_storage``), ``deg`` and ``m``.
+    """
+    return _entry_table(layout, lmax_storage, lmax, str(torch.device(device)))
+
+
+@lru_cache(maxsize=128)
+def _entry_table(layout, lmax_storage, lmax, device_str):
+    ent = _entries(layout, lmax_storage, lmax)
+    dev = torch.device(device_str)
+    cols = list(zip(*ent))
+
+    def t(i):
+        return torch.tensor(cols[i], dtype=torch.long, device=dev)
+
+    return {"row": t(0), "col": t(1), "pos": t(2), "deg": t(5), "m": t(6)}
+
+
+def per_edge_size(layout: RotationLayout, lmax_storage: int) -> int:
+    """Number of floats per edge of a storage (3D−2 for BAND, D² for DENSE)."""
+    if layout is RotationLayout.BAND:
+        return band_width(lmax_storage)
+    return dim_of(lmax_storage) ** 2
+
+
+def storage_shape(layout: RotationLayout, lmax_storage: int, n_edges: int) -> tuple:
+    """Shape of the data tensor of a storage (also the shape of its cotangent)."""
+    D = dim_of(lmax_storage)
+    if layout is RotationLayout.BAND:
+        return (n_edges, band_width(lmax_storage))
+    return (n_edges, D, D)
+
+
+def kernel_strides(layout: RotationLayout, data: torch.Tensor) -> tuple[int, int, int]:
+    """(edge stride, stride of index a, stride of index b) of a storage's data for the kernels."""
+    if layout is RotationLayout.BAND:
+        return data.stride(0), data.stride(1), 0
+    return data.stride(0), data.stride(1), data.stride(2)
+
+
+def kernel_tables(layout: RotationLayout, lmax_storage: int, lmax: int, device) -> dict:
+    """Padded per-degree-block tables for the Triton consumers of a storage.
+
+    Block b holds degree l = b; slot s ∈ {0, 1, 2} is its band row m = SLOT_M[s] (the slot axis is
+    padded to SP = 4 lanes, slot 3 is always empty); lane j ∈ [0, JP) is the column l² + j
+    (JP = next power of two ≥ 2·lmax + 1). Entries:
+
+    * ``col``  (NB, JP) int32: packed column l²+j, −1 on padding lanes;
+    * ``row``  (NB, SP) int32: reduced row of ``lmax`` of slot s, −1 when the block has no such row;
+    * ``ent_a``, ``ent_b`` (NB, SP, JP) int32: the entry sits at
+      ``data[e, a]`` (BAND, stride(2) unused) or ``data[e, a, b]`` (DENSE); 0 on padding.
+
+    Plus ``jp``, ``sp`` and ``nblk`` (ints). Kernels address the storage only through these tables.
+    """
+    return _kernel_tables(layout, lmax_storage, lmax, str(torch.device(device)))
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@lru_cache(maxsize=128)
+def _kernel_tables(layout, lmax_storage, lmax, device_str):
+    ent = _entries(layout, lmax_storage, lmax)
+    nb, jp, sp = lmax + 1, _next_pow2(2 * lmax + 1), KERNEL_SLOTS
+    col = [[-1] * jp for _ in range(nb)]
+    row = [[-1] * sp for _ in range(nb)]
+    ea = [[[0] * jp for _ in range(sp)] for _ in range(nb)]
+    eb = [[[0] * jp for _ in range(sp)] for _ in range(nb)]
+    for r, c, _pos, a, b, l, m in ent:
+        s = SLOT_M.index(m)
+        j = c - l * l
+        col[l][j] = c
+        row[l][s] = r
+        ea[l][s][j] = a
+        eb[l][s][j] = b
+    dev = torch.device(device_str)
+
+    def t(v):
+        return torch.tensor(v, dtype=torch.int32, device=dev)
+
+    return {
+        "col": t(col),
+        "row": t(row),
+        "ent_a": t(ea),
+        "ent_b": t(eb),
+        "jp": jp,
+        "sp": sp,
+        "nblk": nb,
+    }

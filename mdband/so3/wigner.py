@@ -70,9 +70,7 @@ def dense_from_unit(u: torch.Tensor, lmax: int) -> torch.Tensor:
     return (full * scale * mask).reshape(-1, D, D)
 
 
-def rotation_storage(
-    edge_vec: torch.Tensor, lmax: int, layout: RotationLayout
-) -> RotationStorage:
+def rotation_storage(edge_vec: torch.Tensor, lmax: int, layout: RotationLayout) -> RotationStorage:
     """Build the per-edge rotations of ``edge_vec`` (E, 3) directly in ``layout``."""
     u, _ = unit_vectors(edge_vec)
     if layout is RotationLayout.BAND:

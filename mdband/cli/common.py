@@ -1,0 +1,42 @@
+"""Shared CLI helpers: turn user errors into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from mdband.errors import MdbandError
+
+
+class UserError(click.ClickException):
+    exit_code = 2
+
+    def show(self, file=None):
+        click.echo(f"mdband: error: {self.format_message()}", err=True)
+
+
+def user_error(message: str):
+    raise UserError(message)
+
+
+def fail_on_user_error(fn):
+    """Decorator: MdbandError / ValueError / OSError from the API → one line, exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError:
+            raise
+        except (MdbandError, ValueError, OSError) as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(msg) from None
+
+    return wrapper
+
+
+def echo_err(msg: str) -> None:
+    click.echo(msg, err=True)
+    sys.stderr.flush()

@@ -1,0 +1,72 @@
+"""``mdband info MODEL``: what a model file is and how mdband will run it."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from mdband.cli.common import fail_on_user_error
+
+
+@click.command("info")
+@click.argument("model")
+@click.option("--head", default=None, help="Head of a multi-task deepmd-kit checkpoint.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or auto.")
+@click.option("--dtype", default="float32", show_default=True, help="float32 or float64.")
+@click.option("--rotation-layout", default=None, help="auto (default), band or dense.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+@fail_on_user_error
+def command(model, head, device, dtype, rotation_layout, as_json):
+    """Show a model's configuration, type map, cutoff, size and rotation layout."""
+    from mdband.loader import load_model
+    from mdband.model.gate import ENV_VAR, requested_layout
+
+    pot = load_model(model, device=device, dtype=dtype, head=head, rotation_layout=rotation_layout)
+    info = {
+        "model": str(model),
+        "kind": pot.kind,
+        "type_map": pot.type_map,
+        "cutoff": pot.cutoff,
+        "parameters": pot.n_parameters(),
+        "device": str(pot.device),
+        "dtype": str(pot.dtype).replace("torch.", ""),
+        "rotation_layout": pot.rotation_layout,
+        "rotation_layout_reason": pot.rotation_layout_reason,
+        "rotation_layout_requested": requested_layout(rotation_layout),
+        "model_hash": pot.model_hash,
+        "metadata": pot.metadata,
+        "config": pot.config,
+    }
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+        return
+    click.echo(f"model            {info['model']} ({pot.kind})")
+    click.echo(f"type map         {' '.join(pot.type_map)}")
+    click.echo(f"cutoff           {pot.cutoff:g} Å")
+    click.echo(f"parameters       {info['parameters']:,}")
+    click.echo(f"device / dtype   {info['device']} / {info['dtype']}")
+    click.echo(
+        f"rotation layout  {info['rotation_layout']} (requested "
+        f"{info['rotation_layout_requested']}, {ENV_VAR} may override): "
+        f"{info['rotation_layout_reason']}"
+    )
+    click.echo(f"model hash       {pot.model_hash[:16]}")
+    if pot.kind == "sezm":
+        cfg = pot.config
+        keys = (
+            "channels",
+            "l_schedule",
+            "n_radial",
+            "mixing_layers",
+            "n_focus",
+            "n_atten_head",
+            "radial_so2_mode",
+            "radial_so2_rank",
+            "edge_norm",
+            "ffn_so3_grid",
+            "message_node_so3",
+            "so3_readout",
+            "version",
+        )
+        click.echo("config           " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
