@@ -145,7 +145,7 @@ class SeZMConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
-        return d
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> SeZMConfig:

@@ -92,11 +92,11 @@ def import_deepmd_checkpoint(obj: dict, path, head: str | None = None):
     params, branch = _select_branch(model_sd, head, path)
     prefix = f"model.{branch}.atomic_model."
     sd = {k[len(prefix) :]: v for k, v in model_sd.items() if k.startswith(prefix)}
-    if not sd:
-        raise ModelFileError(f"{path}: no weights under '{prefix}'")
     version_t = sd.get("descriptor.version_tensor")
     version = 1.0 if version_t is None else round(float(version_t), 6)
     config = config_from_deepmd(params, version)
+    if not sd:
+        raise ModelFileError(f"{path}: no weights under '{prefix}'")
     fold_lora(sd)
     clean = {}
     for k, v in sd.items():

@@ -1,0 +1,3 @@
+from mdband.cli import main
+
+main()

@@ -1,0 +1,62 @@
+"""``mdband info`` and ``mdband convert``: output, exit codes, no overwrite."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mdband.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+WATER = REPO.parent / "shared" / "data" / "dpa4-water-smoke" / "pretrained.pt"
+needs_shared = pytest.mark.skipif(not WATER.exists(), reason="../shared (water checkpoint) absent")
+
+
+@needs_shared
+def test_info_reports_layout_and_config():
+    res = CliRunner().invoke(main, ["info", str(WATER)])
+    assert res.exit_code == 0, res.output
+    assert "type map         O H" in res.output
+    assert "rotation layout  band" in res.output
+    assert "MDBAND_ROTATION_LAYOUT" in res.output
+    res = CliRunner().invoke(main, ["info", str(WATER), "--json", "--rotation-layout", "dense"])
+    info = json.loads(res.output)
+    assert info["rotation_layout"] == "dense" and info["rotation_layout_requested"] == "dense"
+    assert info["parameters"] > 1000
+
+
+@needs_shared
+def test_info_env_override(monkeypatch):
+    monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "dense")
+    info = json.loads(CliRunner().invoke(main, ["info", str(WATER), "--json"]).output)
+    assert info["rotation_layout"] == "dense"
+    monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "sideways")
+    res = CliRunner().invoke(main, ["info", str(WATER)])
+    assert res.exit_code == 2 and "MDBAND_ROTATION_LAYOUT" in res.output
+
+
+@needs_shared
+def test_convert_writes_and_refuses_overwrite(tmp_path):
+    out = tmp_path / "water.mdband"
+    res = CliRunner().invoke(main, ["convert", str(WATER), str(out)])
+    assert res.exit_code == 0, res.output
+    before = out.read_bytes()
+    res = CliRunner().invoke(main, ["convert", str(WATER), str(out)])
+    assert res.exit_code == 2 and "exists" in res.output
+    assert out.read_bytes() == before
+    info = json.loads(CliRunner().invoke(main, ["info", str(out), "--json"]).output)
+    assert info["metadata"]["source"] == "deepmd-kit"
+
+
+def test_bad_model_file_is_one_line_exit_2(tmp_path):
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a model")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mdband.cli", "info", str(junk)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "corrupt" in lines[0] and "Traceback" not in proc.stderr
