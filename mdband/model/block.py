@@ -102,7 +102,7 @@ class SeZMDescriptor(nn.Module):
         _, r = unit_vectors(edge_vec)
         env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
         rbf = self.radial_basis(r)
-        deg = edge_vec.new_zeros(n_nodes).index_add(0, dst, env[:, 0] ** 2)
+        deg = edge_vec.new_zeros(n_nodes).index_add_(0, dst, env[:, 0] ** 2)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rot = (
             rotation_storage(edge_vec, cfg.lmax, self.rotation_layout)
@@ -135,7 +135,7 @@ class SeZMDescriptor(nn.Module):
                 x = torch.cat([x + gie[:, :1], gie[:, 1:]], dim=1)
             else:
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)
-        radf = radial + (te[src] + te[dst])[:, None, :]
+        radf = radial + (te.index_select(0, src) + te.index_select(0, dst))[:, None, :]
         for blk, lb in zip(self.blocks, cfg.l_schedule):
             x = x[:, : st.dim_of(lb)]
             if exchange is not None:

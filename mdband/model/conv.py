@@ -39,10 +39,10 @@ def segment_softmax_weights(
     idx = dst[:, None].expand(E, K)
     gmax = null_logit.expand(n_nodes, K).clone()
     gmax = gmax.scatter_reduce(0, idx, eff, reduce="amax", include_self=True)
-    ex = torch.exp(eff - gmax[dst])
+    ex = torch.exp(eff - gmax.index_select(0, dst))
     denom = torch.zeros(n_nodes, K, dtype=logits.dtype, device=logits.device)
     denom = denom.scatter_add(0, idx, ex) + torch.exp(null_logit - gmax)
-    return ex / denom[dst]
+    return ex / denom.index_select(0, dst)
 
 
 class SO2Convolution(nn.Module):
@@ -112,7 +112,7 @@ class SO2Convolution(nn.Module):
         L, F, Cf = self.lmax, self.F, self.Cf
         if not self.needs_local_frame:
             rad = radf if self.radial_hidden_proj is None else self.radial_hidden_proj(radf)
-            xs = x1[ec.src]
+            xs = x1.index_select(0, ec.src)
             msg = xs * rad[:, self._deg]
             if self.focus_compete:
                 a = self._focus_alpha((xs[:, 0] * rad[:, 0]).reshape(E, F, Cf))
@@ -122,7 +122,7 @@ class SO2Convolution(nn.Module):
         rad = radf[:, self._deg_m]
         if self.radial_hidden_proj is not None:
             rad = self.radial_hidden_proj(rad)
-        xl = st.rotate_to_local(ec.rotations, x1[ec.src], L)  # (E, Dm, Cw)
+        xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
         xl = xl * rad if self.radial_degree_mixer is None else self.radial_degree_mixer(xl, rad)
         xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
         gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
@@ -142,13 +142,13 @@ class SO2Convolution(nn.Module):
         E = msg.shape[0]
         if self.H == 0:
             out = x1.new_zeros(N, msg.shape[1], self.Cw)
-            out = out.index_add(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg
+            out = out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg
         else:
             F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
             s0 = x1[:, 0].reshape(N, F, Cf)
             qk = self.attn_qk_norm(s0)
-            q = self.attn_q_proj(qk)[ec.dst].reshape(E, F, H, hd)
-            k = self.attn_k_proj(qk)[ec.src].reshape(E, F, H, hd)
+            q = self.attn_q_proj(qk).index_select(0, ec.dst).reshape(E, F, H, hd)
+            k = self.attn_k_proj(qk).index_select(0, ec.src).reshape(E, F, H, hd)
             logits = (q * k).sum(-1) * hd**-0.5
             logits = logits + torch.einsum(
                 "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
@@ -159,7 +159,7 @@ class SO2Convolution(nn.Module):
             )
             D = msg.shape[1]
             wmsg = msg.reshape(E, D, F * H, hd) * alpha[:, None, :, None]
-            pre = msg.new_zeros(N, msg.shape[1], F * H, hd).index_add(0, ec.dst, wmsg)
+            pre = msg.new_zeros(N, msg.shape[1], F * H, hd).index_add_(0, ec.dst, wmsg)
             gate = torch.sigmoid(
                 torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
             )

@@ -22,7 +22,7 @@ class TypeEmbedding(nn.Module):
         self.adam_type_embedding = nn.Parameter(torch.zeros(ntypes + 1, dim))
 
     def forward(self, types: torch.Tensor) -> torch.Tensor:
-        return self.adam_type_embedding[types]
+        return self.adam_type_embedding.index_select(0, types)
 
 
 def env_seed_dims(channels: int) -> dict:
@@ -64,9 +64,15 @@ class EnvironmentSeed(nn.Module):
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
         te = self.env_type_embed
-        g = self.g_layer2(self.g_layer1(torch.cat([rp, te(types[ec.src]), te(types[ec.dst])], -1)))
+        g = self.g_layer2(
+            self.g_layer1(
+                torch.cat(
+                    [rp, te(types.index_select(0, ec.src)), te(types.index_select(0, ec.dst))], -1
+                )
+            )
+        )
         outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
-        agg = outer.new_zeros(ec.n_nodes, 4 * self.embed).index_add(0, ec.dst, outer)
+        agg = outer.new_zeros(ec.n_nodes, 4 * self.embed).index_add_(0, ec.dst, outer)
         agg = agg.reshape(-1, 4, self.embed) * ec.inv_sqrt_deg
         dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
@@ -81,6 +87,6 @@ def geometric_initial_embedding(ec, radial: torch.Tensor, lmax: int) -> torch.Te
     y = st.zonal(ec.rotations, lmax)  # (E, D)
     deg = st.tables(lmax, radial.device)["deg"][:d]
     msg = y[:, 1:, None] * radial[:, deg[1:]]  # (E, D-1, C)
-    out = msg.new_zeros(ec.n_nodes, d - 1, radial.shape[-1]).index_add(0, ec.dst, msg)
+    out = msg.new_zeros(ec.n_nodes, d - 1, radial.shape[-1]).index_add_(0, ec.dst, msg)
     out = out * ec.inv_sqrt_deg
     return torch.cat([out.new_zeros(ec.n_nodes, 1, radial.shape[-1]), out], dim=1)

@@ -157,49 +157,61 @@ def zonal(storage: RotationStorage, lmax: int) -> torch.Tensor:
     return storage.data[:, rows, cols]
 
 
+def degree_block(storage: RotationStorage, l: int) -> torch.Tensor:
+    """Rows m = −1, 0, +1 of degree block l as an (E, 3, 2l+1) matrix ((E, 1, 1) for l = 0).
+
+    Both layouts yield the same numbers, so consumers built on it do identical arithmetic
+    whatever the storage.
+    """
+    lo, w = l * l, 2 * l + 1
+    data = storage.data
+    if storage.layout is RotationLayout.BAND:
+        if l == 0:
+            return data[:, :1, None]
+        s = dim_of(storage.lmax) - 1
+        return torch.stack(
+            [
+                data[:, s + lo : s + lo + w],
+                data[:, lo : lo + w],
+                data[:, 2 * s + lo : 2 * s + lo + w],
+            ],
+            dim=1,
+        )
+    if l == 0:
+        return data[:, :1, :1]
+    return data[:, lo + l - 1 : lo + l + 2, lo : lo + w]
+
+
 def rotate_to_local(storage: RotationStorage, x: torch.Tensor, lmax: int) -> torch.Tensor:
     """``x_loc[e, r(l,m)] = Σ_j D[e, l²+l+m, l²+j] x[e, l²+j]`` for l ≤ ``lmax``.
 
     x : (E, (lmax+1)², C) features already gathered at the edge source. Returns (E, 3·lmax+1, C)
-    in m-major reduced order.
+    in m-major reduced order. One (E, 3, 2l+1) × (E, 2l+1, C) product per degree.
     """
-    d = dim_of(lmax)
-    t = tables(storage.lmax, x.device)
-    if storage.layout is RotationLayout.DENSE:
-        rows = _reduced_rows(t, storage.lmax, lmax)
-        return torch.bmm(storage.data[:, rows, :d], x)
-    band = storage.data
-    Ds = dim_of(storage.lmax)
-    deg = t["deg"][:d]
-    E, _, C = x.shape
-    m0 = (band[:, :d, None] * x).new_zeros(E, lmax + 1, C)
-    m0 = m0.index_add(1, deg, band[:, :d, None] * x)
-    if lmax == 0:
-        return m0
-    xs = x[:, 1:]
-    dg = deg[1:] - 1
-    mm = xs.new_zeros(E, lmax, C).index_add(1, dg, band[:, Ds : Ds + d - 1, None] * xs)
-    mp = xs.new_zeros(E, lmax, C).index_add(1, dg, band[:, 2 * Ds - 1 : 2 * Ds - 2 + d, None] * xs)
-    return torch.cat([m0, mm, mp], dim=1)
+    m0, mm, mp = [], [], []
+    for l in range(lmax + 1):
+        y = torch.bmm(degree_block(storage, l), x[:, l * l : (l + 1) ** 2])
+        if l == 0:
+            m0.append(y[:, 0])
+        else:
+            mm.append(y[:, 0])
+            m0.append(y[:, 1])
+            mp.append(y[:, 2])
+    return torch.stack(m0 + mm + mp, dim=1)
 
 
 def rotate_back(storage: RotationStorage, x_loc: torch.Tensor, lmax: int) -> torch.Tensor:
     """``out[e, l²+j] = Σ_m D[e, l²+l+m, l²+j] x_loc[e, r(l,m)]`` (no ρ rescale): (E, D, C)."""
-    d = dim_of(lmax)
-    t = tables(storage.lmax, x_loc.device)
-    if storage.layout is RotationLayout.DENSE:
-        rows = _reduced_rows(t, storage.lmax, lmax)
-        return torch.bmm(storage.data[:, rows, :d].transpose(1, 2), x_loc)
-    band = storage.data
-    Ds = dim_of(storage.lmax)
-    deg = t["deg"][:d]
-    out = band[:, :d, None] * x_loc[:, deg]
-    if lmax == 0:
-        return out
-    dg = deg[1:] - 1
-    rest = band[:, Ds : Ds + d - 1, None] * x_loc[:, lmax + 1 + dg]
-    rest = rest + band[:, 2 * Ds - 1 : 2 * Ds - 2 + d, None] * x_loc[:, 2 * lmax + 1 + dg]
-    return torch.cat([out[:, :1], out[:, 1:] + rest], dim=1)
+    L = lmax
+    outs = []
+    for l in range(L + 1):
+        blk = degree_block(storage, l)
+        if l == 0:
+            xl = x_loc[:, :1]
+        else:
+            xl = torch.stack([x_loc[:, L + l], x_loc[:, l], x_loc[:, 2 * L + l]], dim=1)
+        outs.append(torch.bmm(blk.transpose(1, 2), xl))
+    return torch.cat(outs, dim=1)
 
 
 def _reduced_rows(t: dict, lmax_storage: int, lmax: int) -> torch.Tensor:
