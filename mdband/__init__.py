@@ -1,6 +1,7 @@
 """mdband: molecular dynamics with SeZM (DPA4) potentials on banded Wigner storage."""
 
 from mdband._version import __version__
+from mdband.calculator import Calculator
 from mdband.errors import (
     MdbandError,
     ModelFileError,
@@ -13,6 +14,7 @@ from mdband.potential import Potential, Result
 
 __all__ = [
     "__version__",
+    "Calculator",
     "load_model",
     "Potential",
     "Result",

@@ -26,7 +26,7 @@ def register_kind(kind: str):
 
 
 def _builder(kind: str):
-    if not _BUILDERS:
+    if kind not in _BUILDERS:
         import mdband.model.factory  # noqa: F401  (registers "sezm")
         import mdband.testing.lj  # noqa: F401  (registers "lj")
     if kind not in _BUILDERS:

@@ -118,6 +118,7 @@ class Potential:
         self._znum = {
             atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
         }
+        self._tindex = {s: i for i, s in enumerate(self.type_map)}
         self._hash: str | None = self.metadata.get("model_hash")
 
     # ------------------------------------------------------------------ identity
@@ -144,25 +145,28 @@ class Potential:
 
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
-        """Type indices of ``species`` (chemical symbols or atomic numbers)."""
-        species = list(np.asarray(species).reshape(-1))
-        types = np.empty(len(species), dtype=np.int64)
+        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised."""
+        arr = np.asarray(species).reshape(-1)
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        uniq, inverse = np.unique(arr, return_inverse=True)
+        lookup = np.empty(len(uniq), dtype=np.int64)
         unknown: list[str] = []
-        for k, s in enumerate(species):
-            if isinstance(s, (int, np.integer)):
-                t = self._znum.get(int(s))
-                name = chemical_symbols[int(s)] if 0 <= int(s) < len(chemical_symbols) else str(s)
+        for k, s in enumerate(uniq):
+            if np.issubdtype(uniq.dtype, np.integer):
+                z = int(s)
+                t = self._znum.get(z)
+                name = chemical_symbols[z] if 0 <= z < len(chemical_symbols) else str(z)
             else:
                 name = str(s)
-                t = self.type_map.index(name) if name in self.type_map else None
+                t = self._tindex.get(name)
             if t is None:
-                if name not in unknown:
-                    unknown.append(name)
-                continue
-            types[k] = t
+                unknown.append(name)
+            else:
+                lookup[k] = t
         if unknown:
             raise UnknownElementError(unknown, self.type_map)
-        return types
+        return lookup[inverse.reshape(-1)]
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_edges(

@@ -1,0 +1,142 @@
+"""``mdband run``: molecular dynamics from a TOML file and/or flags (flags win).
+
+Exit codes: 0 done; 2 bad input (one line on stderr, nothing written or changed); 3 the run
+diverged (NaN/inf; last checkpoint and trajectory kept); 130 stopped by SIGINT/SIGTERM (after
+writing a checkpoint).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from mdband.cli.common import UserError
+from mdband.md.config import ENSEMBLES
+
+
+class _DivergedError(UserError):
+    exit_code = 3
+
+
+class _InterruptedError(UserError):
+    exit_code = 130
+
+
+class _OneLineCommand(click.Command):
+    """Report click's own usage errors (bad flag values) as one line, exit code 2."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise UserError(exc.format_message().replace("\n", " ")) from None
+
+
+def _load_toml(path: str) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from mdband.md.config import normalise_mapping
+    from mdband.md.errors import ConfigError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist")
+    try:
+        with open(p, "rb") as fh:
+            data = tomllib.load(fh)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot parse config file {p}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    return normalise_mapping(data, base_dir=p.parent)
+
+
+def _settings(ctx: click.Context, params: dict) -> dict:
+    """TOML settings updated by the flags given on the command line."""
+    settings = _load_toml(params["config_file"]) if params.get("config_file") else {}
+    for name, value in params.items():
+        if name == "config_file":
+            continue
+        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            settings[name] = value
+    return settings
+
+
+def _config(settings: dict):
+    from mdband.io.checkpoint import read_checkpoint
+    from mdband.md.config import RunConfig, merge_for_resume
+
+    if settings.get("resume"):
+        if not settings.get("checkpoint"):
+            from mdband.md.errors import ConfigError
+
+            raise ConfigError("--resume needs --checkpoint FILE")
+        ck = read_checkpoint(settings["checkpoint"])
+        return merge_for_resume(ck.config, settings)
+    return RunConfig(**settings)
+
+
+@click.command("run", cls=_OneLineCommand)
+@click.option("--config", "config_file", metavar="FILE", help="TOML file of settings.")
+@click.option("--structure", metavar="FILE", help="Starting structure (any ase.io.read format).")
+@click.option("--frame", type=int, help="Image of the structure file to start from [last].")
+@click.option("--model", metavar="PATH", help="Model file (mdband or deepmd-kit SeZM).")
+@click.option("--ensemble", type=click.Choice(ENSEMBLES), help="Ensemble [nve].")
+@click.option("--temperature", type=float, metavar="K", help="Temperature in K [300].")
+@click.option("--pressure", type=float, metavar="GPA", help="Pressure in GPa (npt-mtk) [0].")
+@click.option("--timestep", type=float, metavar="FS", help="Time step in fs [1].")
+@click.option("--steps", type=int, metavar="N", help="Total length in steps [1000].")
+@click.option("--seed", type=int, metavar="N", help="Random seed [drawn and recorded].")
+@click.option("--friction", type=float, metavar="1/PS", help="Langevin friction in ps^-1 [1].")
+@click.option("--tdamp", type=float, metavar="FS", help="Thermostat time in fs [100 dt].")
+@click.option("--pdamp", type=float, metavar="FS", help="Barostat time in fs [1000 dt].")
+@click.option("--trajectory", metavar="FILE.h5", help="H5MD trajectory output.")
+@click.option("--traj-every", type=int, metavar="N", help="Frame and thermo interval [100].")
+@click.option("--checkpoint", metavar="FILE", help="Restart file.")
+@click.option("--checkpoint-every", type=int, metavar="N", help="Checkpoint interval [1000].")
+@click.option("--resume", is_flag=True, help="Continue from --checkpoint until --steps.")
+@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
+@click.option("--device", help="cpu, cuda or auto [auto].")
+@click.option("--dtype", type=click.Choice(["float32", "float64"]), help="Model precision.")
+@click.option("--log", metavar="FILE", help="Also write the thermo table and summary here.")
+@click.option("--min-distance", type=float, metavar="A", help="Closest allowed pair [0.5 Å].")
+@click.option("--threads", type=int, metavar="N", help="CPU threads for torch.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@click.pass_context
+def command(ctx, **params):
+    """Run molecular dynamics with an mdband / SeZM potential.
+
+    Settings come from --config FILE (TOML, keys named like the flags) and the flags, which
+    override it. --steps is the run's total length: with --resume the run continues from the
+    checkpoint until the step counter reaches it.
+
+    Exit codes: 2 bad input (nothing written), 3 the run diverged (NaN/inf), 130 stopped by
+    Ctrl-C/SIGTERM after writing a checkpoint.
+    """
+    from mdband.errors import MdbandError
+    from mdband.md import RunInterrupted, SimulationDivergedError, run
+
+    try:
+        run(_config(_settings(ctx, params)))
+    except SimulationDivergedError as exc:
+        raise _DivergedError(_line(exc)) from None
+    except RunInterrupted as exc:
+        raise _InterruptedError(_line(exc)) from None
+    except (MdbandError, OSError) as exc:
+        raise UserError(_line(exc)) from None
+    except KeyboardInterrupt:
+        raise _InterruptedError("interrupted") from None
+
+
+def _line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(command())

@@ -1,0 +1,192 @@
+"""Restart state of an MD run, written atomically (temp file, fsync, rename).
+
+A checkpoint is a small HDF5 file::
+
+    attrs:  format="mdband-checkpoint", format_version, step, time (ps), model_hash,
+            config_json, mdband_version, sha256 (over everything below)
+    numbers (N,) int32   masses (N,) f8   positions, momenta, velocities (N, 3) f8
+    cell (3, 3) f8       pbc (3,) bool
+    integrator/<name>    float64 arrays: thermostat chains, barostat and cell momenta, ...
+    rng/<name>           attribute "state": JSON of a numpy bit generator's state
+    neighbours/          positions, cell, pbc of the reusable neighbour list (if any)
+
+Momenta are what ASE's integrators keep, so they are the restart quantity (velocities are
+stored for readers). Positions and momenta are float64 so a resumed run is bitwise exact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from mdband._version import __version__
+from mdband.errors import MdbandError
+
+FORMAT = "mdband-checkpoint"
+FORMAT_VERSION = 1
+_ARRAYS = ("numbers", "masses", "positions", "momenta", "cell", "pbc")
+
+
+class CheckpointError(MdbandError):
+    """A checkpoint is missing, corrupt, or does not belong to the run being resumed."""
+
+
+@dataclass
+class Checkpoint:
+    """Everything needed to continue a run exactly."""
+
+    step: int
+    time: float
+    numbers: np.ndarray
+    masses: np.ndarray
+    positions: np.ndarray
+    momenta: np.ndarray
+    cell: np.ndarray
+    pbc: np.ndarray
+    config: dict
+    model_hash: str
+    integrator: dict[str, np.ndarray] = field(default_factory=dict)
+    rng: dict[str, dict] = field(default_factory=dict)
+    neighbours: dict[str, np.ndarray] | None = None
+
+    @property
+    def velocities(self) -> np.ndarray:
+        return self.momenta / self.masses[:, None]
+
+
+def _digest(ck: Checkpoint) -> str:
+    h = hashlib.sha256()
+
+    def add(name: str, arr) -> None:
+        a = np.ascontiguousarray(arr)
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+
+    h.update(f"{ck.step}|{ck.time!r}|{ck.model_hash}".encode())
+    h.update(json.dumps(ck.config, sort_keys=True).encode())
+    for name in _ARRAYS:
+        add(name, getattr(ck, name))
+    for name in sorted(ck.integrator):
+        add("integrator/" + name, ck.integrator[name])
+    for name in sorted(ck.rng):
+        h.update(f"rng/{name}:{json.dumps(ck.rng[name], sort_keys=True)}".encode())
+    for name in sorted(ck.neighbours or {}):
+        add("neighbours/" + name, ck.neighbours[name])
+    return h.hexdigest()
+
+
+def _normalise(ck: Checkpoint) -> Checkpoint:
+    return Checkpoint(
+        step=int(ck.step),
+        time=float(ck.time),
+        numbers=np.asarray(ck.numbers, dtype=np.int32),
+        masses=np.asarray(ck.masses, dtype=np.float64),
+        positions=np.asarray(ck.positions, dtype=np.float64),
+        momenta=np.asarray(ck.momenta, dtype=np.float64),
+        cell=np.asarray(ck.cell, dtype=np.float64).reshape(3, 3),
+        pbc=np.asarray(ck.pbc, dtype=bool).reshape(3),
+        config=dict(ck.config),
+        model_hash=str(ck.model_hash),
+        integrator={k: np.asarray(v, dtype=np.float64) for k, v in ck.integrator.items()},
+        rng={k: dict(v) for k, v in ck.rng.items()},
+        neighbours=None
+        if ck.neighbours is None
+        else {k: np.asarray(v) for k, v in ck.neighbours.items()},
+    )
+
+
+def write_checkpoint(path, ck: Checkpoint) -> None:
+    """Atomically replace ``path`` with ``ck`` (write a temp file, fsync, rename)."""
+    path = Path(path)
+    ck = _normalise(ck)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["step"] = ck.step
+            f.attrs["time"] = ck.time
+            f.attrs["model_hash"] = ck.model_hash
+            f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
+            f.attrs["mdband_version"] = __version__
+            f.attrs["sha256"] = _digest(ck)
+            for name in _ARRAYS:
+                f.create_dataset(name, data=getattr(ck, name))
+            f.create_dataset("velocities", data=ck.velocities)
+            g = f.create_group("integrator")
+            for name, arr in ck.integrator.items():
+                g.create_dataset(name, data=arr)
+            g = f.create_group("rng")
+            for name, state in ck.rng.items():
+                g.create_group(name).attrs["state"] = json.dumps(state)
+            if ck.neighbours is not None:
+                g = f.create_group("neighbours")
+                for name, arr in ck.neighbours.items():
+                    g.create_dataset(name, data=arr)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_checkpoint(path) -> Checkpoint:
+    """Read and verify a checkpoint; :class:`CheckpointError` if missing or corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format") != FORMAT:
+                raise CheckpointError(f"{path} is not an mdband checkpoint")
+            version = int(f.attrs["format_version"])
+            if version > FORMAT_VERSION:
+                raise CheckpointError(
+                    f"checkpoint {path} has format version {version}, newer than this mdband "
+                    f"({FORMAT_VERSION})"
+                )
+            ck = Checkpoint(
+                step=int(f.attrs["step"]),
+                time=float(f.attrs["time"]),
+                config=json.loads(f.attrs["config_json"]),
+                model_hash=str(f.attrs["model_hash"]),
+                integrator={k: v[()] for k, v in f["integrator"].items()},
+                rng={k: json.loads(v.attrs["state"]) for k, v in f["rng"].items()},
+                neighbours=None
+                if "neighbours" not in f
+                else {k: v[()] for k, v in f["neighbours"].items()},
+                **{name: f[name][()] for name in _ARRAYS},
+            )
+            stored = str(f.attrs["sha256"])
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged HDF5 file fails in many ways
+        detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable ({detail})") from None
+    if _digest(_normalise(ck)) != stored:
+        raise CheckpointError(f"checkpoint {path} is corrupt (checksum mismatch)")
+    return ck

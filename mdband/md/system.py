@@ -1,0 +1,76 @@
+"""Reading and checking the starting structure; initial velocities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import vesin
+from ase import Atoms, units
+
+from mdband.errors import StructureError
+from mdband.graph import validate_structure
+from mdband.potential import Potential
+
+
+def read_structure(path, frame: int = -1) -> Atoms:
+    """``ase.io.read(path, index=frame)`` with a :class:`StructureError` on any failure."""
+    import ase.io
+
+    path = Path(path)
+    if not path.is_file():
+        raise StructureError(f"structure file {path} does not exist")
+    try:
+        atoms = ase.io.read(path, index=frame)
+    except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
+        detail = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise StructureError(f"cannot read structure {path}: {detail}") from None
+    if isinstance(atoms, list):  # a slice-like frame selected several images
+        raise StructureError(f"frame {frame!r} of {path} selects {len(atoms)} images, not one")
+    if len(atoms) == 0:
+        raise StructureError(f"structure {path} has no atoms")
+    return atoms
+
+
+def check_structure(atoms: Atoms, potential: Potential, min_distance: float) -> None:
+    """Raise for NaN/inf, a zero-volume periodic cell, unknown elements or overlapping atoms."""
+    positions = np.asarray(atoms.get_positions(), dtype=np.float64)
+    cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
+    pbc = np.asarray(atoms.get_pbc(), dtype=bool)
+    validate_structure(positions, cell, pbc)
+    potential.types_of(atoms.get_atomic_numbers())
+    if min_distance > 0 and len(atoms) > 1:
+        i, j, d = closest_pair(positions, cell, pbc, min_distance)
+        if i is not None:
+            raise StructureError(
+                f"atoms {i} and {j} are {d:.3f} Å apart, closer than the minimum distance "
+                f"{min_distance} Å (set min_distance to change it)"
+            )
+
+
+def closest_pair(positions, cell, pbc, cutoff: float):
+    """The closest pair ``(i, j, distance)`` below ``cutoff``, or ``(None, None, None)``."""
+    box = cell if pbc.any() else np.zeros((3, 3))
+    nl = vesin.NeighborList(cutoff=float(cutoff), full_list=False)
+    i, j, d = nl.compute(points=positions, box=box, periodic=pbc, quantities="ijd")
+    if len(d) == 0:
+        return None, None, None
+    k = int(np.argmin(d))
+    return int(i[k]), int(j[k]), float(d[k])
+
+
+def has_velocities(atoms: Atoms) -> bool:
+    """True when the structure carries non-zero momenta."""
+    return atoms.has("momenta") and bool(np.any(atoms.get_momenta() != 0))
+
+
+def maxwell_boltzmann_momenta(
+    masses: np.ndarray, temperature: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Momenta drawn at ``temperature`` (K) with zero total momentum (ASE units)."""
+    masses = np.asarray(masses, dtype=np.float64)
+    kt = units.kB * temperature
+    p = rng.standard_normal((len(masses), 3)) * np.sqrt(masses * kt)[:, None]
+    if len(masses) > 1:
+        p -= masses[:, None] * (p.sum(axis=0) / masses.sum())
+    return p

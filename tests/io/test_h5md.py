@@ -1,0 +1,233 @@
+"""H5MD writer/reader: schema, hard links, units, round trip, crash safety, truncation."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import h5py
+import numpy as np
+import pytest
+
+from mdband.io.h5md import (
+    OBSERVABLES,
+    Frame,
+    H5MDReader,
+    H5MDWriter,
+    TrajectoryError,
+    TrajectoryHeader,
+    rewrite_trajectory,
+)
+
+N = 7
+
+
+def header(variable_cell=False, precision="float32", force_unit="eV Angstrom-1"):
+    return TrajectoryHeader(
+        species=np.array([18] * 5 + [36] * 2),
+        masses=np.array([39.948] * 5 + [83.798] * 2),
+        pbc=np.array([True, True, False]),
+        variable_cell=variable_cell,
+        parameters={"model_hash": "abc123", "config_json": '{"steps": 10}', "timestep_fs": 2.0},
+        precision=precision,
+        force_unit=force_unit,
+        author="tester",
+    )
+
+
+def frame(step, rng):
+    cell = np.diag([10.0, 11.0, 12.0]) * (1 + 0.01 * step)
+    obs = {
+        name: (rng.normal(size=shape) if shape else float(rng.normal()))
+        for name, (_, shape) in OBSERVABLES.items()
+    }
+    return Frame(
+        step=step,
+        time=step * 0.002,
+        positions=rng.normal(size=(N, 3)),
+        velocities=rng.normal(size=(N, 3)),
+        forces=rng.normal(size=(N, 3)),
+        cell=cell,
+        observables=obs,
+    )
+
+
+def write(path, steps, **kw):
+    rng = np.random.default_rng(0)
+    frames = [frame(s, rng) for s in steps]
+    with H5MDWriter.create(path, header(**kw)) as w:
+        for fr in frames:
+            w.append(fr)
+    return frames
+
+
+def test_schema_links_and_units(tmp_path):
+    path = tmp_path / "t.h5"
+    write(path, [0, 5, 10], variable_cell=True, force_unit="kJ mol-1 Angstrom-1")
+    with h5py.File(path, "r") as f:
+        assert list(f["h5md"].attrs["version"]) == [1, 1]
+        assert f["h5md/author"].attrs["name"] == "tester"
+        assert f["h5md/creator"].attrs["name"] == "mdband"
+        assert "version" in f["h5md/creator"].attrs
+        assert list(f["particles"]) == ["all"]
+        part = f["particles/all"]
+        box = part["box"]
+        assert box.attrs["dimension"] == 3
+        assert [b.decode() if isinstance(b, bytes) else b for b in box.attrs["boundary"]] == [
+            "periodic",
+            "periodic",
+            "none",
+        ]
+        pos = part["position"]
+        assert pos["step"].dtype.kind == "i" and pos["time"].attrs["unit"] == "ps"
+        units = {
+            "position": "Angstrom",
+            "velocity": "Angstrom ps-1",
+            "force": "kJ mol-1 Angstrom-1",  # a force unit MDAnalysis knows
+        }
+        elements = [part[name] for name in units] + [box["edges"]]
+        elements += [f[f"observables/{name}"] for name in OBSERVABLES]
+        for el in elements:
+            for key in ("step", "time"):
+                link = el.get(key, getlink=True)
+                assert isinstance(link, h5py.HardLink)
+                assert el[key] == pos[key], f"{el.name}/{key} is not position's {key}"
+            assert "unit" in el["value"].attrs, el.name
+            assert el["time"].attrs["unit"] == "ps"
+        for name, unit in units.items():
+            assert part[f"{name}/value"].attrs["unit"] == unit
+            assert part[f"{name}/value"].shape == (3, N, 3)
+        assert box["edges/value"].shape == (3, 3, 3)
+        assert box["edges/value"].attrs["unit"] == "Angstrom"
+        for name, (unit, shape) in OBSERVABLES.items():
+            assert f[f"observables/{name}/value"].attrs["unit"] == unit
+            assert f[f"observables/{name}/value"].shape == (3, *shape)
+        assert list(part["species"][()]) == [18] * 5 + [36] * 2
+        assert part["mass"].attrs["unit"] == "u"
+        params = f["parameters/mdband"].attrs
+        assert params["model_hash"] == "abc123"
+        assert list(pos["step"][()]) == [0, 5, 10]
+
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "t.h5"
+    frames = write(path, [0, 3, 6, 9], precision="float64")
+    with H5MDReader(path) as r:
+        assert not r.recovered
+        assert len(r) == 4 and r.n_atoms == N
+        np.testing.assert_array_equal(r.steps, [0, 3, 6, 9])
+        np.testing.assert_allclose(r.times, [0, 0.006, 0.012, 0.018], rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(r.pbc, [True, True, False])
+        assert not r.variable_cell
+        for got, want in zip(r, frames):
+            np.testing.assert_array_equal(got.positions, want.positions)
+            np.testing.assert_array_equal(got.velocities, want.velocities)
+            np.testing.assert_array_equal(got.forces, want.forces)
+            np.testing.assert_array_equal(got.cell, want.cell)
+            for name in OBSERVABLES:
+                np.testing.assert_array_equal(got.observables[name], want.observables[name])
+        atoms = r.to_atoms(-1)
+        assert atoms.get_chemical_symbols()[-1] == "Kr"
+        np.testing.assert_allclose(atoms.get_masses()[0], 39.948)
+        np.testing.assert_array_equal(atoms.get_forces(), frames[-1].forces)
+        assert r.parameters["timestep_fs"] == 2.0
+
+
+def test_force_unit_conversion(tmp_path):
+    path = tmp_path / "t.h5"
+    frames = write(path, [0, 1], precision="float64", force_unit="kJ mol-1 Angstrom-1")
+    with h5py.File(path, "r") as f:
+        stored = f["particles/all/force/value"][1]
+    np.testing.assert_allclose(stored, frames[1].forces * 96.4853321, rtol=1e-8)
+    with H5MDReader(path) as r:
+        assert r.force_unit == "kJ mol-1 Angstrom-1"
+        np.testing.assert_allclose(r.frame(1).forces, frames[1].forces, rtol=1e-14, atol=0)
+    with pytest.raises(TrajectoryError, match="force unit"):
+        H5MDWriter.create(tmp_path / "bad.h5", header(force_unit="N"))
+
+
+def test_float32_frames_and_variable_cell(tmp_path):
+    path = tmp_path / "t.h5"
+    frames = write(path, [0, 1], variable_cell=True)
+    with H5MDReader(path) as r:
+        assert r.variable_cell
+        got = r.frame(1)
+        assert got.positions.dtype == np.float32
+        np.testing.assert_array_equal(got.positions, frames[1].positions.astype(np.float32))
+        np.testing.assert_array_equal(got.cell, frames[1].cell)
+        with pytest.raises(IndexError):
+            r.frame(2)
+
+
+def test_steps_must_increase(tmp_path):
+    rng = np.random.default_rng(1)
+    with H5MDWriter.create(tmp_path / "t.h5", header()) as w:
+        w.append(frame(4, rng))
+        with pytest.raises(TrajectoryError, match="not after"):
+            w.append(frame(4, rng))
+
+
+def test_resume_drops_later_frames(tmp_path):
+    path = tmp_path / "t.h5"
+    frames = write(path, [0, 5, 10, 15, 20])
+    rng = np.random.default_rng(9)
+    extra = frame(15, rng)
+    with H5MDWriter.resume(path, 10) as w:
+        assert w.n_frames == 3 and w.last_step == 10
+        w.append(extra)
+    with H5MDReader(path) as r:
+        np.testing.assert_array_equal(r.steps, [0, 5, 10, 15])
+        np.testing.assert_array_equal(r.frame(1).forces, frames[1].forces.astype(np.float32))
+        np.testing.assert_array_equal(r.frame(3).forces, extra.forces.astype(np.float32))
+        assert r.parameters["model_hash"] == "abc123"
+    assert sorted(os.listdir(tmp_path)) == ["t.h5"]  # no temporary left behind
+
+
+def test_not_a_trajectory(tmp_path):
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not hdf5 at all")
+    with pytest.raises(TrajectoryError, match="cannot read"):
+        H5MDReader(bad)
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["x"] = 1
+    with pytest.raises(TrajectoryError, match="not an H5MD"):
+        H5MDReader(tmp_path / "other.h5")
+    with pytest.raises(TrajectoryError, match="does not exist"):
+        H5MDReader(tmp_path / "missing.h5")
+
+
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[2])
+    from test_h5md import frame, header
+    from mdband.io.h5md import H5MDWriter
+    rng = np.random.default_rng(0)
+    w = H5MDWriter.create(sys.argv[1], header(variable_cell=True))
+    for step in range(6):
+        w.append(frame(step, rng))
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_sigkilled_writer_leaves_readable_frames(tmp_path):
+    path = tmp_path / "t.h5"
+    here = os.path.dirname(__file__)
+    proc = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, str(path), here], capture_output=True, timeout=120
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    rng = np.random.default_rng(0)
+    expected = [frame(s, rng) for s in range(6)]
+    with H5MDReader(path) as r:
+        assert r.recovered  # HDF5 still flags the file as open for write
+        np.testing.assert_array_equal(r.steps, np.arange(6))
+        for got, want in zip(r, expected):
+            np.testing.assert_array_equal(got.positions, want.positions.astype(np.float32))
+            np.testing.assert_array_equal(got.cell, want.cell)
+    rewrite_trajectory(path)
+    with h5py.File(path, "r") as f:  # a plain (non-SWMR) open works after the rewrite
+        assert f["particles/all/position/value"].shape == (6, N, 3)
