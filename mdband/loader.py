@@ -58,6 +58,8 @@ def load_model(
     dtype: str = "float32",
     head: str | None = None,
     rotation_layout: str | None = None,
+    kernels: str | None = None,
+    recompute: bool | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -73,7 +75,13 @@ def load_model(
         Request for the rotation storage; ``"dense"`` forces dense, ``"auto"`` (default, or the
         ``MDBAND_ROTATION_LAYOUT`` environment variable) uses the band whenever every consumer
         reads it.
+    kernels : {"auto", "torch"}, optional
+        ``"auto"`` runs the Triton kernels on CUDA tensors; ``"torch"`` the references everywhere.
+    recompute : bool, optional
+        Recompute each block's edge work in the backward instead of keeping it (less memory).
+        See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
+    options = {"rotation_layout": rotation_layout, "kernels": kernels, "recompute": recompute}
     spath = str(path)
     if spath.startswith("builtin:"):
         from mdband.builtin import builtin_path
@@ -91,11 +99,10 @@ def load_model(
             obj.get("metadata", {}),
             device,
             dtype,
-            {"rotation_layout": rotation_layout},
+            options,
         )
     from mdband.io.deepmd import import_deepmd_checkpoint
 
     kind, type_map, cutoff, config, sd = import_deepmd_checkpoint(obj, path, head=head)
     meta = {"source": "deepmd-kit", "source_sha256": file_sha256(path), "head": head}
-    options = {"rotation_layout": rotation_layout}
     return potential_from_parts(kind, type_map, cutoff, config, sd, meta, device, dtype, options)

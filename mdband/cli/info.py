@@ -20,8 +20,9 @@ from mdband.cli.common import fail_on_user_error
 def command(model, head, device, dtype, rotation_layout, as_json):
     """Show a model's configuration, type map, cutoff, size and rotation layout."""
     from mdband.loader import load_model
-    from mdband.model.gate import ENV_VAR, requested_layout
+    from mdband.settings import ENV, EngineSettings
 
+    settings = EngineSettings.resolve(rotation_layout=rotation_layout)
     pot = load_model(model, device=device, dtype=dtype, head=head, rotation_layout=rotation_layout)
     info = {
         "model": str(model),
@@ -33,7 +34,8 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "dtype": str(pot.dtype).replace("torch.", ""),
         "rotation_layout": pot.rotation_layout,
         "rotation_layout_reason": pot.rotation_layout_reason,
-        "rotation_layout_requested": requested_layout(rotation_layout),
+        "rotation_layout_requested": settings.rotation_layout,
+        "settings": settings.to_dict(),
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
         "config": pot.config,
@@ -48,10 +50,14 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"device / dtype   {info['device']} / {info['dtype']}")
     click.echo(
         f"rotation layout  {info['rotation_layout']} (requested "
-        f"{info['rotation_layout_requested']}, {ENV_VAR} may override): "
+        f"{info['rotation_layout_requested']}, {ENV['rotation_layout']} may override): "
         f"{info['rotation_layout_reason']}"
     )
     click.echo(f"model hash       {pot.model_hash[:16]}")
+    click.echo(
+        "settings         "
+        + ", ".join(f"{k}={v} (${ENV[k]})" for k, v in settings.to_dict().items())
+    )
     if pot.kind == "sezm":
         cfg = pot.config
         keys = (

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
@@ -61,8 +62,14 @@ class InteractionBlock(nn.Module):
         )
         self.ffns = nn.ModuleList([build_block_ffn(lmax, C, opts) for _ in range(n)])
 
-    def forward(self, x, ec, radf):
-        x = x + self.post_so2_norm(self.so2_conv(self.pre_so2_norm(x), ec, radf))
+    def forward(self, x, ec, radf, recompute: bool = False):
+        h = self.pre_so2_norm(x)
+        if recompute and torch.is_grad_enabled():
+            # keep only node-sized tensors: the block's edge work is redone in the backward
+            h = checkpoint(self.so2_conv, h, ec, radf, use_reentrant=False)
+        else:
+            h = self.so2_conv(h, ec, radf)
+        x = x + self.post_so2_norm(h)
         for pre, ffn, post in zip(self.pre_ffn_norms, self.ffns, self.post_ffn_norms):
             x = x + post(ffn(pre(x)))
         return x
@@ -71,9 +78,10 @@ class InteractionBlock(nn.Module):
 class SeZMDescriptor(nn.Module):
     """Scalar SeZM descriptor (N, C) from edges; parameter names follow deepmd-kit."""
 
-    def __init__(self, cfg, rotation_layout: st.RotationLayout) -> None:
+    def __init__(self, cfg, rotation_layout: st.RotationLayout, settings=None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.recompute = bool(getattr(settings, "recompute", False))
         C, L = cfg.channels, cfg.lmax
         self.rotation_layout = rotation_layout
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
@@ -140,5 +148,5 @@ class SeZMDescriptor(nn.Module):
             x = x[:, : st.dim_of(lb)]
             if exchange is not None:
                 x = exchange(x)
-            x = blk(x, ec, radf[:, : lb + 1])
+            x = blk(x, ec, radf[:, : lb + 1], recompute=self.recompute)
         return self.output_ffn(x[:, : st.dim_of(cfg.readout_lmax)])

@@ -12,6 +12,7 @@ from torch import nn
 
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
+from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
 
 
@@ -72,10 +73,17 @@ class FittingNet(nn.Module):
 class SeZMEnergyModel(nn.Module):
     """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies."""
 
-    def __init__(self, cfg: SeZMConfig, rotation_layout: RotationLayout, reason: str = "") -> None:
+    def __init__(
+        self,
+        cfg: SeZMConfig,
+        rotation_layout: RotationLayout,
+        reason: str = "",
+        settings: EngineSettings | None = None,
+    ) -> None:
         super().__init__()
         self.cfg = cfg
-        self.descriptor = SeZMDescriptor(cfg, rotation_layout)
+        self.settings = settings or EngineSettings()
+        self.descriptor = SeZMDescriptor(cfg, rotation_layout, self.settings)
         self.fitting_net = FittingNet(cfg)
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason

@@ -13,12 +13,14 @@ from mdband.errors import ModelFileError
 from mdband.loader import register_kind
 from mdband.model.energy import SeZMEnergyModel
 from mdband.model.gate import decide_model_layout
+from mdband.settings import EngineSettings
 
 
 def build_sezm(config: dict, state_dict: dict | None = None, options: dict | None = None):
     cfg = SeZMConfig.from_dict(config)
-    layout, reason = decide_model_layout(cfg, (options or {}).get("rotation_layout"))
-    model = SeZMEnergyModel(cfg, layout, reason).double()  # load weights without rounding
+    settings = EngineSettings.resolve(**(options or {}))
+    layout, reason = decide_model_layout(cfg, settings)
+    model = SeZMEnergyModel(cfg, layout, reason, settings).double()  # load without rounding
     if state_dict is not None:
         sd = {k: v for k, v in state_dict.items()}
         try:

@@ -8,42 +8,28 @@ a consumer that refuses it. The decision and the blocking consumers are kept on 
 
 from __future__ import annotations
 
-import os
-
+from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
 
-ENV_VAR = "MDBAND_ROTATION_LAYOUT"
-_VALID = ("auto", "band", "dense")
+BOTH = frozenset({RotationLayout.BAND, RotationLayout.DENSE})
 
 
-def requested_layout(explicit: str | None) -> str:
-    """The requested layout: the explicit argument, else ``$MDBAND_ROTATION_LAYOUT``, else auto."""
-    value = explicit if explicit is not None else os.environ.get(ENV_VAR, "auto")
-    value = str(value).strip().lower() or "auto"
-    if value not in _VALID:
-        src = "rotation_layout" if explicit is not None else ENV_VAR
-        raise ValueError(f"{src}={value!r} is not one of {', '.join(_VALID)}")
-    return value
-
-
-def model_consumers(cfg) -> list[tuple[str, frozenset]]:
-    """(name, accepted layouts) of every rotation consumer the model selects on this host."""
-    both = frozenset({RotationLayout.BAND, RotationLayout.DENSE})
+def model_consumers(cfg, settings: EngineSettings) -> list[tuple[str, frozenset]]:
+    """(name, accepted layouts) of every rotation consumer the model selects."""
     out = []
     if cfg.use_gie:
-        out.append(("gie.zonal", both))
+        out.append(("gie.zonal", BOTH))
     for i, _ in enumerate(cfg.l_schedule):
         if cfg.mixing_layers > 0 or cfg.radial_so2_mode != "none":
-            out.append((f"blocks.{i}.rotate_to_local", both))
-            out.append((f"blocks.{i}.rotate_back", both))
+            out.append((f"blocks.{i}.rotate_to_local", BOTH))
+            out.append((f"blocks.{i}.rotate_back", BOTH))
     return out
 
 
-def decide_model_layout(cfg, explicit: str | None) -> tuple[RotationLayout, str]:
-    req = requested_layout(explicit)
-    specs = model_consumers(cfg)
+def decide_model_layout(cfg, settings: EngineSettings) -> tuple[RotationLayout, str]:
+    specs = model_consumers(cfg, settings)
     blocking = [n for n, acc in specs if RotationLayout.BAND not in acc]
-    if req == "dense":
+    if settings.rotation_layout == "dense":
         return RotationLayout.DENSE, "dense requested"
     if blocking:
         return RotationLayout.DENSE, "consumers without band support: " + ", ".join(blocking)

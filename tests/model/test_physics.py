@@ -150,3 +150,27 @@ def test_band_equals_dense(name):
     assert scale > 1e-6
     np.testing.assert_allclose(rb.forces, rd.forces, rtol=0, atol=1e-12 * max(scale, 1))
     np.testing.assert_allclose(rb.virial, rd.virial, rtol=0, atol=1e-12 * max(scale, 1))
+
+
+def test_recompute_gives_identical_forces():
+    import mdband.model.factory as fac
+
+    cfg = small_config(n_focus=2, n_atten_head=2)
+    plain = fac.random_potential(cfg, seed=9, gain=0.5)
+    model = fac.build_sezm(cfg, None, {"recompute": True})
+    model.load_state_dict(plain.model.state_dict())
+    assert model.descriptor.recompute
+    from mdband.potential import Potential
+
+    rec = Potential(
+        model,
+        kind="sezm",
+        type_map=plain.type_map,
+        cutoff=plain.cutoff,
+        config=plain.config,
+        dtype="float64",
+    )
+    a = periodic_frame()
+    r1, r2 = ev(plain, a), ev(rec, a)
+    assert r1.energy == r2.energy
+    np.testing.assert_array_equal(r1.forces, r2.forces)

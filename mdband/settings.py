@@ -1,0 +1,79 @@
+"""EngineSettings: run-time choices that never change a model's numbers beyond rounding.
+
+One validated dataclass. Each field may be overridden by a documented environment variable when
+the caller passes nothing; ``mdband info`` prints the resolved values.
+
+=================  =======================  ==========================================
+field              environment variable     values
+=================  =======================  ==========================================
+rotation_layout    MDBAND_ROTATION_LAYOUT   auto (default) | band | dense
+kernels            MDBAND_KERNELS           auto (default: Triton on CUDA) | torch
+recompute          MDBAND_RECOMPUTE         0 (default) | 1: recompute each block's edge
+                                            work in the backward (less memory)
+=================  =======================  ==========================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+ENV = {
+    "rotation_layout": "MDBAND_ROTATION_LAYOUT",
+    "kernels": "MDBAND_KERNELS",
+    "recompute": "MDBAND_RECOMPUTE",
+}
+_CHOICES = {"rotation_layout": ("auto", "band", "dense"), "kernels": ("auto", "torch")}
+_BOOL = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    rotation_layout: str = "auto"
+    kernels: str = "auto"
+    recompute: bool = False
+
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not one of {', '.join(choices)}"
+                )
+
+    @classmethod
+    def resolve(cls, **explicit) -> EngineSettings:
+        """Explicit (non-None) arguments win, then the environment, then the defaults."""
+        kw = {}
+        for name, var in ENV.items():
+            value = explicit.get(name)
+            source = name
+            if value is None and var in os.environ:
+                value, source = os.environ[var], var
+            if value is None:
+                continue
+            if name == "recompute":
+                if isinstance(value, str):
+                    if value.strip().lower() not in _BOOL:
+                        raise ValueError(f"{source}={value!r} is not a boolean (0/1)")
+                    value = _BOOL[value.strip().lower()]
+                kw[name] = bool(value)
+            else:
+                value = str(value).strip().lower()
+                if value not in _CHOICES[name]:
+                    raise ValueError(
+                        f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}"
+                    )
+                kw[name] = value
+        return cls(**kw)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

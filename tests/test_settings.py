@@ -1,0 +1,18 @@
+import pytest
+
+from mdband.settings import EngineSettings
+
+
+def test_resolution_order(monkeypatch):
+    monkeypatch.delenv("MDBAND_ROTATION_LAYOUT", raising=False)
+    assert EngineSettings.resolve().rotation_layout == "auto"
+    monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "dense")
+    monkeypatch.setenv("MDBAND_RECOMPUTE", "1")
+    s = EngineSettings.resolve()
+    assert s.rotation_layout == "dense" and s.recompute is True
+    assert EngineSettings.resolve(rotation_layout="band").rotation_layout == "band"
+    monkeypatch.setenv("MDBAND_KERNELS", "cuda-magic")
+    with pytest.raises(ValueError, match="MDBAND_KERNELS"):
+        EngineSettings.resolve()
+    with pytest.raises(ValueError, match="rotation_layout"):
+        EngineSettings(rotation_layout="diagonal")
