@@ -66,7 +66,7 @@ class InteractionBlock(nn.Module):
         h = self.pre_so2_norm(x)
         if recompute and torch.is_grad_enabled():
             # keep only node-sized tensors: the block's edge work is redone in the backward
-            h = checkpoint(self.so2_conv, h, ec, radf, use_reentrant=False)
+            h = checkpoint(self.so2_conv, h, ec, radf, True, use_reentrant=False)
         else:
             h = self.so2_conv(h, ec, radf)
         x = x + self.post_so2_norm(h)

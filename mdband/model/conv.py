@@ -12,6 +12,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
@@ -22,6 +23,10 @@ from mdband.model.so2 import (
     reduced_degree_index,
 )
 from mdband.so3 import storage as st
+
+
+def _layer(lin, act, x):
+    return act(lin(x))
 
 
 def segment_softmax_weights(
@@ -106,7 +111,7 @@ class SO2Convolution(nn.Module):
         logits = torch.einsum("efi,if->ef", self.focus_compete_norm(s), self.adamw_focus_compete_w)
         return torch.softmax(logits, dim=1) * 0.98 + 0.02 / self.F
 
-    def _edge_messages(self, x1, ec, radf):
+    def _edge_messages(self, x1, ec, radf, recompute: bool = False):
         """(E, D, Cw) rotated-back messages and the l = 0 radial row (E, Cw)."""
         E = ec.src.shape[0]
         L, F, Cf = self.lmax, self.F, self.Cf
@@ -127,7 +132,11 @@ class SO2Convolution(nn.Module):
         xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
         gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
         for lin, act in zip(self.so2_linears, self.non_linearities):
-            xl = xl + act(lin(xl))
+            if recompute and torch.is_grad_enabled():
+                # save only each layer's input; its internals are rebuilt in the backward
+                xl = xl + checkpoint(_layer, lin, act, xl, use_reentrant=False)
+            else:
+                xl = xl + act(lin(xl))
         if gate_src is not None:
             a = self._focus_alpha(gate_src)  # (E, F)
             xl = xl * a.transpose(0, 1)[:, :, None, None]
@@ -135,10 +144,10 @@ class SO2Convolution(nn.Module):
         msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
         return msg, rad[:, 0]
 
-    def forward(self, x: torch.Tensor, ec, radf: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ec, radf: torch.Tensor, recompute: bool = False):
         N = x.shape[0]
         x1 = self.pre_focus_mix(x)
-        msg, rad0 = self._edge_messages(x1, ec, radf)
+        msg, rad0 = self._edge_messages(x1, ec, radf, recompute)
         E = msg.shape[0]
         if self.H == 0:
             out = x1.new_zeros(N, msg.shape[1], self.Cw)

@@ -47,16 +47,20 @@ class SO2Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         F, E = x.shape[0], x.shape[1]
         L, ci, co = self.lmax, self.c_in, self.c_out
+        x0, xn, xp = torch.split(x, [L + 1, L, L], dim=2)  # one backward concat, no zero-fill
         w0 = self.weight_m0.view((L + 1) * ci, F, (L + 1) * co).permute(1, 0, 2)
-        y0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * ci), w0)
+        y0 = torch.bmm(x0.reshape(F, E, (L + 1) * ci), w0)
         w = self.weight_m[0].view(L * ci, F, 2 * L * co).permute(1, 0, 2)
         wu, wv = w[..., : L * co], w[..., L * co :]
-        xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * ci)
-        xp = x[:, :, 2 * L + 1 :].reshape(F, E, L * ci)
-        yn = torch.bmm(xn, wu) - torch.bmm(xp, wv)
-        yp = torch.bmm(xn, wv) + torch.bmm(xp, wu)
+        xn = xn.reshape(F, E, L * ci)
+        xp = xp.reshape(F, E, L * ci)
+        # complex product (xn + i·xp)(wu + i·wv) with three real GEMMs (Gauss)
+        t1 = torch.bmm(xn + xp, wu)
+        t2 = torch.bmm(xp, wu + wv)
+        t3 = torch.bmm(xn, wv - wu)
         return torch.cat(
-            [y0.view(F, E, L + 1, co), yn.view(F, E, L, co), yp.view(F, E, L, co)], dim=2
+            [y0.view(F, E, L + 1, co), (t1 - t2).view(F, E, L, co), (t1 + t3).view(F, E, L, co)],
+            dim=2,
         )
 
 
@@ -72,11 +76,11 @@ class GatedActivation(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (F, E, Dm, C)
         F, E = x.shape[0], x.shape[1]
-        x0 = x[:, :, 0, :]
-        logits = self.gate_linear(x0.transpose(0, 1)).transpose(0, 1)  # (F, E, L*C)
+        x0, xr = torch.split(x, [1, x.shape[2] - 1], dim=2)
+        logits = self.gate_linear(x0[:, :, 0].transpose(0, 1)).transpose(0, 1)  # (F, E, L*C)
         gates = torch.sigmoid(logits).reshape(F, E, self.lmax, self.channels)
         gates = gates.index_select(2, self._expand)
-        return torch.cat([nn.functional.silu(x[:, :, :1]), x[:, :, 1:] * gates], dim=2)
+        return torch.cat([nn.functional.silu(x0), xr * gates], dim=2)
 
 
 class RadialDegreeMixer(nn.Module):

@@ -189,8 +189,9 @@ def rotate_to_local(storage: RotationStorage, x: torch.Tensor, lmax: int) -> tor
     in m-major reduced order. One (E, 3, 2l+1) × (E, 2l+1, C) product per degree.
     """
     m0, mm, mp = [], [], []
+    parts = torch.split(x, [2 * l + 1 for l in range(lmax + 1)], dim=1)
     for l in range(lmax + 1):
-        y = torch.bmm(degree_block(storage, l), x[:, l * l : (l + 1) ** 2])
+        y = torch.bmm(degree_block(storage, l), parts[l])
         if l == 0:
             m0.append(y[:, 0])
         else:
