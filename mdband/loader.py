@@ -29,6 +29,7 @@ def _builder(kind: str):
     if kind not in _BUILDERS:
         import mdband.model.factory  # noqa: F401  (registers "sezm")
         import mdband.testing.lj  # noqa: F401  (registers "lj")
+        import mdband.testing.mp  # noqa: F401  (registers "mp2")
     if kind not in _BUILDERS:
         raise ModelFileError(f"unknown model kind {kind!r} (known: {sorted(_BUILDERS)})")
     return _BUILDERS[kind]

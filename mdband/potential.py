@@ -233,11 +233,19 @@ class Potential:
         src = torch.as_tensor(graph.src, device=dev)
         dst = torch.as_tensor(graph.dst, device=dev)
         out = self.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, edge_vec)
-        g = out.edge_grad.to(torch.float64)
-        forces = torch.zeros_like(pos_t)
-        forces.index_add_(0, dst, g)
-        forces.index_add_(0, src, -g)
-        virial = -(g.T @ edge_vec.detach()) if compute_virial else torch.zeros(3, 3)
+        if pos_t.is_cuda:
+            # deterministic CSR reduction with float64 accumulation (no atomics)
+            from mdband.kernels.force_assembly import force_assembly
+
+            forces, virial = force_assembly(out.edge_grad, edge_vec.detach(), src, dst, len(pos))
+        else:
+            g = out.edge_grad.to(torch.float64)
+            forces = torch.zeros_like(pos_t)
+            forces.index_add_(0, dst, g)
+            forces.index_add_(0, src, -g)
+            virial = -(g.T @ edge_vec.detach())
+        if not compute_virial:
+            virial = torch.zeros_like(virial)
         atom_e = out.atom_energy
         return Result(
             energy=float(atom_e.sum()),

@@ -7,7 +7,9 @@ the caller passes nothing; ``mdband info`` prints the resolved values.
 field              environment variable     values
 =================  =======================  ==========================================
 rotation_layout    MDBAND_ROTATION_LAYOUT   auto (default) | band | dense
-kernels            MDBAND_KERNELS           auto (default: Triton on CUDA) | torch
+kernels            MDBAND_KERNELS           auto (default: fused ops on CUDA tensors,
+                                            torch path on CPU) | ops (fused ops everywhere;
+                                            their references on CPU) | torch
 recompute          MDBAND_RECOMPUTE         0 (default) | 1: recompute each block's edge
                                             work in the backward (less memory)
 =================  =======================  ==========================================
@@ -23,7 +25,7 @@ ENV = {
     "kernels": "MDBAND_KERNELS",
     "recompute": "MDBAND_RECOMPUTE",
 }
-_CHOICES = {"rotation_layout": ("auto", "band", "dense"), "kernels": ("auto", "torch")}
+_CHOICES = {"rotation_layout": ("auto", "band", "dense"), "kernels": ("auto", "ops", "torch")}
 _BOOL = {
     "1": True,
     "true": True,
@@ -77,3 +79,7 @@ class EngineSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def ops_on(self, t) -> bool:
+        """Whether the fused ops run for tensors like ``t`` (decided per device, not layout)."""
+        return self.kernels == "ops" or (self.kernels == "auto" and t.is_cuda)

@@ -12,6 +12,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mdband.kernels._common import csr
+from mdband.kernels.band_producer import band_storage
+from mdband.kernels.zonal import zonal_embed
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
     EnvironmentSeed,
@@ -19,8 +22,10 @@ from mdband.model.embedding import (
     geometric_initial_embedding,
 )
 from mdband.model.ffn import build_block_ffn, build_readout
+from mdband.model.gate import op_applies
 from mdband.model.layers import EquivariantRMSNorm, ScalarRMSNorm
 from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
+from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
 from mdband.so3.wigner import rotation_storage
@@ -39,10 +44,17 @@ class EdgeCache:
     rotations: st.RotationStorage | None
     inv_sqrt_deg: torch.Tensor  # (N, 1, 1)
     n_nodes: int
+    _csr: tuple | None = None
+
+    def dst_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(perm, row_ptr) of the edges grouped by destination, built once per evaluation."""
+        if self._csr is None:
+            self._csr = csr(self.dst, self.n_nodes)
+        return self._csr
 
 
 class InteractionBlock(nn.Module):
-    def __init__(self, cfg, lmax: int) -> None:
+    def __init__(self, cfg, lmax: int, settings=None) -> None:
         super().__init__()
         C = cfg.channels
         so2_pre, so2_post, ffn_pre, ffn_post = cfg.sandwich_norm
@@ -50,7 +62,7 @@ class InteractionBlock(nn.Module):
         self.pre_so2_norm = EquivariantRMSNorm(lmax, C) if so2_pre else ident()
         post_eps = 1e-5 if cfg.edge_norm else 1.0
         self.post_so2_norm = EquivariantRMSNorm(lmax, C, eps=post_eps) if so2_post else ident()
-        self.so2_conv = SO2Convolution(cfg, lmax)
+        self.so2_conv = SO2Convolution(cfg, lmax, settings)
         opts = cfg.ffn_opts()
         opts["kmax"] = min(cfg.kmax, lmax)
         n = cfg.ffn_blocks
@@ -81,7 +93,10 @@ class SeZMDescriptor(nn.Module):
     def __init__(self, cfg, rotation_layout: st.RotationLayout, settings=None) -> None:
         super().__init__()
         self.cfg = cfg
-        self.recompute = bool(getattr(settings, "recompute", False))
+        self.settings = settings or EngineSettings()
+        self.recompute = self.settings.recompute
+        self.producer_op = op_applies("band_producer", cfg, cfg.lmax, self.settings)
+        self.zonal_op = op_applies("zonal_embed", cfg, cfg.lmax, self.settings)
         C, L = cfg.channels, cfg.lmax
         self.rotation_layout = rotation_layout
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
@@ -96,7 +111,9 @@ class SeZMDescriptor(nn.Module):
         self.radial_basis = RadialBasis(cfg.rcut, cfg.n_radial, cfg.basis_type, cfg.env_exp[0])
         layers = [cfg.n_radial, *cfg.radial_hidden, (L + 1) * C]
         self.radial_embedding = RadialMLP(layers, norm=cfg.edge_norm)
-        self.blocks = nn.ModuleList([InteractionBlock(cfg, lb) for lb in cfg.l_schedule])
+        self.blocks = nn.ModuleList(
+            [InteractionBlock(cfg, lb, self.settings) for lb in cfg.l_schedule]
+        )
         ro_opts = cfg.ffn_opts()
         ro_opts["kmax"] = min(cfg.kmax, cfg.readout_lmax)
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
@@ -112,11 +129,13 @@ class SeZMDescriptor(nn.Module):
         rbf = self.radial_basis(r)
         deg = edge_vec.new_zeros(n_nodes).index_add_(0, dst, env[:, 0] ** 2)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
-        rot = (
-            rotation_storage(edge_vec, cfg.lmax, self.rotation_layout)
-            if self.needs_rotations()
-            else None
-        )
+        rot = None
+        if self.needs_rotations():
+            band = self.rotation_layout is st.RotationLayout.BAND
+            if band and self.producer_op and self.settings.ops_on(edge_vec):
+                rot = band_storage(edge_vec, cfg.lmax)
+            else:
+                rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout)
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes)
 
     def forward(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
@@ -139,7 +158,11 @@ class SeZMDescriptor(nn.Module):
         x = x0[:, None, :]
         if L > 0:
             if cfg.use_gie:
-                gie = geometric_initial_embedding(ec, radial, L)
+                if self.zonal_op and self.settings.ops_on(radial):
+                    s = ec.inv_sqrt_deg.reshape(N)
+                    gie = zonal_embed(ec.rotations, radial, dst, s, csr=ec.dst_csr())
+                else:
+                    gie = geometric_initial_embedding(ec, radial, L)
                 x = torch.cat([x + gie[:, :1], gie[:, 1:]], dim=1)
             else:
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)

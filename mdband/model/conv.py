@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mdband.kernels.aggregate import aggregate
+from mdband.kernels.rotate_mix import rotate_mix
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
     FocusLinear,
@@ -51,8 +53,14 @@ def segment_softmax_weights(
 
 
 class SO2Convolution(nn.Module):
-    def __init__(self, cfg, lmax: int) -> None:
+    def __init__(self, cfg, lmax: int, settings=None) -> None:
         super().__init__()
+        from mdband.model.gate import op_applies
+        from mdband.settings import EngineSettings
+
+        self.settings = settings or EngineSettings()
+        self.rotate_mix_op = op_applies("rotate_mix", cfg, lmax, self.settings)
+        self.aggregate_op = op_applies("aggregate", cfg, lmax, self.settings)
         C, F, Cf = cfg.channels, cfg.n_focus, cfg.focus_channels
         Cw = cfg.hidden_channels
         self.lmax, self.C, self.F, self.Cf, self.Cw = lmax, C, F, Cf, Cw
@@ -127,8 +135,16 @@ class SO2Convolution(nn.Module):
         rad = radf[:, self._deg_m]
         if self.radial_hidden_proj is not None:
             rad = self.radial_hidden_proj(rad)
-        xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
-        xl = xl * rad if self.radial_degree_mixer is None else self.radial_degree_mixer(xl, rad)
+        mixer = self.radial_degree_mixer
+        if self.rotate_mix_op and self.settings.ops_on(x1):
+            if mixer is None:
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=rad)
+            else:
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, k=mixer.kernel(rad),
+                                basis=mixer.channel_basis)  # fmt: skip
+        else:
+            xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
+            xl = xl * rad if mixer is None else mixer(xl, rad)
         xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
         gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
         for lin, act in zip(self.so2_linears, self.non_linearities):
@@ -141,6 +157,8 @@ class SO2Convolution(nn.Module):
             a = self._focus_alpha(gate_src)  # (E, F)
             xl = xl * a.transpose(0, 1)[:, :, None, None]
         xl = xl.permute(1, 2, 0, 3).reshape(E, 3 * L + 1, self.Cw)
+        if self.aggregate_op and self.settings.ops_on(xl):
+            return xl, rad[:, 0]  # local frame: the fused aggregation rotates back
         msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
         return msg, rad[:, 0]
 
@@ -148,31 +166,57 @@ class SO2Convolution(nn.Module):
         N = x.shape[0]
         x1 = self.pre_focus_mix(x)
         msg, rad0 = self._edge_messages(x1, ec, radf, recompute)
+        fused = self.needs_local_frame and self.aggregate_op and self.settings.ops_on(x1)
         E = msg.shape[0]
-        if self.H == 0:
+        if fused:
+            out = self._fused_aggregate(msg, x1, ec, rad0)
+        elif self.H == 0:
             out = x1.new_zeros(N, msg.shape[1], self.Cw)
             out = out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg
         else:
-            F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
-            s0 = x1[:, 0].reshape(N, F, Cf)
-            qk = self.attn_qk_norm(s0)
-            q = self.attn_q_proj(qk).index_select(0, ec.dst).reshape(E, F, H, hd)
-            k = self.attn_k_proj(qk).index_select(0, ec.src).reshape(E, F, H, hd)
-            logits = (q * k).sum(-1) * hd**-0.5
-            logits = logits + torch.einsum(
-                "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
-            )
-            null = nn.functional.softplus(self.adamw_attn_z_bias_raw) + self.eps
-            alpha = segment_softmax_weights(
-                logits.reshape(E, F * H), ec.env.reshape(E), ec.dst, N, null.reshape(F * H)
-            )
+            FH, hd = self.F * self.H, self.head_dim
+            logits, null, s0 = self._attention_logits(x1, ec, rad0)
+            alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null)
             D = msg.shape[1]
-            wmsg = msg.reshape(E, D, F * H, hd) * alpha[:, None, :, None]
-            pre = msg.new_zeros(N, msg.shape[1], F * H, hd).index_add_(0, ec.dst, wmsg)
-            gate = torch.sigmoid(
-                torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
-            )
-            out = (pre * gate.reshape(N, 1, F * H, 1)).reshape(N, D, self.Cw)
+            wmsg = msg.reshape(E, D, FH, hd) * alpha[:, None, :, None]
+            pre = msg.new_zeros(N, D, FH, hd).index_add_(0, ec.dst, wmsg)
+            out = (pre * self._output_gate(s0).reshape(N, 1, FH, 1)).reshape(N, D, self.Cw)
         if self.message_node_grid_product is not None:
             out = self.message_node_grid_product(out, x1)
         return self.post_focus_mix(out)
+
+    def _attention_logits(self, x1, ec, rad0):
+        """Logits (E, F·H), null weights (F·H,) and the node scalars s0 (N, F, Cf)."""
+        N, E = x1.shape[0], ec.src.shape[0]
+        F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
+        s0 = x1[:, 0].reshape(N, F, Cf)
+        qk = self.attn_qk_norm(s0)
+        q = self.attn_q_proj(qk).index_select(0, ec.dst).reshape(E, F, H, hd)
+        k = self.attn_k_proj(qk).index_select(0, ec.src).reshape(E, F, H, hd)
+        logits = (q * k).sum(-1) * hd**-0.5
+        logits = logits + torch.einsum(
+            "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
+        )
+        null = nn.functional.softplus(self.adamw_attn_z_bias_raw) + self.eps
+        return logits.reshape(E, F * H), null.reshape(F * H), s0
+
+    def _output_gate(self, s0):
+        """Per-head output gate sigmoid(ScalarRMSNorm(s0) @ W): (N, F, H)."""
+        g = torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
+        return torch.sigmoid(g)
+
+    def _fused_aggregate(self, xl, x1, ec, rad0):
+        """Rotate back + ρ + attention (or envelope scatter) + segment sum in one op."""
+        N, L = x1.shape[0], self.lmax
+        rho = self._rho
+        env = ec.env.reshape(-1)
+        if self.H == 0:
+            s = ec.inv_sqrt_deg.reshape(N)
+            return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, s=s, csr=ec.dst_csr())
+        logits, null, s0 = self._attention_logits(x1, ec, rad0)
+        pre = aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, logits=logits, z=null,
+                        csr=ec.dst_csr())  # fmt: skip
+        gate = self._output_gate(s0)
+        D = pre.shape[1]
+        pre = pre.reshape(N, D, self.F * self.H, self.head_dim)
+        return (pre * gate.reshape(N, 1, self.F * self.H, 1)).reshape(N, D, self.Cw)

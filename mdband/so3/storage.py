@@ -150,11 +150,12 @@ def zonal(storage: RotationStorage, lmax: int) -> torch.Tensor:
     """m = 0 rows, i.e. Y_l(û) for l ≤ ``lmax``: (E, (lmax+1)²)."""
     d = dim_of(lmax)
     if storage.layout is RotationLayout.BAND:
-        return storage.data[:, :d]
-    t = tables(storage.lmax, storage.data.device)
+        return storage.require(RotationLayout.BAND, "zonal")[:, :d]
+    data = storage.require(RotationLayout.DENSE, "zonal")
+    t = tables(storage.lmax, data.device)
     rows = t["rows"][: lmax + 1][t["deg"][:d]]  # dense row l²+l for each column
-    cols = torch.arange(d, device=storage.data.device)
-    return storage.data[:, rows, cols]
+    cols = torch.arange(d, device=data.device)
+    return data[:, rows, cols]
 
 
 def degree_block(storage: RotationStorage, l: int) -> torch.Tensor:
@@ -164,8 +165,8 @@ def degree_block(storage: RotationStorage, l: int) -> torch.Tensor:
     whatever the storage.
     """
     lo, w = l * l, 2 * l + 1
-    data = storage.data
     if storage.layout is RotationLayout.BAND:
+        data = storage.require(RotationLayout.BAND, "degree_block")
         if l == 0:
             return data[:, :1, None]
         s = dim_of(storage.lmax) - 1
@@ -177,6 +178,7 @@ def degree_block(storage: RotationStorage, l: int) -> torch.Tensor:
             ],
             dim=1,
         )
+    data = storage.require(RotationLayout.DENSE, "degree_block")
     if l == 0:
         return data[:, :1, :1]
     return data[:, lo + l - 1 : lo + l + 2, lo : lo + w]

@@ -1,0 +1,515 @@
+"""Check and time mdband's Triton kernels on a GPU, band vs dense rotation storage.
+
+Usage (from the repository root)::
+
+    python benchmarks/gpu_kernels.py            # check (moderate sizes) + timing (E ≈ 650k)
+    python benchmarks/gpu_kernels.py --full     # more degrees in the check
+    python benchmarks/gpu_kernels.py --no-time  # check only
+
+Writes ``$OUT/gpu_kernels.json`` when the OUT environment variable is set; exit code 1 if a check
+fails. Needs no SeZM model: only ``mdband.so3`` and ``mdband.kernels`` are imported.
+
+Check stage, for every op, forward and backward (autograd through the registered op):
+
+* band vs dense storage, Triton: bitwise equal (same arithmetic in the same order; the dense
+  storage cotangent is compared at the band entries and must be zero elsewhere);
+* Triton vs the torch reference, fp64 inputs: max-norm relative error ≤ 1e-6 (typically 1e-14);
+* Triton fp32 vs the fp64 reference: ≤ 2e-5 (fp32 rounding of sums over ~100 edges per node).
+
+Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
+milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
+storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if "mdband" not in sys.modules:
+    # load mdband.so3 / mdband.kernels without running mdband/__init__ (which pulls in the model,
+    # ASE and the neighbour list): this script depends on the kernels only
+    _pkg = types.ModuleType("mdband")
+    _pkg.__path__ = [str(ROOT / "mdband")]
+    sys.modules["mdband"] = _pkg
+
+from mdband.kernels import _common as cm  # noqa: E402
+from mdband.kernels.aggregate import aggregate  # noqa: E402
+from mdband.kernels.band_producer import band_producer  # noqa: E402
+from mdband.kernels.force_assembly import force_assembly  # noqa: E402
+from mdband.kernels.rotate_mix import mixer_size, rotate_mix  # noqa: E402
+from mdband.kernels.zonal import zonal_embed  # noqa: E402
+from mdband.so3 import storage as st  # noqa: E402
+from mdband.so3.frames import unit_vectors  # noqa: E402
+from mdband.so3.wigner import dense_from_unit  # noqa: E402
+
+BAND, DENSE = st.RotationLayout.BAND, st.RotationLayout.DENSE
+F32, F64 = torch.float32, torch.float64
+REL_F64 = 1e-6
+REL_F32 = 2e-5
+
+
+# ---------------------------------------------------------------------------- inputs
+def make_case(E, N, C, L, Ls, device, seed=0, H=1, R=1):
+    """All inputs of all ops, float64, on ``device`` (cast with :func:`cast`)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g, dtype=F64, device=device)
+
+    v = r(E, 3) * 1.5
+    if E >= 2:
+        v[0] = torch.tensor([0.0, 0.0, -1.1], dtype=F64)  # south pole
+        v[1] = torch.tensor([0.2, -0.3, -1e-3], dtype=F64)  # just below the chart switch
+    nodes = max(N - 1, 1)  # the last node has no edge at all
+    case = {
+        "E": E, "N": N, "C": C, "L": L, "Ls": Ls, "H": H, "R": R,
+        "v": v,
+        "src": torch.randint(0, nodes, (E,), generator=g, device=device),
+        "dst": torch.randint(0, nodes, (E,), generator=g, device=device),  # unsorted
+        "x": r(N, st.dim_of(L), C),
+        "k": r(E, mixer_size(L), R),
+        "basis": r(R, C),
+        "rad": r(E, st.reduced_dim(L), C),
+        "y": r(E, st.reduced_dim(L), C),
+        "env": torch.rand(E, generator=g, dtype=F64, device=device),
+        "logits": r(E, max(H, 1)) * 2.0,
+        "z": torch.rand(max(H, 1), generator=g, dtype=F64, device=device) + 0.05,
+        "s": torch.rand(N, generator=g, dtype=F64, device=device) + 0.5,
+        "radial": r(E, L + 1, C),
+        "g": r(E, 3),
+        "gy": r(E, st.reduced_dim(L), C),
+        "gout": r(N, st.dim_of(L), C),
+        "gband": r(E, st.band_width(L)),
+    }  # fmt: skip
+    case["storage"] = storages(case["v"], Ls)
+    return case
+
+
+def storages(v, Ls):
+    """{BAND, DENSE} storages with bit-identical band entries (dense off-band entries are real)."""
+    u, _ = unit_vectors(v)
+    with cm.force_backend("reference"):
+        band = band_producer(v, Ls)
+    dense = dense_from_unit(u, Ls)
+    D = st.dim_of(Ls)
+    flat = dense.reshape(-1, D * D).clone()
+    flat[:, st.tables(Ls, v.device)["flat"]] = band
+    return {BAND: band, DENSE: flat.view(-1, D, D)}
+
+
+def cast(case, dtype):
+    out = {}
+    for k, t in case.items():
+        if k == "storage":
+            out[k] = {lay: d.to(dtype) for lay, d in t.items()}
+        elif torch.is_tensor(t) and t.is_floating_point():
+            out[k] = t.to(dtype)
+        else:
+            out[k] = t
+    return out
+
+
+# ---------------------------------------------------------------------------- op runners
+def _leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+def _grads(out, ins, cot):
+    return list(torch.autograd.grad(out, ins, cot, allow_unused=True))
+
+
+def run_rotate_mix(c, layout, mode):
+    rot = _leaf(c["storage"][layout])
+    S = st.RotationStorage(layout, c["Ls"], rot)
+    x = _leaf(c["x"])
+    if mode == "mix":
+        k, b = _leaf(c["k"]), _leaf(c["basis"])
+        y = rotate_mix(x, c["src"], S, c["L"], k, b)
+        ins = [x, rot, k, b]
+    else:
+        rad = _leaf(c["rad"])
+        y = rotate_mix(x, c["src"], S, c["L"], rad=rad)
+        ins = [x, rot, rad]
+    return [y] + _grads(y, ins, c["gy"])
+
+
+def run_aggregate(c, layout, H):
+    rot = _leaf(c["storage"][layout])
+    S = st.RotationStorage(layout, c["Ls"], rot)
+    y, env = _leaf(c["y"]), _leaf(c["env"])
+    rho = st.rotate_inv_rescale(c["L"], y.dtype, y.device)
+    if H:
+        lg, z = _leaf(c["logits"][:, :H]), _leaf(c["z"][:H])
+        out = aggregate(y, S, c["L"], rho, c["dst"], c["N"], env, logits=lg, z=z)
+        ins = [y, rot, env, lg, z]
+    else:
+        s = _leaf(c["s"])
+        out = aggregate(y, S, c["L"], rho, c["dst"], c["N"], env, s=s)
+        ins = [y, rot, env, s]
+    return [out] + _grads(out, ins, c["gout"])
+
+
+def run_zonal(c, layout):
+    rot = _leaf(c["storage"][layout])
+    S = st.RotationStorage(layout, c["Ls"], rot)
+    radial, s = _leaf(c["radial"]), _leaf(c["s"])
+    out = zonal_embed(S, radial, c["dst"], s)
+    return [out] + _grads(out, [rot, radial, s], c["gout"])
+
+
+def run_producer(c):
+    v = _leaf(c["v"])
+    band = band_producer(v, c["L"])
+    if not band.requires_grad:  # L = 0: constant band
+        return [band, torch.zeros_like(v)]
+    return [band] + _grads(band, [v], c["gband"].to(band.dtype))
+
+
+def run_force(c):
+    return list(force_assembly(c["g"], c["v"], c["src"], c["dst"], c["N"]))
+
+
+# ---------------------------------------------------------------------------- checks
+class Checks:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, op, case, dtype, what, kind, value, threshold):
+        ok = bool(value) if kind == "bitwise" else bool(value <= threshold)
+        self.rows.append(
+            {
+                "op": op,
+                "case": case,
+                "dtype": str(dtype).replace("torch.", ""),
+                "output": what,
+                "kind": kind,
+                "value": value if kind != "bitwise" else bool(value),
+                "threshold": threshold,
+                "ok": ok,
+            }
+        )
+        if not ok:
+            print(f"  FAIL {op} {case} {dtype} {what}: {kind} {value} (threshold {threshold})")
+
+    @property
+    def ok(self):
+        return all(r["ok"] for r in self.rows)
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    den = float(b.abs().max()) if b.numel() else 0.0
+    num = float((a - b).abs().max()) if b.numel() else 0.0
+    return num / den if den > 0 else num
+
+
+def compare_to_reference(checks, op, case, run, c64, c32, names):
+    """Triton fp64 vs reference fp64, Triton fp32 vs reference fp64."""
+    with cm.force_backend("reference"):
+        ref = run(c64)
+    for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
+        with cm.force_backend("triton"):
+            tri = run(c)
+        for name, a, b in zip(names, tri, ref):
+            if a is None and b is None:
+                continue
+            checks.add(op, case, dtype, name, "rel", rel(a, b), thr)
+
+
+def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
+    """Triton band vs Triton dense: bitwise, storage cotangent at the band entries."""
+    with cm.force_backend("triton"):
+        band = run(c, BAND)
+        dense = run(c, DENSE)
+    for i, (name, a, b) in enumerate(zip(names, band, dense)):
+        if i == rot_index:
+            keep = st.band_to_dense(torch.ones(1, st.band_width(Ls), dtype=b.dtype), Ls)
+            off = b * (1 - keep.to(b.device))
+            checks.add(op, case, c["x"].dtype, name + " off-band zero", "bitwise",
+                       int(torch.count_nonzero(off)) == 0, None)  # fmt: skip
+            b = st.dense_to_band(b, Ls)
+        checks.add(
+            op, case, c["x"].dtype, name + " band==dense", "bitwise", torch.equal(a, b), None
+        )
+
+
+def run_checks(device, full, E, N):
+    checks = Checks()
+    # (lmax, storage lmax, channels): a storage of higher degree and a non-power-of-two C
+    cases = [(3, 3, 64), (2, 3, 48)]
+    if full:
+        cases += [(1, 1, 64), (2, 2, 64), (4, 4, 64), (6, 6, 32)]
+    for L, Ls, C in cases:
+        tag = f"L={L} Ls={Ls} C={C} E={E} N={N}"
+        print(f"check {tag}")
+        c64 = make_case(E, N, C, L, Ls, device, seed=L, H=2, R=1)
+        c32 = cast(c64, F32)
+        for mode in ("mix", "none"):
+            names = ["y", "gx", "grot"] + (["gk", "gbasis"] if mode == "mix" else ["grad"])
+            for lay in (BAND, DENSE):
+                compare_to_reference(
+                    checks, f"rotate_mix[{mode}]", f"{tag} {lay.value}",
+                    lambda c, lay=lay, mode=mode: run_rotate_mix(c, lay, mode),
+                    c64, c32, names,
+                )  # fmt: skip
+            for cc in (c64, c32):
+                compare_layouts(
+                    checks, f"rotate_mix[{mode}]", tag,
+                    lambda c, lay, mode=mode: run_rotate_mix(c, lay, mode), cc, names, 2, Ls,
+                )  # fmt: skip
+        for H in (0, 1, 2):
+            names = ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"])
+            for lay in (BAND, DENSE):
+                compare_to_reference(
+                    checks, f"aggregate[H={H}]", f"{tag} {lay.value}",
+                    lambda c, lay=lay, H=H: run_aggregate(c, lay, H), c64, c32, names,
+                )  # fmt: skip
+            for cc in (c64, c32):
+                compare_layouts(
+                    checks, f"aggregate[H={H}]", tag,
+                    lambda c, lay, H=H: run_aggregate(c, lay, H), cc, names, 2, Ls,
+                )  # fmt: skip
+        names = ["out", "grot", "gradial", "gs"]
+        for lay in (BAND, DENSE):
+            compare_to_reference(
+                checks, "zonal_embed", f"{tag} {lay.value}",
+                lambda c, lay=lay: run_zonal(c, lay), c64, c32, names,
+            )  # fmt: skip
+        for cc in (c64, c32):
+            compare_layouts(checks, "zonal_embed", tag, run_zonal, cc, names, 1, Ls)
+    # the L = 6 producer backward takes ~1 min to compile: --full only
+    for L in [0, 1, 3] + ([2, 4, 5, 6] if full else []):
+        c64 = make_case(E, 8, 4, L, L, device, seed=10 + L)
+        c32 = cast(c64, F32)
+        with cm.force_backend("reference"):
+            ref = run_producer(c64)
+        for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
+            with cm.force_backend("triton"):
+                tri = run_producer(c)
+            for name, a, b in zip(["band", "gv"], tri, ref):
+                checks.add("band_producer", f"L={L} E={E}", dtype, name, "rel", rel(a, b), thr)
+    c64 = make_case(E, N, 4, 1, 1, device, seed=99)
+    with cm.force_backend("reference"):
+        ref = run_force(c64)
+    for dtype in (F64, F32):
+        with cm.force_backend("triton"):
+            tri = run_force(cast(c64, dtype))
+        thr = REL_F64 if dtype == F64 else REL_F32
+        for name, a, b in zip(["forces", "virial"], tri, ref):
+            checks.add("force_assembly", f"E={E} N={N}", dtype, name, "rel", rel(a, b), thr)
+    return checks
+
+
+# ---------------------------------------------------------------------------- timing
+def bench(fn, device):
+    if device.type == "cuda":
+        import triton.testing
+
+        torch.cuda.synchronize()
+        q = triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
+        return [float(t) for t in q]
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    dt = (time.perf_counter() - t0) * 1e3
+    return [dt, dt, dt]
+
+
+def peak_mb(fn, device):
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def run_timing(device, E, N, C, L, H, R, with_reference):
+    print(f"timing E={E} N={N} C={C} L={L} H={H} R={R} (fp32)")
+    c = cast(make_case(E, N, C, L, L, device, seed=1, H=H, R=R), F32)
+    rows = []
+    perm, ptr = cm.csr(c["dst"], N)
+    rows.append(_row("csr(dst) build", "-", "-", bench(lambda: cm.csr(c["dst"], N), device)))
+    code = st.LAYOUT_CODE
+    rho = st.rotate_inv_rescale(L, F32, device)
+    lg, z = c["logits"][:, :H].contiguous(), c["z"][:H].contiguous()
+    for lay in (BAND, DENSE):
+        rot = c["storage"][lay]
+        a = (rot, code[lay], L, L)
+        ops = {
+            ("rotate_mix[mix]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
+                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None),
+            ("rotate_mix[mix]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None),
+            ("aggregate[H]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None),
+            ("aggregate[plain]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], None, None,
+                c["s"]),
+            ("zonal_embed", "fwd"): lambda a=a: torch.ops.mdband.zonal_embed(
+                a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
+            ("zonal_embed", "bwd"): lambda a=a: torch.ops.mdband.zonal_embed_bwd(
+                c["gout"], a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
+        }  # fmt: skip
+        with cm.force_backend("triton"):
+            out_h, stats_h = ops[("aggregate[H]", "fwd")]()
+            out_p, stats_p = ops[("aggregate[plain]", "fwd")]()
+        ops[("aggregate[H]", "bwd")] = lambda a=a, o=out_h, s_=stats_h: (
+            torch.ops.mdband.aggregate_bwd(
+                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
+                c["env"], lg, z, None))  # fmt: skip
+        ops[("aggregate[plain]", "bwd")] = lambda a=a, o=out_p, s_=stats_p: (
+            torch.ops.mdband.aggregate_bwd(
+                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
+                c["env"], None, None, c["s"]))  # fmt: skip
+        runners = {
+            "rotate_mix[mix]": lambda lay=lay: run_rotate_mix(c, lay, "mix"),
+            "aggregate[H]": lambda lay=lay: run_aggregate(c, lay, H),
+            "aggregate[plain]": lambda lay=lay: run_aggregate(c, lay, 0),
+            "zonal_embed": lambda lay=lay: run_zonal(c, lay),
+        }
+        for (name, pas), fn in sorted(ops.items()):
+            with cm.force_backend("triton"):
+                t_tri = bench(fn, device)
+                mem = peak_mb(runners[name], device) if pas == "fwd" else None
+            t_ref = None
+            if with_reference:
+                try:
+                    with cm.force_backend("reference"):
+                        t_ref = bench(fn, device)
+                except torch.cuda.OutOfMemoryError:  # pragma: no cover - device dependent
+                    t_ref = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
+    v = c["v"]
+    gb = c["gband"].to(F32)
+    for pas, fn in (
+        ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
+        ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
+    ):
+        with cm.force_backend("triton"):
+            t_tri = bench(fn, device)
+        t_ref = None
+        if with_reference:
+            with cm.force_backend("reference"):
+                t_ref = bench(fn, device)
+        rows.append(_row("band_producer", pas, "band", t_tri, t_ref))
+    dperm, dptr = perm, ptr
+    sperm, sptr = cm.csr(c["src"], N)
+    fa = (c["g"], v, c["src"], c["dst"], dperm, dptr, sperm, sptr)
+    with cm.force_backend("triton"):
+        t_tri = bench(lambda: torch.ops.mdband.force_assembly(*fa), device)
+    t_ref = None
+    if with_reference:
+        with cm.force_backend("reference"):
+            t_ref = bench(lambda: torch.ops.mdband.force_assembly(*fa), device)
+    rows.append(_row("force_assembly", "fwd", "-", t_tri, t_ref))
+    return rows
+
+
+def _row(op, pas, layout, t_tri, t_ref=None, mem=None):
+    return {
+        "op": op,
+        "pass": pas,
+        "layout": layout,
+        "triton_ms": t_tri[0],
+        "triton_ms_p20_p80": t_tri[1:],
+        "reference_ms": None if t_ref is None else t_ref[0],
+        "peak_fwd_bwd_MB": mem,
+    }
+
+
+def print_table(rows):
+    """One line per (op, pass, layout); ``ref/tri`` = reference / Triton time, ``dense/band`` =
+    dense / band Triton time of the same op and pass."""
+    band = {(r["op"], r["pass"]): r["triton_ms"] for r in rows if r["layout"] == "band"}
+    print(f"{'op':<18} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
+          f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}")  # fmt: skip
+    for r in sorted(rows, key=lambda r: (r["op"], r["pass"], r["layout"])):
+        ref = r["reference_ms"]
+        sp = f"{ref / r['triton_ms']:.1f}" if ref and r["triton_ms"] else "-"
+        b = band.get((r["op"], r["pass"]))
+        db = f"{r['triton_ms'] / b:.2f}" if r["layout"] == "dense" and b else "-"
+        mem = f"{r['peak_fwd_bwd_MB']:.0f}" if r["peak_fwd_bwd_MB"] is not None else "-"
+        print(f"{r['op']:<18} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
+              f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}")  # fmt: skip
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default=None, help="cuda (default) or cpu with TRITON_INTERPRET=1")
+    p.add_argument("--full", action="store_true", help="check more degrees (L up to 6)")
+    p.add_argument("--no-check", action="store_true")
+    p.add_argument("--no-time", action="store_true")
+    p.add_argument("--no-reference", action="store_true", help="skip reference timings")
+    p.add_argument("--check-edges", type=int, default=20000)
+    p.add_argument("--check-nodes", type=int, default=512)
+    p.add_argument("--edges", type=int, default=650000)
+    p.add_argument("--nodes", type=int, default=4096)
+    p.add_argument("--channels", type=int, default=64)
+    p.add_argument("--lmax", type=int, default=3)
+    p.add_argument("--heads", type=int, default=1)
+    p.add_argument("--rank", type=int, default=1)
+    args = p.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type != "cuda" and not cm.interpret_mode():
+        print("no CUDA device: run on a GPU, or on the CPU with TRITON_INTERPRET=1 and tiny sizes")
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    import triton
+
+    env = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+    }
+    print(env)
+    result = {"env": env, "args": vars(args)}
+    ok = True
+    if not args.no_check:
+        t0 = time.time()
+        checks = run_checks(device, args.full, args.check_edges, args.check_nodes)
+        ok = checks.ok
+        result["checks"] = checks.rows
+        n_fail = sum(not r["ok"] for r in checks.rows)
+        worst = {}
+        for r in checks.rows:
+            if r["kind"] == "rel":
+                key = (r["op"], r["dtype"])
+                worst[key] = max(worst.get(key, 0.0), r["value"])
+        print(f"checks: {len(checks.rows)} ({n_fail} failed) in {time.time() - t0:.0f} s")
+        for (op, dt), w in sorted(worst.items()):
+            print(f"  worst rel err {op:<22} {dt:<8} {w:.2e}")
+    if not args.no_time:
+        rows = run_timing(device, args.edges, args.nodes, args.channels, args.lmax, args.heads,
+                          args.rank, not args.no_reference)  # fmt: skip
+        result["timings"] = rows
+        print_table(rows)
+    result["ok"] = ok
+    out = os.environ.get("OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with open(Path(out) / "gpu_kernels.json", "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {Path(out) / 'gpu_kernels.json'}")
+    print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

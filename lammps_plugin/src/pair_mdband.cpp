@@ -1,0 +1,591 @@
+// pair_style mdband: see pair_mdband.h for the contract with the Python side.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "pair_mdband.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+#include "force.h"
+#include "memory.h"
+#include "neigh_list.h"
+#include "neighbor.h"
+#include "update.h"
+#include "utils.h"
+
+#include <mpi.h>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#ifndef MDBAND_LIBPYTHON
+#define MDBAND_LIBPYTHON "libpython3.so"
+#endif
+#ifndef MDBAND_BRIDGE_MODULE
+#define MDBAND_BRIDGE_MODULE "mdband.lammps.bridge"
+#endif
+
+using namespace LAMMPS_NS;
+
+namespace {
+
+constexpr double COINCIDENT_R2 = 1e-10;    // same as mdband.graph: drop coincident pairs
+constexpr int DEFAULT_CHUNK = 128;
+
+double wall_time()
+{
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedded Python
+
+// The interpreter that owns mdband: $MDBAND_PYTHON (set by the lammps.plugins entry point), else
+// the first bin/python3 found above this shared object (it lives in <venv>/lib/pythonX.Y/
+// site-packages/mdband_lammps_plugin/).
+std::string python_executable()
+{
+  const char *env = std::getenv("MDBAND_PYTHON");
+  if (env && *env) return env;
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&python_executable), &info) && info.dli_fname) {
+    std::string dir = info.dli_fname;
+    for (int up = 0; up < 8; ++up) {
+      const size_t cut = dir.find_last_of('/');
+      if (cut == std::string::npos || cut == 0) break;
+      dir.resize(cut);
+      for (const char *name : {"/bin/python3", "/bin/python"}) {
+        const std::string candidate = dir + name;
+        if (access(candidate.c_str(), X_OK) == 0) return candidate;
+      }
+    }
+  }
+  return "python3";
+}
+
+// Start Python when LAMMPS is the host process (the `lmp` executable). When LAMMPS runs inside
+// Python (the `lammps` module), the running interpreter is used as it is.
+bool start_python(std::string &why)
+{
+  if (Py_IsInitialized()) return true;
+  // make libpython's symbols global so that extension modules (numpy, torch) resolve them
+  const char *lib = std::getenv("MDBAND_LIBPYTHON");
+  if (!lib || !*lib) lib = MDBAND_LIBPYTHON;
+  if (!dlopen(lib, RTLD_NOW | RTLD_GLOBAL)) {
+    const char *err = dlerror();
+    why = std::string("cannot load ") + lib + ": " + (err ? err : "?");
+    return false;
+  }
+  const std::string exe = python_executable();
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  config.install_signal_handlers = 0;    // signals stay with LAMMPS and MPI
+  config.parse_argv = 0;
+  PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, exe.c_str());
+  if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  if (PyStatus_Exception(status)) {
+    why = std::string("cannot initialise Python from ") + exe + ": " +
+        (status.err_msg ? status.err_msg : "?");
+    return false;
+  }
+  PyEval_SaveThread();    // every later call takes the GIL with PyGILState_Ensure
+  return true;
+}
+
+// The pending Python exception as one line; the traceback is printed to stderr unless the
+// error is one of mdband's own input errors (MdbandError), whose message is self-contained.
+std::string python_error()
+{
+  if (!PyErr_Occurred()) return "unknown error (no Python exception set)";
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  bool user_error = false;
+  PyObject *errors = PyImport_ImportModule("mdband.errors");
+  if (errors) {
+    PyObject *base = PyObject_GetAttrString(errors, "MdbandError");
+    if (base) user_error = PyErr_GivenExceptionMatches(type, base);
+    Py_XDECREF(base);
+    Py_DECREF(errors);
+  }
+  PyErr_Clear();
+  std::string msg;
+  if (!user_error && type) {
+    PyObject *name = PyObject_GetAttrString(type, "__name__");
+    if (name && PyUnicode_Check(name)) msg = std::string(PyUnicode_AsUTF8(name)) + ": ";
+    Py_XDECREF(name);
+    PyErr_Clear();
+  }
+  PyObject *text = value ? PyObject_Str(value) : nullptr;
+  if (text && PyUnicode_Check(text)) msg += PyUnicode_AsUTF8(text);
+  Py_XDECREF(text);
+  PyErr_Clear();
+  if (user_error) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  } else {
+    PyErr_Restore(type, value, tb);
+    PyErr_Print();
+  }
+  return msg;
+}
+
+// A memoryview over C++ memory; never built on a null pointer (empty vectors).
+PyObject *view(void *data, size_t bytes, bool writable)
+{
+  static double empty[1];
+  if (!data || bytes == 0) {
+    data = empty;
+    bytes = 0;
+  }
+  return PyMemoryView_FromMemory(static_cast<char *>(data), static_cast<Py_ssize_t>(bytes),
+                                 writable ? PyBUF_WRITE : PyBUF_READ);
+}
+
+// ---------------------------------------------------------------------------------------------
+// _mdband_lammps: the module through which Python reaches LAMMPS' communication
+
+const char *CAPSULE_NAME = "mdband.PairMdband";
+
+PyObject *py_exchange(PyObject *, PyObject *args)
+{
+  PyObject *capsule, *array;
+  int reverse;
+  if (!PyArg_ParseTuple(args, "OOp", &capsule, &array, &reverse)) return nullptr;
+  auto *pair = static_cast<PairMdband *>(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+  if (!pair) return nullptr;
+  Py_buffer buf;
+  if (PyObject_GetBuffer(array, &buf, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    return nullptr;
+  if (buf.ndim != 2 || !buf.format || std::strcmp(buf.format, "d") != 0) {
+    PyBuffer_Release(&buf);
+    PyErr_SetString(PyExc_TypeError, "exchange needs a C-contiguous float64 (n_all, width) array");
+    return nullptr;
+  }
+  const long nrows = static_cast<long>(buf.shape[0]);
+  const int width = static_cast<int>(buf.shape[1]);
+  double *rows = static_cast<double *>(buf.buf);
+  Py_BEGIN_ALLOW_THREADS;
+  pair->exchange_rows(rows, nrows, width, reverse != 0);
+  Py_END_ALLOW_THREADS;
+  PyBuffer_Release(&buf);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef module_methods[] = {
+    {"exchange", py_exchange, METH_VARARGS,
+     "exchange(handle, rows, reverse): LAMMPS forward (owner -> ghost copy) or reverse "
+     "(ghost -> owner sum) communication of per-atom rows"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_mdband_lammps", nullptr, -1, module_methods,
+                          nullptr, nullptr, nullptr, nullptr};
+
+// Put _mdband_lammps into sys.modules (once per interpreter); needs the GIL.
+bool install_module()
+{
+  PyObject *modules = PyImport_GetModuleDict();    // borrowed
+  if (PyDict_GetItemString(modules, "_mdband_lammps")) return true;
+  PyObject *mod = PyModule_Create(&module_def);
+  if (!mod) return false;
+  const int rc = PyDict_SetItemString(modules, "_mdband_lammps", mod);
+  Py_DECREF(mod);
+  return rc == 0;
+}
+
+}    // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+PairMdband::PairMdband(LAMMPS *lmp) : Pair(lmp)
+{
+  single_enable = 0;
+  restartinfo = 0;
+  one_coeff = 1;
+  manybody_flag = 1;
+  reinitflag = 0;
+  no_virial_fdotr_compute = 1;    // the virial comes from the edge gradients
+  centroidstressflag = CENTROID_NOTAVAIL;
+  bridge = nullptr;
+  cutoff = 0.0;
+  chunk = DEFAULT_CHUNK;
+  local_rank = 0;
+  local_size = 1;
+  comm_forward = comm_reverse = comm_reverse_off = chunk;
+  comm_buf = nullptr;
+  comm_stride = comm_offset = comm_width = 0;
+  ncalls = 0;
+  t_edges = t_python = t_post = 0.0;
+  std::fill(out, out + 7, 0.0);
+}
+
+PairMdband::~PairMdband()
+{
+  if (ncalls && std::getenv("MDBAND_TIMING")) {
+    std::fprintf(stderr,
+                 "mdband rank %d (%s): %ld calls; per call: edges %.3f ms, python %.3f ms, "
+                 "forces %.3f ms; last step %zu edges\n",
+                 comm->me, device_used.c_str(), ncalls, 1e3 * t_edges / ncalls,
+                 1e3 * t_python / ncalls, 1e3 * t_post / ncalls, src.size());
+  }
+  if (bridge && Py_IsInitialized()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_CLEAR(bridge);
+    PyGILState_Release(gil);
+  }
+  if (allocated) {
+    memory->destroy(setflag);
+    memory->destroy(cutsq);
+  }
+}
+
+void PairMdband::allocate()
+{
+  allocated = 1;
+  const int n = atom->ntypes + 1;
+  memory->create(setflag, n, n, "pair:setflag");
+  memory->create(cutsq, n, n, "pair:cutsq");
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) setflag[i][j] = 0;
+}
+
+// pair_style mdband MODEL [dtype float32|float64] [device cpu|cuda|auto] [head NAME]
+void PairMdband::settings(int narg, char **arg)
+{
+  if (narg < 1 || narg % 2 == 0)
+    error->all(FLERR, "Illegal pair_style mdband command: expected 'pair_style mdband MODEL "
+                      "[dtype float32|float64] [device cpu|cuda|auto] [head NAME]'");
+  model_file = arg[0];
+  dtype = "float32";
+  device = "auto";
+  head.clear();
+  for (int k = 1; k < narg; k += 2) {
+    const std::string key = arg[k], value = arg[k + 1];
+    if (key == "dtype") {
+      if (value != "float32" && value != "float64")
+        error->all(FLERR, "pair_style mdband: dtype must be float32 or float64, not '{}'", value);
+      dtype = value;
+    } else if (key == "device") {
+      if (value != "cpu" && value != "auto" && value.rfind("cuda", 0) != 0)
+        error->all(FLERR, "pair_style mdband: device must be cpu, cuda, cuda:N or auto, not '{}'",
+                   value);
+      device = value;
+    } else if (key == "head") {
+      head = value;
+    } else {
+      error->all(FLERR, "pair_style mdband: unknown keyword '{}' (expected dtype, device or head)",
+                 key);
+    }
+  }
+}
+
+// pair_coeff * * El1 El2 ... (one element per LAMMPS type)
+void PairMdband::coeff(int narg, char **arg)
+{
+  const int ntypes = atom->ntypes;
+  if (narg != 2 + ntypes)
+    error->all(FLERR, "pair_coeff for mdband must be 'pair_coeff * * El1 ... El{}' (one element "
+               "per atom type), got {} arguments", ntypes, narg);
+  if (std::strcmp(arg[0], "*") != 0 || std::strcmp(arg[1], "*") != 0)
+    error->all(FLERR, "pair_coeff for mdband must start with '* *'");
+  if (std::strcmp(update->unit_style, "metal") != 0)
+    error->all(FLERR, "pair_style mdband requires 'units metal' (Angstrom, eV, ps); this input "
+               "uses 'units {}'", update->unit_style);
+  elements.assign(arg + 2, arg + narg);
+
+  // ranks sharing a node: GPU of this rank = local_rank % number of GPUs
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, comm->me, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+
+  std::string why;
+  int ok = start_python(why) ? 1 : 0;
+  if (ok) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    const char *modname = std::getenv("MDBAND_BRIDGE_MODULE");
+    if (!modname || !*modname) modname = MDBAND_BRIDGE_MODULE;
+    PyObject *mod = PyImport_ImportModule(modname);
+    PyObject *made = nullptr;
+    if (!mod) {
+      why = std::string("cannot import ") + modname + ": " + python_error();
+    } else {
+      PyObject *elist = PyList_New(ntypes);
+      for (int i = 0; i < ntypes; i++)
+        PyList_SET_ITEM(elist, i, PyUnicode_FromString(elements[i].c_str()));
+      PyObject *opts = Py_BuildValue("{s:s,s:s,s:s,s:i,s:i,s:i,s:i}", "dtype", dtype.c_str(),
+                                     "device", device.c_str(), "head", head.c_str(), "rank",
+                                     comm->me, "nprocs", comm->nprocs, "local_rank", local_rank,
+                                     "local_size", local_size);
+      made = PyObject_CallMethod(mod, "create", "sOO", model_file.c_str(), elist, opts);
+      Py_DECREF(elist);
+      Py_XDECREF(opts);
+      Py_DECREF(mod);
+      if (!made) why = python_error();
+    }
+    double cut = 0.0;
+    long width = DEFAULT_CHUNK;
+    if (made) {
+      PyObject *c = PyObject_GetAttrString(made, "cutoff");
+      cut = c ? PyFloat_AsDouble(c) : -1.0;
+      Py_XDECREF(c);
+      PyObject *w = PyObject_GetAttrString(made, "exchange_width");
+      if (w) width = PyLong_AsLong(w);
+      Py_XDECREF(w);
+      PyObject *dev = PyObject_GetAttrString(made, "device_name");
+      if (dev && PyUnicode_Check(dev)) device_used = PyUnicode_AsUTF8(dev);
+      Py_XDECREF(dev);
+      PyErr_Clear();
+      if (!install_module()) {
+        why = "cannot create the _mdband_lammps module: " + python_error();
+        Py_CLEAR(made);
+      } else {
+        PyObject *capsule = PyCapsule_New(static_cast<void *>(this), CAPSULE_NAME, nullptr);
+        if (!capsule || PyObject_SetAttrString(made, "lammps_handle", capsule) < 0) {
+          why = "cannot attach the LAMMPS handle: " + python_error();
+          Py_CLEAR(made);
+        }
+        Py_XDECREF(capsule);
+      }
+      if (made && !(cut > 0.0)) {
+        why = "the model reports no positive cutoff";
+        Py_CLEAR(made);
+      }
+    }
+    Py_XDECREF(bridge);
+    bridge = made;
+    ok = bridge ? 1 : 0;
+    if (ok) {
+      cutoff = cut;
+      chunk = static_cast<int>(std::max(6L, std::min(width, 4096L)));
+    }
+    PyGILState_Release(gil);
+  }
+
+  int nok = 0;
+  MPI_Allreduce(&ok, &nok, 1, MPI_INT, MPI_SUM, world);
+  if (nok == 0) error->all(FLERR, "pair_coeff mdband: {}", why);
+  if (!ok) error->one(FLERR, "pair_coeff mdband (rank {}): {}", comm->me, why);
+
+  // every rank declares the same communication width, so buffers are sized alike
+  int cmax = chunk;
+  MPI_Allreduce(&chunk, &cmax, 1, MPI_INT, MPI_MAX, world);
+  chunk = cmax;
+  comm_forward = comm_reverse = comm_reverse_off = chunk;
+
+  if (!allocated) allocate();
+  for (int i = 1; i <= ntypes; i++)
+    for (int j = i; j <= ntypes; j++) setflag[i][j] = 1;
+
+  if (comm->me == 0)
+    utils::logmesg(lmp, "mdband: model {} ({}, device {} on rank 0), cutoff {} A, {} rank(s)\n",
+                   model_file, dtype, device_used, cutoff, comm->nprocs);
+}
+
+void PairMdband::init_style()
+{
+  if (std::strcmp(update->unit_style, "metal") != 0)
+    error->all(FLERR, "pair_style mdband requires 'units metal' (Angstrom, eV, ps); this input "
+               "uses 'units {}'", update->unit_style);
+  if (!bridge) error->all(FLERR, "pair_style mdband: pair_coeff * * El1 ... has not been given");
+  // full list of local atoms; ghost atoms only appear as neighbours. Message passing needs no
+  // wider ghost shell: ghost features are exchanged per layer.
+  neighbor->add_request(this, NeighConst::REQ_FULL);
+}
+
+double PairMdband::init_one(int i, int j)
+{
+  if (setflag[i][j] == 0) error->all(FLERR, "All pair coeffs are not set");
+  return cutoff;
+}
+
+void PairMdband::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  double **x = atom->x;
+  double **f = atom->f;
+  const double t0 = wall_time();
+
+  // ---- edges: centre (dst) local, neighbour (src) local or ghost, 0 < r < cutoff
+  const double rc2 = cutoff * cutoff;
+  src.clear();
+  dst.clear();
+  vec.clear();
+  const int inum = list->inum;
+  const int *ilist = list->ilist;
+  const int *numneigh = list->numneigh;
+  int **firstneigh = list->firstneigh;
+  for (int ii = 0; ii < inum; ii++) {
+    const int i = ilist[ii];
+    const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
+    const int *jlist = firstneigh[i];
+    const int jnum = numneigh[i];
+    for (int jj = 0; jj < jnum; jj++) {
+      const int j = jlist[jj] & NEIGHMASK;
+      const double dx = x[j][0] - xi, dy = x[j][1] - yi, dz = x[j][2] - zi;
+      const double r2 = dx * dx + dy * dy + dz * dz;
+      if (r2 < rc2 && r2 > COINCIDENT_R2) {
+        src.push_back(j);
+        dst.push_back(i);
+        vec.push_back(dx);
+        vec.push_back(dy);
+        vec.push_back(dz);
+      }
+    }
+  }
+  fbuf.assign(3 * static_cast<size_t>(nall), 0.0);
+  if (eflag_atom) eabuf.assign(nlocal, 0.0);
+  if (vflag_atom) vabuf.assign(6 * static_cast<size_t>(nall), 0.0);
+  std::fill(out, out + 7, 0.0);
+  const double t1 = wall_time();
+
+  // ---- Python: energy, forces, per-atom energies and virial
+  PyGILState_STATE gil = PyGILState_Ensure();
+  const size_t ne = src.size();
+  PyObject *a_type = view(atom->type, sizeof(int) * nall, false);
+  PyObject *a_src = view(src.data(), sizeof(int64_t) * ne, true);
+  PyObject *a_dst = view(dst.data(), sizeof(int64_t) * ne, true);
+  PyObject *a_vec = view(vec.data(), sizeof(double) * 3 * ne, true);
+  PyObject *a_f = view(fbuf.data(), sizeof(double) * fbuf.size(), true);
+  PyObject *a_ea = eflag_atom ? view(eabuf.data(), sizeof(double) * nlocal, true) : Py_None;
+  PyObject *a_va = vflag_atom ? view(vabuf.data(), sizeof(double) * vabuf.size(), true) : Py_None;
+  PyObject *a_out = view(out, sizeof(out), true);
+  if (!eflag_atom) Py_INCREF(Py_None);
+  if (!vflag_atom) Py_INCREF(Py_None);
+  PyObject *res = PyObject_CallMethod(bridge, "compute", "iiOOOOOOOO", nlocal, nall - nlocal,
+                                      a_type, a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out);
+  for (PyObject *o : {a_type, a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out}) Py_XDECREF(o);
+  if (!res) {
+    const std::string msg = python_error();
+    PyGILState_Release(gil);
+    error->one(FLERR, "pair_style mdband: model evaluation failed on rank {}: {}", comm->me, msg);
+  }
+  Py_DECREF(res);
+  PyGILState_Release(gil);
+  const double t2 = wall_time();
+
+  // ---- forces, per-atom virial: ghost contributions go to their owners
+  if (force->newton_pair) {
+    // LAMMPS sums the forces (and per-atom virials) of ghost atoms into their owners
+    for (int i = 0; i < nall; i++) {
+      f[i][0] += fbuf[3 * i];
+      f[i][1] += fbuf[3 * i + 1];
+      f[i][2] += fbuf[3 * i + 2];
+    }
+    if (vflag_atom)
+      for (int i = 0; i < nall; i++)
+        for (int k = 0; k < 6; k++) vatom[i][k] += vabuf[6 * i + k];
+  } else {
+    // with newton off LAMMPS drops ghost forces: send them to their owners ourselves
+    comm_rows(fbuf.data(), 3, true);
+    for (int i = 0; i < nlocal; i++) {
+      f[i][0] += fbuf[3 * i];
+      f[i][1] += fbuf[3 * i + 1];
+      f[i][2] += fbuf[3 * i + 2];
+    }
+    if (vflag_atom) {
+      comm_rows(vabuf.data(), 6, true);
+      for (int i = 0; i < nlocal; i++)
+        for (int k = 0; k < 6; k++) vatom[i][k] += vabuf[6 * i + k];
+    }
+  }
+  if (eflag_global) eng_vdwl += out[0];
+  if (eflag_atom)
+    for (int i = 0; i < nlocal; i++) eatom[i] += eabuf[i];
+  if (vflag_global)
+    for (int k = 0; k < 6; k++) virial[k] += out[1 + k];
+  const double t3 = wall_time();
+  ncalls++;
+  t_edges += t1 - t0;
+  t_python += t2 - t1;
+  t_post += t3 - t2;
+}
+
+// ---- communication of per-atom rows --------------------------------------------------------
+
+void PairMdband::comm_rows(double *rows, int stride, bool reverse)
+{
+  // columns in chunks of at most `chunk` doubles per atom: LAMMPS sized its buffers for that
+  comm_buf = rows;
+  comm_stride = stride;
+  for (int off = 0; off < stride; off += chunk) {
+    comm_offset = off;
+    comm_width = std::min(chunk, stride - off);
+    if (reverse)
+      comm->reverse_comm(this, comm_width);
+    else
+      comm->forward_comm(this, comm_width);
+  }
+  comm_buf = nullptr;
+  comm_stride = comm_offset = comm_width = 0;
+}
+
+void PairMdband::exchange_rows(double *rows, long nrows, int width, bool reverse)
+{
+  const long nall = static_cast<long>(atom->nlocal) + atom->nghost;
+  if (nrows != nall)
+    error->one(FLERR, "mdband exchange: {} rows given, but this rank has {} local+ghost atoms",
+               nrows, nall);
+  if (width <= 0) return;
+  comm_rows(rows, width, reverse);
+}
+
+int PairMdband::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/, int * /*pbc*/)
+{
+  int m = 0;
+  for (int k = 0; k < n; k++) {
+    const double *row = comm_buf + static_cast<size_t>(list[k]) * comm_stride + comm_offset;
+    for (int c = 0; c < comm_width; c++) buf[m++] = row[c];
+  }
+  return m;
+}
+
+void PairMdband::unpack_forward_comm(int n, int first, double *buf)
+{
+  int m = 0;
+  for (int i = first; i < first + n; i++) {
+    double *row = comm_buf + static_cast<size_t>(i) * comm_stride + comm_offset;
+    for (int c = 0; c < comm_width; c++) row[c] = buf[m++];
+  }
+}
+
+int PairMdband::pack_reverse_comm(int n, int first, double *buf)
+{
+  int m = 0;
+  for (int i = first; i < first + n; i++) {
+    const double *row = comm_buf + static_cast<size_t>(i) * comm_stride + comm_offset;
+    for (int c = 0; c < comm_width; c++) buf[m++] = row[c];
+  }
+  return m;
+}
+
+void PairMdband::unpack_reverse_comm(int n, int *list, double *buf)
+{
+  int m = 0;
+  for (int k = 0; k < n; k++) {
+    double *row = comm_buf + static_cast<size_t>(list[k]) * comm_stride + comm_offset;
+    for (int c = 0; c < comm_width; c++) row[c] += buf[m++];
+  }
+}
+
+double PairMdband::memory_usage()
+{
+  double bytes = Pair::memory_usage();
+  bytes += (src.capacity() + dst.capacity()) * sizeof(int64_t);
+  bytes += (vec.capacity() + fbuf.capacity() + eabuf.capacity() + vabuf.capacity()) *
+      sizeof(double);
+  return bytes;
+}

@@ -1,0 +1,80 @@
+// pair_style mdband: a LAMMPS pair style whose energy and forces come from an mdband model,
+// evaluated by the Python package `mdband` in an interpreter embedded in (or hosting) LAMMPS.
+//
+//   pair_style mdband MODEL [dtype float32|float64] [device cpu|cuda|auto] [head NAME]
+//   pair_coeff * * El1 El2 ...        (element of each LAMMPS atom type)
+//
+// Each step the pair style builds the edge list of the local atoms (centre = local atom,
+// neighbour = local or ghost atom within the model cutoff) and hands it to Python, which returns
+// the energy of the local atoms, forces on local and ghost atoms, per-atom energies and the
+// virial. Message-passing models refresh the node features of ghost atoms before every
+// interaction block through exchange_rows(): LAMMPS' own forward communication (owner -> ghost
+// copy) in the forward pass and reverse communication (ghost -> owner sum) in the backward pass.
+#ifndef MDBAND_PAIR_MDBAND_H
+#define MDBAND_PAIR_MDBAND_H
+
+#include "pair.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+typedef struct _object PyObject;    // keeps Python.h out of this header
+
+namespace LAMMPS_NS {
+
+class PairMdband : public Pair {
+ public:
+  PairMdband(class LAMMPS *);
+  ~PairMdband() override;
+
+  void compute(int, int) override;
+  void settings(int, char **) override;
+  void coeff(int, char **) override;
+  void init_style() override;
+  double init_one(int, int) override;
+  double memory_usage() override;
+
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
+
+  // Collective over all ranks. rows: (nrows, width) row-major doubles, one row per local+ghost
+  // atom. reverse=false: ghost rows <- their owners' rows; reverse=true: ghost rows are added
+  // into their owners' rows (ghost rows are left as they were).
+  void exchange_rows(double *rows, long nrows, int width, bool reverse);
+
+ protected:
+  std::string model_file, dtype, device, head;
+  std::string device_used;    // torch device the model runs on (this rank)
+  std::vector<std::string> elements;    // element of each LAMMPS type (index type-1)
+  PyObject *bridge;                     // object returned by <bridge module>.create(...)
+  double cutoff;
+  int chunk;    // most doubles per atom in one communication call (= comm_forward)
+  int local_rank, local_size;
+
+  // per-step buffers handed to Python
+  std::vector<int64_t> src, dst;    // neighbour and centre atom of each edge
+  std::vector<double> vec;          // x[src] - x[dst], 3 per edge
+  std::vector<double> fbuf;         // forces on local+ghost atoms, 3 per atom
+  std::vector<double> eabuf;        // per-atom energies of local atoms
+  std::vector<double> vabuf;        // per-atom virial of local+ghost atoms, 6 per atom
+  double out[7];                    // energy, virial xx yy zz xy xz yz
+
+  // what the pack/unpack callbacks move: comm_width columns starting at comm_offset of rows
+  // of comm_stride doubles
+  double *comm_buf;
+  int comm_stride, comm_offset, comm_width;
+  void comm_rows(double *rows, int stride, bool reverse);
+
+  // diagnostics (MDBAND_TIMING=1 prints them per rank when the pair style is deleted)
+  long ncalls;
+  double t_edges, t_python, t_post;
+
+  void allocate();
+};
+
+}    // namespace LAMMPS_NS
+
+#endif

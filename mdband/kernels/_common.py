@@ -1,0 +1,232 @@
+"""Shared plumbing of the mdband kernels: Triton import, backend dispatch, CSR, storage access.
+
+Dispatch rule (every op): CUDA tensors of a kernel dtype → Triton; anything else → the torch
+reference. :func:`force_backend` overrides it for tests (``"triton"`` on CPU needs
+``TRITON_INTERPRET=1``) and for the GPU check script (``"reference"`` on CUDA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from mdband.errors import LayoutMismatchError
+from mdband.so3 import storage as st
+
+try:  # pragma: no cover - exercised only without triton
+    import triton
+    import triton.language as tl
+
+    TRITON_AVAILABLE = True
+except ImportError:  # pragma: no cover
+    triton = None
+    tl = None
+    TRITON_AVAILABLE = False
+
+#: dtypes the Triton kernels are compiled for (exact fp32 or fp64 arithmetic, no TF32)
+KERNEL_DTYPES = (torch.float32, torch.float64)
+
+BACKENDS = ("triton", "reference")
+
+#: launcher of Triton kernels inside ``torch.library.triton_op`` bodies
+wrap = torch.library.wrap_triton
+
+#: process-wide override (not thread-local: autograd runs CUDA backwards on its own threads)
+_FORCED: list = [None]
+
+
+def interpret_mode() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def triton_available(device) -> bool:
+    """Triton importable and the device can run it (CUDA, or any device when interpreting)."""
+    if not TRITON_AVAILABLE:
+        return False
+    dev = torch.device(device)
+    return dev.type == "cuda" or interpret_mode()
+
+
+def forced_backend() -> str | None:
+    return _FORCED[0]
+
+
+@contextlib.contextmanager
+def force_backend(name: str | None):
+    """Pin every mdband op to ``"triton"`` or ``"reference"`` inside the block (None = auto)."""
+    if name is not None and name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS} or None, got {name!r}")
+    old = _FORCED[0]
+    _FORCED[0] = name
+    try:
+        yield
+    finally:
+        _FORCED[0] = old
+
+
+def force_triton():
+    """Shorthand of ``force_backend("triton")`` used by the tests."""
+    return force_backend("triton")
+
+
+def select_backend(device, dtype, triton_ok: bool = True) -> str:
+    """The backend an op uses for tensors on ``device`` of ``dtype``.
+
+    ``triton_ok`` is the op's own kernel predicate (shape/option limits of its kernel).
+    """
+    dev = torch.device(device)
+    forced = forced_backend()
+    if forced == "reference":
+        return "reference"
+    if forced == "triton":
+        if not triton_available(dev):
+            raise RuntimeError(
+                f"force_backend('triton') on {dev.type} needs Triton and (CUDA or "
+                "TRITON_INTERPRET=1)"
+            )
+        if not triton_ok or dtype not in KERNEL_DTYPES:
+            raise RuntimeError(f"no Triton kernel for this call (dtype {dtype})")
+        return "triton"
+    if triton_ok and dev.type == "cuda" and TRITON_AVAILABLE and dtype in KERNEL_DTYPES:
+        return "triton"
+    return "reference"
+
+
+def has_no_items(n) -> bool:
+    """True for a concrete zero size (never guards a symbolic size)."""
+    return type(n) is int and n == 0
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def csr(index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR of edges grouped by ``index`` (E,) into ``n`` segments: (perm (E,), row_ptr (n+1,)).
+
+    ``perm`` lists the edges of segment k in ``perm[row_ptr[k]:row_ptr[k+1]]``, in increasing
+    edge order (stable sort), so the reductions over a segment are deterministic.
+    """
+    index = index.to(torch.int64)
+    perm = torch.argsort(index, stable=True)
+    bounds = torch.arange(n + 1, device=index.device, dtype=torch.int64)
+    row_ptr = torch.searchsorted(index[perm], bounds)
+    return perm, row_ptr
+
+
+def unpack_storage(storage, consumer: str) -> tuple[torch.Tensor, int, int]:
+    """(data, layout code, storage lmax) of a RotationStorage, read through ``require``."""
+    layout = storage.layout
+    if layout not in st.LAYOUT_CODE:
+        raise LayoutMismatchError(f"{consumer}: unknown rotation layout {layout!r}")
+    data = storage.require(layout, consumer)
+    want = st.storage_shape(layout, storage.lmax, data.shape[0])
+    if tuple(data.shape) != tuple(want):
+        raise LayoutMismatchError(
+            f"{consumer}: {layout.value} storage for lmax={storage.lmax} needs shape "
+            f"{tuple(want[1:])} per edge, got {tuple(data.shape[1:])}"
+        )
+    return data, st.LAYOUT_CODE[layout], int(storage.lmax)
+
+
+def check_dtypes(consumer: str, **tensors) -> None:
+    """All given (non-None) tensors share one floating dtype and one device."""
+    items = [(k, t) for k, t in tensors.items() if t is not None]
+    k0, t0 = items[0]
+    for k, t in items[1:]:
+        if t.dtype != t0.dtype or t.device != t0.device:
+            raise ValueError(
+                f"{consumer}: {k} is {t.dtype} on {t.device} but {k0} is {t0.dtype} on "
+                f"{t0.device}; all inputs must share dtype and device"
+            )
+
+
+def layout_of(code: int) -> st.RotationLayout:
+    for layout, c in st.LAYOUT_CODE.items():
+        if c == code:
+            return layout
+    raise LayoutMismatchError(f"unknown rotation layout code {code}")
+
+
+def check_rot(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int, consumer: str) -> None:
+    """Validate the raw (data, code, lmax) triple an op receives."""
+    layout = layout_of(code)
+    want = st.storage_shape(layout, rot_lmax, rot.shape[0])
+    if tuple(rot.shape) != tuple(want):
+        raise LayoutMismatchError(
+            f"{consumer}: {layout.value} rotations for lmax={rot_lmax} need shape {tuple(want)}, "
+            f"got {tuple(rot.shape)}"
+        )
+    if not 0 <= lmax <= rot_lmax:
+        raise LayoutMismatchError(
+            f"{consumer}: storage built for lmax={rot_lmax} cannot serve degree {lmax}"
+        )
+
+
+def kernel_tables(code: int, rot_lmax: int, lmax: int, device) -> dict:
+    """storage.kernel_tables for a layout code (cached per device)."""
+    return st.kernel_tables(layout_of(code), rot_lmax, lmax, device)
+
+
+def row_matrix(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
+    """W (E, Dm, D) with W[e, r(l,m), l²+j] = D[e, l²+l+m, l²+j], zero off the band (reference).
+
+    Differentiable in ``rot``; band and dense storages give the same W exactly.
+    """
+    layout = layout_of(code)
+    t = st.entry_table(layout, rot_lmax, lmax, rot.device)
+    E = rot.shape[0]
+    dm, d = st.reduced_dim(lmax), st.dim_of(lmax)
+    vals = rot.reshape(E, -1)[:, t["pos"]]
+    w = rot.new_zeros(E, dm * d)
+    w = w.index_copy(1, t["row"] * d + t["col"], vals)
+    return w.view(E, dm, d)
+
+
+def rot_grad_from_matrix(gw: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
+    """Cotangent of a storage's data from the cotangent of :func:`row_matrix` (reference)."""
+    layout = layout_of(code)
+    t = st.entry_table(layout, rot_lmax, lmax, gw.device)
+    E = gw.shape[0]
+    d = st.dim_of(lmax)
+    g = gw.new_zeros(E, st.per_edge_size(layout, rot_lmax))
+    g[:, t["pos"]] = gw.reshape(E, -1)[:, t["row"] * d + t["col"]]
+    return g.view(st.storage_shape(layout, rot_lmax, E))
+
+
+def rot_args(rot: torch.Tensor, code: int) -> tuple[int, int, int]:
+    return st.kernel_strides(layout_of(code), rot)
+
+
+# ---------------------------------------------------------------------------- Triton helpers
+# (kernels inline their helpers: a nested jit call costs milliseconds in the CPU interpreter)
+if TRITON_AVAILABLE:
+    #: layout code of the band (the only layout whose entries need one index per edge)
+    BAND_CODE = tl.constexpr(st.LAYOUT_CODE[st.RotationLayout.BAND])
+    #: combine function of ``tl.sum``; kernels call ``tl.reduce(x, axis, SUM)`` directly, which is
+    #: the same reduction on the GPU and skips a nested jit call (milliseconds) when interpreting
+    SUM = tl.standard._sum_combine
+
+    @triton.jit
+    def div_ieee(a, b):
+        """a / b rounded to nearest (fp32 ``/`` is approximate on NVIDIA; fp64 is exact)."""
+        if a.dtype == tl.float32:
+            r = tl.div_rn(a, b)
+        else:
+            r = a / b
+        return r
+
+    @triton.jit
+    def sqrt_ieee(a):
+        """sqrt rounded to nearest (``tl.sqrt`` is approximate for fp32 on NVIDIA)."""
+        if a.dtype == tl.float32:
+            r = tl.sqrt_rn(a)
+        else:
+            r = tl.sqrt(a)
+        return r

@@ -1,0 +1,539 @@
+"""aggregate ("flash" aggregation): rotate edge messages back, weight them and sum per destination.
+
+Shapes (C channels, E edges, N nodes, H heads, L = ``lmax``, D = (L+1)², Dm = 3L+1)::
+
+    y      (E, Dm, C)  edge messages in the local frame (m-major reduced order)
+    rot    RotationStorage, BAND or DENSE, built for lmax_s ≥ L
+    rho    (D,)        rescale per packed column (``storage.rotate_inv_rescale``)
+    dst    (E,) int64  destination node (unsorted allowed; the wrapper builds a CSR)
+    env    (E,)        envelope
+    logits (E, H), z (H,)   attention logits and null weight (softplus'ed + 1e-7), or
+    s      (N,)        node scale (inv_sqrt_deg) of the plain envelope scatter (no attention)
+    out    (N, D, C)
+
+    msg[e, l²+j, c] = rho[l²+j] · Σ_m D[e, l²+l+m, l²+j] · y[e, (l,m), c]
+    attention:  w = env² · exp(logit);  α[e,h] = w[e,h] / (z_h + Σ_{e': dst=n} w[e',h])
+                out[n, :, c] = Σ_{e: dst=n} α[e, c // (C/H)] · msg[e, :, c]
+    plain:      out[n] = s[n] · Σ_{e: dst=n} env_e · msg_e
+
+The softmax is max-shifted per (node, head): the running max starts at log z, so the null weight
+enters as exp(log z − max); nodes without edges give 0 and large logits do not overflow.
+
+Accuracy: exact fp32/fp64 FMAs and IEEE reciprocals; exp/log are Triton's (≤ 2 ulp in fp32).
+Band and dense storages are bitwise identical (same code path, same order); vs the torch
+reference: rounding only. Deterministic: one program per destination node
+walks its CSR segment (no atomics in the forward or the backward).
+
+Bytes moved per edge (forward, fp32, S = 4): y Dm·C·S, rotation (3D−2)·S (band) or as many
+scattered dense entries, env/logits (1+H)·S, perm 8; out N·D·C·S in total. The backward reads
+gout[n] (cached per node), y, rot, logits and writes gy (Dm·C·S), the storage cotangent, genv,
+glogits; no dense (E, D, D) buffer for the band.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mdband.kernels import _common as cm
+from mdband.so3 import storage as st
+
+OP = "mdband::aggregate"
+OP_BWD = "mdband::aggregate_bwd"
+
+MAX_CHANNELS = 1024
+
+
+# ---------------------------------------------------------------------------- references
+def _msg(y, rot, layout, rot_lmax, lmax, rho):
+    W = cm.row_matrix(rot, layout, rot_lmax, lmax)
+    return W, rho[None, :, None] * torch.bmm(W.transpose(1, 2), y)
+
+
+def _softmax_stats(logits, env, z, dst, N):
+    """Segment max M (N, H) (detached: α does not depend on it) and shifted sum S (N, H)."""
+    E, H = logits.shape
+    lz = torch.log(z)
+    M = lz.expand(N, H).clone()
+    M = M.scatter_reduce(0, dst[:, None].expand(E, H), logits.detach(), "amax", include_self=True)
+    w = env[:, None] ** 2 * torch.exp(logits - M[dst])
+    S = torch.exp(lz - M).index_add(0, dst, w)
+    return M, S, w
+
+
+def aggregate_reference(y, rot, layout, rot_lmax, lmax, rho, dst, N, env, logits, z, s):
+    """Torch reference of the forward: (out (N, D, C), stats (N, 2, H) or empty)."""
+    _, msg = _msg(y, rot, layout, rot_lmax, lmax, rho)
+    D, C = msg.shape[1], msg.shape[2]
+    out = msg.new_zeros(N, D, C)
+    if logits is None:
+        out = out.index_add(0, dst, env[:, None, None] * msg)
+        return out * s[:, None, None], y.new_zeros(0)
+    H = logits.shape[1]
+    M, S, w = _softmax_stats(logits, env, z, dst, N)
+    alpha = w / S[dst]
+    ac = alpha.repeat_interleave(C // H, dim=1)
+    out = out.index_add(0, dst, ac[:, None, :] * msg)
+    return out, torch.stack([M, S], dim=1)
+
+
+def aggregate_bwd_reference(
+    gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, env, logits, z, s
+):
+    """Closed-form backward: (gy, grot, genv, glogits, gz, gs) (absent → empty tensors)."""
+    W, msg = _msg(y, rot, layout, rot_lmax, lmax, rho)
+    E, D, C = msg.shape
+    N = gout.shape[0]
+    gsel = gout[dst]
+    if logits is None:
+        q = (gsel * msg).sum((1, 2))
+        gmsg = (s[dst] * env)[:, None, None] * gsel
+        genv = s[dst] * q
+        gs = gout.new_zeros(N).index_add(0, dst, env * q)
+        glog, gz = y.new_zeros(0), y.new_zeros(0)
+    else:
+        H = logits.shape[1]
+        HD = C // H
+        M, S = stats[:, 0], stats[:, 1]
+        ap = torch.exp(logits - M[dst]) / S[dst]
+        alpha = env[:, None] ** 2 * ap
+        gmsg = alpha.repeat_interleave(HD, dim=1)[:, None, :] * gsel
+        q = (gsel * msg).reshape(E, D, H, HD).sum((1, 3))
+        Q = (gout * out).reshape(N, D, H, HD).sum((1, 3))
+        d = ap * (q - Q[dst])
+        glog = env[:, None] ** 2 * d
+        genv = (2.0 * env[:, None] * d).sum(1)
+        gz = -(Q * torch.exp(-M) / S).sum(0)
+        gs = y.new_zeros(0)
+    gmr = rho[None, :, None] * gmsg
+    gy = torch.bmm(W, gmr)
+    grot = cm.rot_grad_from_matrix(torch.bmm(y, gmr.transpose(1, 2)), layout, rot_lmax, lmax)
+    return gy, grot, genv, glog, gz, gs
+
+
+# ---------------------------------------------------------------------------- Triton kernels
+if cm.TRITON_AVAILABLE:
+    triton, tl = cm.triton, cm.tl
+    BAND_CODE = cm.BAND_CODE
+    SUM = cm.SUM
+
+    @triton.jit
+    def _agg_fwd_kernel(
+        y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, z_ptr, s_ptr, out_ptr, st_ptr,
+        col_t, row_t, ea_t, eb_t,
+        C, HD,
+        sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, so0, so1, so2, st0, st1, st2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
+        LAYOUT: tl.constexpr, ATTN: tl.constexpr,
+    ):  # fmt: skip
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n).to(tl.int64)
+        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        dt = out_ptr.dtype.element_ty
+        if ATTN:
+            hc = cc // HD
+            mx = tl.log(tl.load(z_ptr + hc, mask=cmask, other=1.0))
+            sm = tl.full((BC,), 1.0, dt)  # z · exp(-log z)
+            for i in range(beg, end):
+                e = tl.load(perm_ptr + i).to(tl.int64)
+                t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+                ev = tl.load(env_ptr + e)
+                mnew = tl.maximum(mx, t)
+                sm = sm * tl.exp(mx - mnew) + (ev * ev) * tl.exp(t - mnew)
+                mx = mnew
+            # every lane of a head holds the same statistics
+            tl.store(st_ptr + n * st0 + hc * st2, mx, mask=cmask)
+            tl.store(st_ptr + n * st0 + st1 + hc * st2, sm, mask=cmask)
+            if dt == tl.float32:  # IEEE reciprocal (fp32 "/" is approximate on NVIDIA)
+                inv = tl.div_rn(tl.full((BC,), 1.0, dt), sm)
+            else:
+                inv = 1.0 / sm
+        else:
+            sn = tl.load(s_ptr + n)
+        for b in tl.static_range(NB):
+            col = tl.load(col_t + b * JP + jj)
+            jm = col >= 0
+            rows = tl.load(row_t + b * SP + ss)
+            sv = rows >= 0
+            rs = tl.maximum(rows, 0).to(tl.int64)
+            rm = sv[:, None] & cmask[None, :]
+            m2 = sv[:, None] & jm[None, :]
+            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+            if LAYOUT == BAND_CODE:
+                off = ia * sra
+            else:
+                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+            rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
+            acc = tl.full((JP, BC), 0.0, dt)
+            for i in range(beg, end):
+                e = tl.load(perm_ptr + i).to(tl.int64)
+                ev = tl.load(env_ptr + e)
+                if ATTN:
+                    t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+                    a = (ev * ev) * tl.exp(t - mx) * inv
+                else:
+                    a = ev
+                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                yb = tl.load(
+                    y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
+                )
+                acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
+            res = acc * rho[:, None]
+            if not ATTN:
+                res = res * sn
+            tl.store(
+                out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
+                res,
+                mask=jm[:, None] & cmask[None, :],
+            )
+
+    @triton.jit
+    def _agg_bwd_kernel(
+        gout_ptr, y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, st_ptr, q_ptr,
+        s_ptr, gy_ptr, grot_ptr, genv_ptr, glg_ptr, gs_ptr,
+        col_t, row_t, ea_t, eb_t,
+        C, H, HD,
+        sgo0, sgo1, sgo2, sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, st0, st1, st2, sq0, sq1,
+        sgy0, sgy1, sgy2, so0, soa, sob, sgl0, sgl1,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
+        HP: tl.constexpr, LAYOUT: tl.constexpr, ATTN: tl.constexpr,
+    ):  # fmt: skip
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n).to(tl.int64)
+        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        dt = gy_ptr.dtype.element_ty
+        if ATTN:
+            hc = cc // HD
+            mxc = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
+            smc = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
+            if dt == tl.float32:  # IEEE reciprocals (fp32 "/" is approximate on NVIDIA)
+                invc = tl.div_rn(tl.full((BC,), 1.0, dt), smc)
+            else:
+                invc = 1.0 / smc
+            hh = tl.arange(0, HP)
+            hm = hh < H
+            mxh = tl.load(st_ptr + n * st0 + hh * st2, mask=hm, other=0.0)
+            smh = tl.load(st_ptr + n * st0 + st1 + hh * st2, mask=hm, other=1.0)
+            if dt == tl.float32:
+                invh = tl.div_rn(tl.full((HP,), 1.0, dt), smh)
+            else:
+                invh = 1.0 / smh
+            qn = tl.load(q_ptr + n * sq0 + hh * sq1, mask=hm, other=0.0)
+            onehot = (hc[None, :] == hh[:, None]) & cmask[None, :]
+        else:
+            sn = tl.load(s_ptr + n)
+            gsacc = sn * 0.0
+        for i in range(beg, end):
+            e = tl.load(perm_ptr + i).to(tl.int64)
+            ev = tl.load(env_ptr + e)
+            if ATTN:
+                t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+                a = (ev * ev) * (tl.exp(t - mxc) * invc)
+            else:
+                a = sn * ev
+            qv = tl.full((BC,), 0.0, dt)
+            for b in tl.static_range(NB):
+                col = tl.load(col_t + b * JP + jj)
+                jm = col >= 0
+                rows = tl.load(row_t + b * SP + ss)
+                sv = rows >= 0
+                rs = tl.maximum(rows, 0).to(tl.int64)
+                rm = sv[:, None] & cmask[None, :]
+                m2 = sv[:, None] & jm[None, :]
+                tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+                ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+                if LAYOUT == BAND_CODE:
+                    off = ia * sra
+                    goff = ia * soa
+                else:
+                    ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
+                    off = ia * sra + ib * srb
+                    goff = ia * soa + ib * sob
+                rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
+                g = tl.load(
+                    gout_ptr + n * sgo0 + col.to(tl.int64)[:, None] * sgo1 + cc[None, :] * sgo2,
+                    mask=jm[:, None] & cmask[None, :],
+                    other=0.0,
+                )
+                g = g * rho[:, None]
+                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                tv = tl.reduce(coef[:, :, None] * g[None, :, :], 1, SUM)
+                yb = tl.load(
+                    y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
+                )
+                tl.store(
+                    gy_ptr + e * sgy0 + rs[:, None] * sgy1 + cc[None, :] * sgy2, tv * a, mask=rm
+                )
+                qv += tl.reduce(yb * tv, 0, SUM)
+                grt = tl.reduce(g[None, :, :] * (yb * a)[:, None, :], 2, SUM)
+                tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+            if ATTN:
+                qh = tl.reduce(tl.where(onehot, qv[None, :], 0.0), 1, SUM)
+                th = tl.load(lg_ptr + e * sl0 + hh * sl1, mask=hm, other=0.0)
+                d = tl.where(hm, tl.exp(th - mxh) * invh * (qh - qn), 0.0)
+                tl.store(glg_ptr + e * sgl0 + hh * sgl1, (ev * ev) * d, mask=hm)
+                tl.store(genv_ptr + e, tl.reduce(2.0 * ev * d, 0, SUM))
+            else:
+                q = tl.reduce(qv, 0, SUM)
+                tl.store(genv_ptr + e, sn * q)
+                gsacc += ev * q
+        if not ATTN:
+            tl.store(gs_ptr + n, gsacc)
+
+
+# ---------------------------------------------------------------------------- dispatch
+def backend(
+    device,
+    dtype,
+    *,
+    lmax: int,
+    channels: int,
+    n_heads: int,
+    mmax: int = 1,
+) -> tuple[str | None, str]:
+    """(backend, reason): "triton", "reference", or None when the op does not apply.
+
+    Shared by the dispatch and :func:`mdband.kernels.capability.spec_for_aggregate`.
+    """
+    if mmax != 1:
+        return None, f"aggregate implements mmax=1 only (got mmax={mmax})"
+    if lmax < 0:
+        return None, f"lmax must be >= 0 (got {lmax})"
+    if n_heads < 0 or (n_heads > 0 and channels % n_heads != 0):
+        return None, f"attention needs heads dividing channels (C={channels}, H={n_heads})"
+    name = cm.select_backend(device, dtype, triton_ok=channels <= MAX_CHANNELS)
+    return name, f"{name} on {torch.device(device).type} ({dtype})"
+
+
+def _dispatch(y, lmax, logits) -> str:
+    H = 0 if logits is None else logits.shape[1]
+    name, why = backend(y.device, y.dtype, lmax=lmax, channels=y.shape[2], n_heads=H)
+    if name is None:
+        raise ValueError(f"aggregate: {why}")
+    return name
+
+
+@torch.library.triton_op(OP, mutates_args=())
+def _aggregate_op(
+    y: torch.Tensor,
+    rot: torch.Tensor,
+    layout: int,
+    rot_lmax: int,
+    lmax: int,
+    rho: torch.Tensor,
+    dst: torch.Tensor,
+    perm: torch.Tensor,
+    row_ptr: torch.Tensor,
+    env: torch.Tensor,
+    logits: torch.Tensor | None,
+    z: torch.Tensor | None,
+    s: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    N = row_ptr.shape[0] - 1
+    C = y.shape[2]
+    D = st.dim_of(lmax)
+    cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
+    if _dispatch(y, lmax, logits) == "reference":
+        return aggregate_reference(y, rot, layout, rot_lmax, lmax, rho, dst, N, env, logits, z, s)
+    attn = logits is not None
+    H = logits.shape[1] if attn else 0
+    out = y.new_empty(N, D, C)
+    stats = y.new_empty(N, 2, H) if attn else y.new_zeros(0)
+    if cm.has_no_items(N):
+        return out, stats
+    t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
+    sr = cm.rot_args(rot, layout)
+    lg = logits if attn else y
+    sl = lg.stride()[:2] if attn else (0, 0)
+    stt = stats.stride() if attn else (0, 0, 0)
+    cm.wrap(_agg_fwd_kernel)[(N,)](
+        y, rot, rho, perm, row_ptr, env, lg, z if attn else y, s if not attn else y, out,
+        stats if attn else y,
+        t["col"], t["row"], t["ent_a"], t["ent_b"],
+        C, C // H if attn else 1,
+        *y.stride(), *sr, *sl, *out.stride(), *stt,
+        NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout, ATTN=attn,
+    )  # fmt: skip
+    return out, stats
+
+
+@_aggregate_op.register_fake
+def _(y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s):
+    N = row_ptr.shape[0] - 1
+    out = y.new_empty(N, st.dim_of(lmax), y.shape[2])
+    stats = y.new_empty(N, 2, logits.shape[1]) if logits is not None else y.new_empty(0)
+    return out, stats
+
+
+@torch.library.triton_op(OP_BWD, mutates_args=())
+def _aggregate_bwd_op(
+    gout: torch.Tensor,
+    out: torch.Tensor,
+    stats: torch.Tensor,
+    y: torch.Tensor,
+    rot: torch.Tensor,
+    layout: int,
+    rot_lmax: int,
+    lmax: int,
+    rho: torch.Tensor,
+    dst: torch.Tensor,
+    perm: torch.Tensor,
+    row_ptr: torch.Tensor,
+    env: torch.Tensor,
+    logits: torch.Tensor | None,
+    z: torch.Tensor | None,
+    s: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    N = row_ptr.shape[0] - 1
+    C = y.shape[2]
+    cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
+    if _dispatch(y, lmax, logits) == "reference":
+        return aggregate_bwd_reference(
+            gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, env, logits, z, s
+        )
+    attn = logits is not None
+    H = logits.shape[1] if attn else 0
+    full = layout == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
+    grot = (torch.empty(rot.shape, dtype=rot.dtype, device=rot.device) if full
+            else rot.new_zeros(rot.shape))  # fmt: skip
+    gy = torch.empty_like(y)
+    genv = torch.empty_like(env)
+    glog = torch.empty_like(logits) if attn else y.new_zeros(0)
+    gs = torch.empty_like(s) if not attn else y.new_zeros(0)
+    if attn:
+        D = out.shape[1]
+        Q = (gout * out).reshape(N, D, H, C // H).sum((1, 3))
+        M, S = stats[:, 0], stats[:, 1]
+        gz = -(Q * torch.exp(-M) / S).sum(0)
+    else:
+        Q = y.new_zeros(0)
+        gz = y.new_zeros(0)
+    if cm.has_no_items(N):
+        return gy, grot, genv, glog, gz, gs
+    t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
+    sr = cm.rot_args(rot, layout)
+    so = cm.rot_args(grot, layout)
+    dummy = y
+    cm.wrap(_agg_bwd_kernel)[(N,)](
+        gout, y, rot, rho, perm, row_ptr, env,
+        logits if attn else dummy, stats if attn else dummy, Q if attn else dummy,
+        s if not attn else dummy,
+        gy, grot, genv, glog if attn else dummy, gs if not attn else dummy,
+        t["col"], t["row"], t["ent_a"], t["ent_b"],
+        C, H, C // H if attn else 1,
+        *gout.stride(), *y.stride(), *sr,
+        *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
+        *(Q.stride() if attn else (0, 0)),
+        *gy.stride(), *so, *(glog.stride() if attn else (0, 0)),
+        NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
+        LAYOUT=layout, ATTN=attn,
+    )  # fmt: skip
+    return gy, grot, genv, glog, gz, gs
+
+
+@_aggregate_bwd_op.register_fake
+def _(gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s):
+    attn = logits is not None
+    return (
+        torch.empty_like(y),
+        torch.empty_like(rot),
+        torch.empty_like(env),
+        torch.empty_like(logits) if attn else y.new_empty(0),
+        torch.empty_like(z) if attn else y.new_empty(0),
+        torch.empty_like(s) if not attn else y.new_empty(0),
+    )
+
+
+def _setup(ctx, inputs, output):
+    y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s = inputs
+    out, stats = output
+    ctx.save_for_backward(out, stats, y, rot, rho, dst, perm, row_ptr, env, logits, z, s)
+    ctx.meta = (layout, rot_lmax, lmax)
+
+
+def _backward(ctx, gout, _gstats):
+    out, stats, y, rot, rho, dst, perm, row_ptr, env, logits, z, s = ctx.saved_tensors
+    layout, rot_lmax, lmax = ctx.meta
+    if gout is None:
+        gout = torch.zeros_like(out)
+    gy, grot, genv, glog, gz, gs = torch.ops.mdband.aggregate_bwd(
+        gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s
+    )
+    attn = logits is not None
+    return (
+        gy,
+        grot,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        genv,
+        glog if attn else None,
+        gz if attn else None,
+        gs if not attn else None,
+    )
+
+
+_aggregate_op.register_autograd(_backward, setup_context=_setup)
+
+
+# ---------------------------------------------------------------------------- public API
+def aggregate(
+    y: torch.Tensor,
+    storage,
+    lmax: int,
+    rho: torch.Tensor,
+    dst: torch.Tensor,
+    n_nodes: int,
+    env: torch.Tensor,
+    logits: torch.Tensor | None = None,
+    z: torch.Tensor | None = None,
+    s: torch.Tensor | None = None,
+    csr: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Rotate back, rescale, weight and sum per destination: out (n_nodes, (lmax+1)², C).
+
+    ``rho`` is cast to y's dtype; every other float input must already share y's dtype/device.
+
+    Attention mode: give ``logits`` (E, H) and ``z`` (H,) (H divides C). Plain envelope scatter
+    (n_atten_head = 0): give ``s`` (N,) instead. ``csr`` = (perm, row_ptr) of ``dst`` if the
+    caller already has it (otherwise it is built here: a stable argsort). Differentiable in y,
+    the storage's data, env, logits, z and s (not rho).
+    """
+    rot, layout, rot_lmax = cm.unpack_storage(storage, "aggregate")
+    cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
+    E, dm = y.shape[0], st.reduced_dim(lmax)
+    if y.dim() != 3 or y.shape[1] != dm:
+        raise ValueError(f"aggregate: y must be (E, {dm}, C) for lmax={lmax}, got {tuple(y.shape)}")
+    C = y.shape[2]
+    if rot.shape[0] != E or dst.shape[0] != E or env.shape != (E,):
+        raise ValueError("aggregate: y, storage, dst and env must have the same number of edges")
+    if tuple(rho.shape) != (st.dim_of(lmax),):
+        raise ValueError(f"aggregate: rho must be ({st.dim_of(lmax)},)")
+    if logits is not None:
+        if s is not None or z is None:
+            raise ValueError("aggregate: attention mode takes logits and z (and no s)")
+        H = logits.shape[1]
+        if logits.shape[0] != E or H < 1 or C % H != 0 or tuple(z.shape) != (H,):
+            raise ValueError(f"aggregate: logits (E, H) with H | C={C} and z (H,) required")
+    elif s is None or tuple(s.shape) != (n_nodes,) or z is not None:
+        raise ValueError("aggregate: plain mode takes s (N,) (and no z)")
+    rho = rho.to(dtype=y.dtype, device=y.device)
+    cm.check_dtypes("aggregate", y=y, storage=rot, env=env, logits=logits, z=z, s=s)
+    dst = dst.to(torch.int64)
+    perm, row_ptr = csr if csr is not None else cm.csr(dst, n_nodes)
+    out, _ = _aggregate_op(
+        y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s
+    )
+    return out

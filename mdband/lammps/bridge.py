@@ -1,0 +1,177 @@
+"""The Python half of ``pair_style mdband``: what the C++ plugin calls.
+
+``pair_coeff * * El...`` calls :func:`create` once per rank; every force evaluation calls
+:meth:`LammpsModel.compute` with the rank's edge list (centre = local atom, neighbour = local or
+ghost atom, ``edge_vec = x[src] − x[dst]`` within the model cutoff) as zero-copy buffers.
+
+Forces are returned for local **and** ghost atoms (the plugin sends ghost forces to their owners
+through LAMMPS), the virial of the rank's edges (it sums to the total over ranks) and, when
+asked, per-atom energies (local atoms) and per-atom virials (local + ghost atoms, each edge's
+``−vec ⊗ g`` shared half and half between its two atoms).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mdband.errors import MdbandError
+from mdband.lammps.exchange import Backend, GhostExchange, lammps_backend
+from mdband.potential import Potential
+
+_CACHE: dict[tuple, Potential] = {}
+
+# LAMMPS' order of the six virial components
+_VOIGT_A = [0, 1, 2, 0, 0, 1]
+_VOIGT_B = [0, 1, 2, 1, 2, 2]
+
+
+def _register_kinds() -> None:
+    """Make every model kind loadable (built-ins and the test potentials)."""
+    import mdband.model.factory  # noqa: F401  ("sezm")
+    import mdband.testing.lj  # noqa: F401  ("lj")
+    import mdband.testing.mp  # noqa: F401  ("mp2")
+
+
+def select_device(device: str, local_rank: int = 0) -> torch.device:
+    """``cpu``; ``cuda``/``auto`` → GPU ``local_rank % n_gpus`` (``auto`` falls back to CPU)."""
+    device = (device or "auto").strip()
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda:"):
+        dev = torch.device(device)
+    elif device in ("cuda", "auto"):
+        if not torch.cuda.is_available():
+            if device == "cuda":
+                raise MdbandError("device cuda requested, but CUDA is not available")
+            return torch.device("cpu")
+        dev = torch.device("cuda", int(local_rank) % torch.cuda.device_count())
+    else:
+        raise MdbandError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto")
+    if not torch.cuda.is_available():
+        raise MdbandError(f"device {device} requested, but CUDA is not available")
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def _configure_threads(local_size: int) -> None:
+    """Share the node's cores between the ranks on it (unless the user chose a thread count)."""
+    if "MDBAND_NUM_THREADS" in os.environ:
+        n = int(os.environ["MDBAND_NUM_THREADS"])
+    elif "OMP_NUM_THREADS" in os.environ:
+        return
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+        n = max(1, cores // max(1, int(local_size)))
+    torch.set_num_threads(max(1, n))
+
+
+def load_potential(model_file: str, device: torch.device, dtype: str, head: str | None):
+    """``load_model`` with a per-process cache (``pair_coeff`` may be issued several times)."""
+    from mdband.loader import load_model
+
+    path = Path(model_file)
+    stat = path.stat() if path.is_file() else None
+    key = (str(path.resolve()), stat and (stat.st_mtime_ns, stat.st_size), str(device), dtype, head)
+    if key not in _CACHE:
+        _register_kinds()
+        _CACHE[key] = load_model(model_file, device=device, dtype=dtype, head=head)
+    return _CACHE[key]
+
+
+class LammpsModel:
+    """One rank's model as ``pair_style mdband`` sees it.
+
+    Attributes read by the plugin: ``cutoff`` (Å) and ``exchange_width`` (doubles per atom moved
+    by one LAMMPS communication call; wider features are sent in several calls). The plugin sets
+    ``lammps_handle`` before the first :meth:`compute`.
+    """
+
+    def __init__(
+        self,
+        potential: Potential,
+        lammps_types: np.ndarray,
+        options: dict | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        self.potential = potential
+        self.cutoff = float(potential.cutoff)
+        self.device_name = str(potential.device)
+        self.exchange_width = int(getattr(potential.model, "exchange_width", 0) or 128)
+        self.options = dict(options or {})
+        self.lammps_handle = None
+        self._backend = backend  # stands in for LAMMPS' communication in tests
+        # model type of each LAMMPS type (LAMMPS types start at 1)
+        lut = np.concatenate([[0], np.asarray(lammps_types, dtype=np.int64)])
+        self._lut = torch.as_tensor(lut, device=potential.device)
+        self.last_exchange_calls = 0
+
+    def exchange_for(self, n_all: int, n_local: int) -> GhostExchange | None:
+        """The ``exchange`` of one evaluation (None outside LAMMPS without a test backend)."""
+        if self._backend is not None:
+            return GhostExchange(self._backend, n_all, n_local)
+        if self.lammps_handle is None:
+            return None
+        return GhostExchange(lammps_backend(self.lammps_handle), n_all, n_local)
+
+    def compute(self, nlocal, nghost, types, src, dst, vec, forces, eatom, vatom, out) -> None:
+        """Evaluate one rank's edges; results are written into the plugin's buffers.
+
+        ``types`` int32 (n_all,) LAMMPS types; ``src``/``dst`` int64 (E,); ``vec`` float64
+        (E, 3); ``forces`` float64 (n_all, 3), zeroed; ``eatom`` float64 (nlocal,) or None;
+        ``vatom`` float64 (n_all, 6) or None; ``out`` float64 (7,): energy of the local atoms,
+        then the virial xx yy zz xy xz yz (eV).
+        """
+        pot = self.potential
+        dev = pot.device
+        n_all = nlocal + nghost
+        ltypes = torch.from_numpy(np.frombuffer(types, dtype=np.int32).astype(np.int64))
+        types_t = self._lut[ltypes.to(dev)]
+        src_t = torch.from_numpy(np.frombuffer(src, dtype=np.int64)).to(dev)
+        dst_t = torch.from_numpy(np.frombuffer(dst, dtype=np.int64)).to(dev)
+        vec_t = torch.from_numpy(np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)).to(dev)
+        exchange = self.exchange_for(n_all, nlocal)
+        res = pot.evaluate_edges(
+            types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange, n_local=nlocal
+        )
+        self.last_exchange_calls = 0 if exchange is None else exchange.calls
+        g = res.edge_grad.to(torch.float64)
+        f = torch.zeros((n_all, 3), dtype=torch.float64, device=dev)
+        f.index_add_(0, dst_t, g)
+        f.index_add_(0, src_t, -g)
+        # per-edge virial −vec ⊗ g (the f·r convention LAMMPS uses), in LAMMPS' Voigt order
+        w6 = -(vec_t[:, _VOIGT_A] * g[:, _VOIGT_B])
+        e_local = res.atom_energy[:nlocal]
+        head = torch.cat([e_local.sum().reshape(1), w6.sum(0)])
+        np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
+        np.frombuffer(forces, dtype=np.float64).reshape(n_all, 3)[:] = f.cpu().numpy()
+        if eatom is not None:
+            np.frombuffer(eatom, dtype=np.float64)[:] = e_local.cpu().numpy()
+        if vatom is not None:
+            half = 0.5 * w6
+            va = torch.zeros((n_all, 6), dtype=torch.float64, device=dev)
+            va.index_add_(0, dst_t, half)
+            va.index_add_(0, src_t, half)
+            np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)[:] = va.cpu().numpy()
+
+
+def create(model_file: str, elements, options: dict | None = None) -> LammpsModel:
+    """Called by ``pair_coeff * * El...`` on every rank.
+
+    ``options``: ``dtype``, ``device``, ``head`` from the ``pair_style`` line and ``rank``,
+    ``nprocs``, ``local_rank``, ``local_size`` (ranks on this node) from the plugin.
+    """
+    opts = dict(options or {})
+    device = select_device(str(opts.get("device", "auto")), int(opts.get("local_rank", 0)))
+    _configure_threads(int(opts.get("local_size", 1)))
+    dtype = str(opts.get("dtype", "float32"))
+    head = opts.get("head") or None
+    pot = load_potential(model_file, device, dtype, head)
+    types = pot.types_of([str(e) for e in elements])
+    return LammpsModel(pot, types, opts)

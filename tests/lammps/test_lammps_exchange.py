@@ -1,0 +1,139 @@
+"""The bridge's Python side without LAMMPS: ghost exchange, the compute() buffer contract, the
+mp2 test model and device selection. These run everywhere (no plugin needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from lammps_harness import make_frame
+
+from mdband.errors import MdbandError
+from mdband.graph import build_edge_graph
+from mdband.lammps import bridge
+from mdband.lammps.exchange import GhostExchange, owner_backend
+from mdband.testing.lj import lennard_jones_potential
+from mdband.testing.mp import message_passing_potential
+
+ELEMENTS = ("Ar", "Kr")
+
+
+def ghost_layout(positions, cell, cutoff):
+    """Local atoms + one ghost per periodic image a local atom sees, as LAMMPS lays them out on
+    one rank: edges centred on local atoms, neighbours local or ghost, owner index per row."""
+    g = build_edge_graph(positions, cell, True, cutoff)
+    n = len(positions)
+    owner = list(range(n))
+    rows = [p for p in positions]
+    index = {}
+    src = g.src.copy()
+    for e in np.nonzero(np.any(g.shifts != 0, axis=1))[0]:
+        key = (int(g.src[e]), tuple(int(s) for s in g.shifts[e]))
+        if key not in index:
+            index[key] = len(rows)
+            rows.append(positions[g.src[e]] + g.shifts[e] @ cell)
+            owner.append(int(g.src[e]))
+        src[e] = index[key]
+    x = np.array(rows)
+    return x, np.array(owner), src, g.dst.copy()
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return make_frame(grid=(3, 3, 4), spacing=3.8, tilt=(0.1, 0.0, -0.1), seed=5)
+
+
+def _compute(model, frame, x, owner, src, dst):
+    n, n_all = len(frame.positions), len(x)
+    ltypes = frame.types[owner].astype(np.int32)
+    vec = np.ascontiguousarray(x[src] - x[dst])
+    forces = np.zeros((n_all, 3))
+    eatom = np.zeros(n)
+    vatom = np.zeros((n_all, 6))
+    out = np.zeros(7)
+    model.compute(n, n_all - n, ltypes, src, dst, vec, forces, eatom, vatom, out)
+    folded = np.zeros((n, 3))
+    np.add.at(folded, owner, forces)
+    vfold = np.zeros((n, 6))
+    np.add.at(vfold, owner, vatom)
+    return out, folded, eatom, vfold
+
+
+@pytest.mark.parametrize("kind", ["lj", "mp2"])
+def test_compute_buffers_match_evaluate(kind, frame):
+    if kind == "lj":
+        pot = lennard_jones_potential(type_map=ELEMENTS, cutoff=6.5, r_on=5.5)
+    else:
+        pot = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
+    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    assert len(x) > len(frame.positions)  # there are ghost atoms
+    model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), backend=owner_backend(owner))
+    out, forces, eatom, vatom = _compute(model, frame, x, owner, src, dst)
+    assert out[0] == pytest.approx(ref.energy, rel=1e-12)
+    np.testing.assert_allclose(forces, ref.forces, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(eatom, ref.atom_energy, rtol=0, atol=1e-12)
+    voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
+    w = np.array([ref.virial[a, b] for a, b in voigt])
+    np.testing.assert_allclose(out[1:], w, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(vatom.sum(0), w, rtol=0, atol=1e-10)
+    # mp2: 2 forward exchanges, 1 backward (the embedding does not depend on positions)
+    assert model.last_exchange_calls == (3 if kind == "mp2" else 0)
+
+
+def test_mp2_needs_the_exchange(frame):
+    """Without refreshing ghost rows the second layer reads wrong features: the parity tests
+    of the exchange are not vacuous."""
+    pot = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
+    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    no_comm = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), backend=lambda rows, rev: None)
+    out, forces, _, _ = _compute(no_comm, frame, x, owner, src, dst)
+    assert abs(out[0] - ref.energy) > 1e-3  # parity tolerances are 1e-10 rel., 1e-8 eV/Å
+    assert np.max(np.abs(forces - ref.forces)) > 1e-3
+
+
+def test_exchange_autograd():
+    owner = np.array([0, 1, 2, 0, 2, 2])  # rows 3..5 are ghosts of 0, 2, 2
+    ex = GhostExchange(owner_backend(owner), n_all=6, n_local=3)
+    x = torch.randn(6, 2, 3, dtype=torch.float32, requires_grad=True)
+    y = ex(x)
+    assert y.dtype == torch.float32 and y.shape == x.shape
+    torch.testing.assert_close(y.detach(), x.detach()[torch.as_tensor(owner)])
+    w = torch.randn(6, 2, 3)
+    (grad,) = torch.autograd.grad((y * w).sum(), x)
+    expected = torch.zeros(6, 2, 3)
+    expected.index_add_(0, torch.as_tensor(owner), w)
+    torch.testing.assert_close(grad, expected)
+    assert ex.calls == 2
+    with pytest.raises(ValueError, match="expects 6 rows"):
+        ex(torch.zeros(5, 2))
+
+
+def test_select_device(monkeypatch):
+    assert bridge.select_device("cpu", 3).type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bridge.select_device("auto", 1).type == "cpu"
+    with pytest.raises(MdbandError, match="CUDA is not available"):
+        bridge.select_device("cuda", 0)
+    with pytest.raises(MdbandError, match="unknown device"):
+        bridge.select_device("tpu", 0)
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(d))
+    assert bridge.select_device("auto", 6) == torch.device("cuda", 2)  # local rank 6 → GPU 6 % 4
+    assert bridge.select_device("cuda", 3) == torch.device("cuda", 3)
+    assert bridge.select_device("cuda:1", 3) == torch.device("cuda", 1)
+    assert chosen == [torch.device("cuda", 2), torch.device("cuda", 3), torch.device("cuda", 1)]
+
+
+def test_mp2_model_file_roundtrip(tmp_path):
+    pot = message_passing_potential(type_map=ELEMENTS, seed=3)
+    pot.save(tmp_path / "mp2.pt")
+    back = bridge.load_potential(str(tmp_path / "mp2.pt"), torch.device("cpu"), "float64", None)
+    assert back.kind == "mp2" and back.model_hash == pot.model_hash
+    f = make_frame(grid=(3, 3, 3), seed=4)
+    e1 = pot.evaluate(f.positions, f.cell, True, f.species).energy
+    e2 = back.evaluate(f.positions, f.cell, True, f.species).energy
+    assert e1 == e2

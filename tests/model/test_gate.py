@@ -1,0 +1,124 @@
+"""The rotation-layout gate end to end: one decision per model, no wrong-layout reads, and the
+fused ops (Triton or their references) give the same numbers as the torch path."""
+
+import numpy as np
+import pytest
+from conftest import small_config
+
+import mdband.kernels.capability as cap
+import mdband.model.block as block
+from mdband.kernels import force_triton
+from mdband.model.factory import build_sezm, initialise_weights
+from mdband.potential import Potential
+from mdband.so3.storage import RotationLayout
+from mdband.testing.sentinel import SentinelStorage
+
+POS = np.array([[0.0, 0.0, 0.0], [1.1, 0.2, -0.1], [-0.3, 1.2, 0.4], [0.5, -0.4, 1.3]])
+SYM = ["C", "O", "H", "H"]
+
+OPTIONS = {
+    "attn1": {},
+    "attn2_focus2": dict(n_focus=2, n_atten_head=2, radial_so2_rank=2),
+    "scatter_none": dict(n_atten_head=0, radial_so2_mode="none"),
+    "degree_rank0": dict(radial_so2_rank=0),
+    "pyramid": dict(l_schedule=(3, 2, 1)),
+}
+
+
+def potential(cfg, seed=2, **options):
+    model = build_sezm(cfg, None, options)
+    initialise_weights(model, seed=seed, gain=0.5)
+    return Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=4.0, config=cfg,
+                     dtype="float64")  # fmt: skip
+
+
+def sentinel_run(pot, monkeypatch):
+    wrapped = []
+    original = block.SeZMDescriptor.edge_cache
+
+    def wrapping(self, *a, **k):
+        ec = original(self, *a, **k)
+        if ec.rotations is not None:
+            ec.rotations = SentinelStorage.wrap(ec.rotations)
+            wrapped.append(ec.rotations)
+        return ec
+
+    monkeypatch.setattr(block.SeZMDescriptor, "edge_cache", wrapping)
+    res = pot.evaluate(POS, None, False, SYM)
+    monkeypatch.setattr(block.SeZMDescriptor, "edge_cache", original)
+    return res, wrapped
+
+
+@pytest.mark.parametrize("kernels", ["torch", "ops"])
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_no_wrong_layout_reads_and_band_equals_dense(name, kernels, monkeypatch):
+    cfg = small_config(**OPTIONS[name])
+    results = {}
+    for layout in ("band", "dense"):
+        pot = potential(cfg, rotation_layout=layout, kernels=kernels)
+        assert pot.rotation_layout == layout
+        res, wrapped = sentinel_run(pot, monkeypatch)
+        assert len(wrapped) == 1 and wrapped[0].violations == []
+        assert wrapped[0].reads and {lay for _, lay in wrapped[0].reads} == {RotationLayout(layout)}
+        results[layout] = res
+    b, d = results["band"], results["dense"]
+    assert abs(b.energy - d.energy) <= 1e-12 * max(1.0, abs(d.energy))
+    np.testing.assert_allclose(b.forces, d.forces, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_ops_match_torch_path(name):
+    cfg = small_config(**OPTIONS[name])
+    a = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
+    b = potential(cfg, kernels="ops").evaluate(POS, None, False, SYM)
+    assert abs(a.energy - b.energy) <= 1e-12 * max(1.0, abs(a.energy))
+    np.testing.assert_allclose(a.forces, b.forces, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("unavailable", ["rotate_mix", "aggregate", "zonal_embed", None])
+def test_gate_matrix_with_monkeypatched_availability(unavailable, monkeypatch):
+    """Band iff every consumer accepts it; a consumer whose op is unavailable falls back to the
+    torch path (which reads both); a consumer that refuses the band forces dense, named."""
+    from mdband.model import gate
+
+    if unavailable is not None:
+        mod = {"rotate_mix": gate._rm, "aggregate": gate._agg, "zonal_embed": gate._zonal}
+        monkeypatch.setattr(mod[unavailable], "backend", lambda *a, **k: (None, "patched away"))
+    cfg = small_config()
+    pot = potential(cfg, kernels="ops")
+    assert pot.rotation_layout == "band"
+    names = [s.name for s in gate.model_consumers(pot.model.cfg, pot.model.settings)]
+    if unavailable == "rotate_mix":
+        assert "blocks.0.rotate_to_local" in names and "blocks.0.rotate_mix" not in names
+    if unavailable == "aggregate":
+        assert "blocks.1.rotate_back" in names
+    # a consumer that declares dense only blocks the band for the whole model
+    refusing = cap.ConsumerSpec("blocks.1.aggregate", cap.DENSE_ONLY, "test: dense-only reader")
+    real = gate.cap.spec_for_aggregate
+
+    def spec(device, dtype, **kw):
+        s = real(device, dtype, **kw)
+        return refusing if kw.get("name") == "blocks.1.aggregate" else s
+
+    monkeypatch.setattr(gate.cap, "spec_for_aggregate", spec)
+    if unavailable == "aggregate":
+        return  # the torch path replaces the aggregate op; nothing refuses
+    forced = potential(cfg, kernels="ops", rotation_layout="band")
+    assert forced.rotation_layout == "dense"
+    assert "blocks.1.aggregate" in forced.rotation_layout_reason
+    dense = potential(cfg, kernels="ops", rotation_layout="dense")
+    r1 = forced.evaluate(POS, None, False, SYM)
+    r2 = dense.evaluate(POS, None, False, SYM)
+    assert r1.energy == r2.energy
+    np.testing.assert_array_equal(r1.forces, r2.forces)
+
+
+@pytest.mark.parametrize("lmax", [1, 2])
+def test_triton_kernels_in_the_model(lmax):
+    """The whole model with every fused op on its Triton kernel (interpreter on CPU)."""
+    cfg = small_config(channels=4, n_radial=4, l_schedule=(lmax,), mixing_layers=1)
+    ref = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
+    with force_triton():
+        got = potential(cfg, kernels="ops").evaluate(POS, None, False, SYM)
+    assert abs(got.energy - ref.energy) <= 1e-12 * max(1.0, abs(ref.energy))
+    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=1e-11)
