@@ -77,7 +77,8 @@ VARIANTS = {
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[4, 8])
-    ap.add_argument("--largest", type=int, nargs="*", default=[12, 14, 16, 18, 20, 22, 24])
+    ap.add_argument("--largest", type=int, nargs="*", default=[10, 12, 14, 16, 18, 20, 22, 24])
+    ap.add_argument("--largest-variants", nargs="*", default=["band-recompute", "band", "dense"])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
@@ -98,7 +99,12 @@ def main() -> None:
     r64 = call(ref, small, g)
     res = {}
     for name, opt in VARIANTS.items():
-        res[name] = call(make(sd, "cuda", "float32", **opt), small, g)
+        try:
+            res[name] = call(make(sd, "cuda", "float32", **opt), small, g)
+        except Exception as exc:  # keep going: report what failed
+            out["checks"][f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            print(name, "FAILED", exc, flush=True)
+            continue
         out["checks"][f"{name}_vs_fp64_force_maxabs"] = float(
             np.abs(res[name].forces - r64.forces).max()
         )
@@ -108,6 +114,8 @@ def main() -> None:
     fscale = float(np.abs(r64.forces).max())
     out["checks"]["force_scale"] = fscale
     for a, b in (("band", "dense"), ("band-torch", "dense-torch"), ("band", "band-torch")):
+        if a not in res or b not in res:
+            continue
         out["checks"][f"{a}_vs_{b}_force_maxabs"] = float(
             np.abs(res[a].forces - res[b].forces).max()
         )
@@ -133,7 +141,10 @@ def main() -> None:
                 ms, gb = timed(pot, atoms, graph, args.repeat)
             except torch.OutOfMemoryError:
                 ms, gb = float("nan"), float("nan")
-            del pot
+            except Exception as exc:
+                print(name, "FAILED", exc, flush=True)
+                ms, gb = float("nan"), float("nan")
+            pot = None
             torch.cuda.empty_cache()
             row = {
                 "n_atoms": len(atoms),
@@ -147,7 +158,7 @@ def main() -> None:
             print(row, flush=True)
 
     # ---- largest cell that fits (band, with and without recompute)
-    for name in ("band-recompute", "band", "dense"):
+    for name in args.largest_variants:
         best = None
         for n in args.largest:
             atoms = diamond(n)
@@ -159,6 +170,9 @@ def main() -> None:
                 print(name, best, flush=True)
             except torch.OutOfMemoryError:
                 out["largest"][name + "_first_oom"] = len(atoms)
+                break
+            except Exception as exc:
+                print(name, "FAILED", exc, flush=True)
                 break
             finally:
                 pot = None
