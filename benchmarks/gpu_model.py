@@ -70,7 +70,8 @@ VARIANTS = {
     "dense": dict(rotation_layout="dense"),
     "band-torch": dict(rotation_layout="band", kernels="torch"),
     "dense-torch": dict(rotation_layout="dense", kernels="torch"),
-    "band-recompute": dict(rotation_layout="band", recompute=True),
+    "band-recompute": dict(rotation_layout="band", recompute="all"),
+    "band-recompute-stack": dict(rotation_layout="band", recompute="stack"),
 }
 
 

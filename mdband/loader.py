@@ -60,7 +60,7 @@ def load_model(
     head: str | None = None,
     rotation_layout: str | None = None,
     kernels: str | None = None,
-    recompute: bool | None = None,
+    recompute: str | bool | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -78,8 +78,8 @@ def load_model(
         reads it.
     kernels : {"auto", "torch"}, optional
         ``"auto"`` runs the Triton kernels on CUDA tensors; ``"torch"`` the references everywhere.
-    recompute : bool, optional
-        Recompute each block's edge work in the backward instead of keeping it (less memory).
+    recompute : {"off", "stack", "all"} or bool, optional
+        "stack" rebuilds each SO(2) layer, "all" each block's edge work, in the backward.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     options = {"rotation_layout": rotation_layout, "kernels": kernels, "recompute": recompute}

@@ -10,8 +10,10 @@ rotation_layout    MDBAND_ROTATION_LAYOUT   auto (default) | band | dense
 kernels            MDBAND_KERNELS           auto (default: fused ops on CUDA tensors,
                                             torch path on CPU) | ops (fused ops everywhere;
                                             their references on CPU) | torch
-recompute          MDBAND_RECOMPUTE         0 (default) | 1: recompute each block's edge
-                                            work in the backward (less memory)
+recompute          MDBAND_RECOMPUTE         off (default) | stack: keep only each SO(2)
+                                            layer's input, rebuild its internals in the
+                                            backward | all: also rebuild each block's edge
+                                            work (least memory)
 =================  =======================  ==========================================
 """
 
@@ -25,7 +27,11 @@ ENV = {
     "kernels": "MDBAND_KERNELS",
     "recompute": "MDBAND_RECOMPUTE",
 }
-_CHOICES = {"rotation_layout": ("auto", "band", "dense"), "kernels": ("auto", "ops", "torch")}
+_CHOICES = {
+    "rotation_layout": ("auto", "band", "dense"),
+    "kernels": ("auto", "ops", "torch"),
+    "recompute": ("off", "stack", "all"),
+}
 _BOOL = {
     "1": True,
     "true": True,
@@ -42,7 +48,7 @@ _BOOL = {
 class EngineSettings:
     rotation_layout: str = "auto"
     kernels: str = "auto"
-    recompute: bool = False
+    recompute: str = "off"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -62,19 +68,12 @@ class EngineSettings:
                 value, source = os.environ[var], var
             if value is None:
                 continue
+            value = str(value).strip().lower() if not isinstance(value, bool) else value
             if name == "recompute":
-                if isinstance(value, str):
-                    if value.strip().lower() not in _BOOL:
-                        raise ValueError(f"{source}={value!r} is not a boolean (0/1)")
-                    value = _BOOL[value.strip().lower()]
-                kw[name] = bool(value)
-            else:
-                value = str(value).strip().lower()
-                if value not in _CHOICES[name]:
-                    raise ValueError(
-                        f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}"
-                    )
-                kw[name] = value
+                value = {True: "all", False: "off"}.get(_BOOL.get(value, value), value)
+            if value not in _CHOICES[name]:
+                raise ValueError(f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}")
+            kw[name] = value
         return cls(**kw)
 
     def to_dict(self) -> dict:

@@ -9,7 +9,10 @@ def test_resolution_order(monkeypatch):
     monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "dense")
     monkeypatch.setenv("MDBAND_RECOMPUTE", "1")
     s = EngineSettings.resolve()
-    assert s.rotation_layout == "dense" and s.recompute is True
+    assert s.rotation_layout == "dense" and s.recompute == "all"
+    monkeypatch.setenv("MDBAND_RECOMPUTE", "stack")
+    assert EngineSettings.resolve().recompute == "stack"
+    assert EngineSettings.resolve(recompute=False).recompute == "off"
     assert EngineSettings.resolve(rotation_layout="band").rotation_layout == "band"
     monkeypatch.setenv("MDBAND_KERNELS", "cuda-magic")
     with pytest.raises(ValueError, match="MDBAND_KERNELS"):

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mdband.kernels._common import csr
-from mdband.kernels.band_producer import band_storage
+from mdband.kernels.band_producer import band_producer
 from mdband.kernels.zonal import zonal_embed
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
@@ -74,13 +74,13 @@ class InteractionBlock(nn.Module):
         )
         self.ffns = nn.ModuleList([build_block_ffn(lmax, C, opts) for _ in range(n)])
 
-    def forward(self, x, ec, radf, recompute: bool = False):
+    def forward(self, x, ec, radf, recompute: str = "off"):
         h = self.pre_so2_norm(x)
-        if recompute and torch.is_grad_enabled():
+        if recompute == "all" and torch.is_grad_enabled():
             # keep only node-sized tensors: the block's edge work is redone in the backward
             h = checkpoint(self.so2_conv, h, ec, radf, True, use_reentrant=False)
         else:
-            h = self.so2_conv(h, ec, radf)
+            h = self.so2_conv(h, ec, radf, recompute == "stack")
         x = x + self.post_so2_norm(h)
         for pre, ffn, post in zip(self.pre_ffn_norms, self.ffns, self.post_ffn_norms):
             x = x + post(ffn(pre(x)))
@@ -131,11 +131,10 @@ class SeZMDescriptor(nn.Module):
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rot = None
         if self.needs_rotations():
-            band = self.rotation_layout is st.RotationLayout.BAND
-            if band and self.producer_op and self.settings.ops_on(edge_vec):
-                rot = band_storage(edge_vec, cfg.lmax)
-            else:
-                rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout)
+            band = None
+            if self.producer_op and self.settings.ops_on(edge_vec):
+                band = band_producer(edge_vec, cfg.lmax)
+            rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout, band)
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes)
 
     def forward(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:

@@ -11,7 +11,8 @@ For an edge with unit direction û and local axes (x', y') from :func:`edge_fram
 so :func:`band_from_edges` builds the (E, 3D−2) band from polynomials and their gradients, never
 from a dense matrix. :func:`dense_from_edges` projects ``Y(R p)`` on a quadrature grid
 (``D = (2l+1)·Σ_g w_g Y(R p_g) Y(p_g)ᵀ``), an independent construction used as the dense layout and
-as the reference the band is tested against.
+as the reference the band is tested against; the dense *layout* embeds the closed-form band rows
+(:func:`dense_with_band`) so both layouts feed consumers identical numbers.
 """
 
 from __future__ import annotations
@@ -23,11 +24,7 @@ import torch
 from mdband.so3.frames import edge_frame, unit_vectors
 from mdband.so3.harmonics import spherical_harmonics
 from mdband.so3.quadrature import sphere_rule
-from mdband.so3.storage import (
-    RotationLayout,
-    RotationStorage,
-    dim_of,
-)
+from mdband.so3.storage import RotationLayout, RotationStorage, dim_of, tables
 
 
 def _ladder(lmax: int, dtype, device) -> torch.Tensor:
@@ -70,9 +67,29 @@ def dense_from_unit(u: torch.Tensor, lmax: int) -> torch.Tensor:
     return (full * scale * mask).reshape(-1, D, D)
 
 
-def rotation_storage(edge_vec: torch.Tensor, lmax: int, layout: RotationLayout) -> RotationStorage:
-    """Build the per-edge rotations of ``edge_vec`` (E, 3) directly in ``layout``."""
+def dense_with_band(u: torch.Tensor, lmax: int, band: torch.Tensor) -> torch.Tensor:
+    """Dense Wigner-D whose band rows are exactly ``band`` (the rest from quadrature).
+
+    Consumers read only the band rows, so a dense model sees the same numbers as a band model
+    and the two give bitwise-identical results when their arithmetic is the same.
+    """
+    D = dim_of(lmax)
+    flat = tables(lmax, u.device)["flat"]
+    dense = dense_from_unit(u, lmax).reshape(-1, D * D)
+    return dense.index_copy(1, flat, band.to(dense.dtype)).reshape(-1, D, D)
+
+
+def rotation_storage(
+    edge_vec: torch.Tensor, lmax: int, layout: RotationLayout, band: torch.Tensor | None = None
+) -> RotationStorage:
+    """Build the per-edge rotations of ``edge_vec`` (E, 3) directly in ``layout``.
+
+    ``band`` (E, 3D−2), if given, is a band already produced for these edges (e.g. by the fused
+    producer); the dense layout embeds it, the band layout uses it as is.
+    """
     u, _ = unit_vectors(edge_vec)
+    if band is None:
+        band = band_from_unit(u, lmax)
     if layout is RotationLayout.BAND:
-        return RotationStorage(layout, lmax, band_from_unit(u, lmax))
-    return RotationStorage(layout, lmax, dense_from_unit(u, lmax))
+        return RotationStorage(layout, lmax, band)
+    return RotationStorage(layout, lmax, dense_with_band(u, lmax, band))

@@ -62,8 +62,8 @@ def test_no_wrong_layout_reads_and_band_equals_dense(name, kernels, monkeypatch)
         assert wrapped[0].reads and {lay for _, lay in wrapped[0].reads} == {RotationLayout(layout)}
         results[layout] = res
     b, d = results["band"], results["dense"]
-    assert abs(b.energy - d.energy) <= 1e-12 * max(1.0, abs(d.energy))
-    np.testing.assert_allclose(b.forces, d.forces, rtol=0, atol=1e-12)
+    assert b.energy == d.energy
+    np.testing.assert_array_equal(b.forces, d.forces)
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONS))
