@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +26,7 @@ import numpy as np
 
 from mdband._version import __version__
 from mdband.errors import MdbandError
+from mdband.io.atomic import atomic_path
 
 FORMAT = "mdband-checkpoint"
 FORMAT_VERSION = 1
@@ -106,52 +105,28 @@ def write_checkpoint(path, ck: Checkpoint) -> None:
     """Atomically replace ``path`` with ``ck`` (write a temp file, fsync, rename)."""
     path = Path(path)
     ck = _normalise(ck)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["step"] = ck.step
-            f.attrs["time"] = ck.time
-            f.attrs["model_hash"] = ck.model_hash
-            f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
-            f.attrs["mdband_version"] = __version__
-            f.attrs["sha256"] = _digest(ck)
-            for name in _ARRAYS:
-                f.create_dataset(name, data=getattr(ck, name))
-            f.create_dataset("velocities", data=ck.velocities)
-            g = f.create_group("integrator")
-            for name, arr in ck.integrator.items():
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["format"] = FORMAT
+        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["step"] = ck.step
+        f.attrs["time"] = ck.time
+        f.attrs["model_hash"] = ck.model_hash
+        f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
+        f.attrs["mdband_version"] = __version__
+        f.attrs["sha256"] = _digest(ck)
+        for name in _ARRAYS:
+            f.create_dataset(name, data=getattr(ck, name))
+        f.create_dataset("velocities", data=ck.velocities)
+        g = f.create_group("integrator")
+        for name, arr in ck.integrator.items():
+            g.create_dataset(name, data=arr)
+        g = f.create_group("rng")
+        for name, state in ck.rng.items():
+            g.create_group(name).attrs["state"] = json.dumps(state)
+        if ck.neighbours is not None:
+            g = f.create_group("neighbours")
+            for name, arr in ck.neighbours.items():
                 g.create_dataset(name, data=arr)
-            g = f.create_group("rng")
-            for name, state in ck.rng.items():
-                g.create_group(name).attrs["state"] = json.dumps(state)
-            if ck.neighbours is not None:
-                g = f.create_group("neighbours")
-                for name, arr in ck.neighbours.items():
-                    g.create_dataset(name, data=arr)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_checkpoint(path) -> Checkpoint:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from mdband._version import __version__
 from mdband.errors import ModelFileError
+from mdband.io.atomic import atomic_path
 
 FORMAT = "mdband-model"
 FORMAT_VERSION = 1
@@ -71,18 +70,8 @@ def save_model_file(potential, path) -> None:
         "state_dict": sd,
         "metadata": meta,
     }
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def is_model_file(obj: dict) -> bool:
