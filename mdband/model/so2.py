@@ -71,16 +71,16 @@ class GatedActivation(nn.Module):
         super().__init__()
         self.lmax, self.channels = lmax, channels
         self.gate_linear = FocusLinear(channels, lmax * channels, n_focus)
-        idx = torch.tensor(reduced_degree_index(lmax)[1:]) - 1
-        self.register_buffer("_expand", idx, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (F, E, Dm, C)
         F, E = x.shape[0], x.shape[1]
-        x0, xr = torch.split(x, [1, x.shape[2] - 1], dim=2)
+        L, C = self.lmax, self.channels
+        x0, xr = torch.split(x, [1, 3 * L], dim=2)
         logits = self.gate_linear(x0[:, :, 0].transpose(0, 1)).transpose(0, 1)  # (F, E, L*C)
-        gates = torch.sigmoid(logits).reshape(F, E, self.lmax, self.channels)
-        gates = gates.index_select(2, self._expand)
-        return torch.cat([nn.functional.silu(x0), xr * gates], dim=2)
+        gates = torch.sigmoid(logits).reshape(F, E, 1, L, C)
+        # rows 1.. are (l,0), (l,−1), (l,+1) for l = 1..L: one gate per degree, broadcast over m
+        gated = (xr.reshape(F, E, 3, L, C) * gates).reshape(F, E, 3 * L, C)
+        return torch.cat([nn.functional.silu(x0), gated], dim=2)
 
 
 class RadialDegreeMixer(nn.Module):
