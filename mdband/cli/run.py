@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from mdband.cli.common import UserError
-from mdband.md.config import ENSEMBLES
+from mdband.md.config import ENGINES, ENSEMBLES
 
 
 class _DivergedError(UserError):
@@ -25,6 +25,15 @@ class _InterruptedError(UserError):
     exit_code = 130
 
 
+def _quiet_on_workers(exc: UserError) -> UserError:
+    """Under mpirun only rank 0 prints the error line; the other ranks just exit."""
+    from mdband.md.lammps_engine import launcher_rank_size
+
+    if launcher_rank_size()[0] > 0:
+        exc.show = lambda file=None: None
+    return exc
+
+
 class _OneLineCommand(click.Command):
     """Report click's own usage errors (bad flag values) as one line, exit code 2."""
 
@@ -32,7 +41,13 @@ class _OneLineCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            raise UserError(exc.format_message().replace("\n", " ")) from None
+            raise _quiet_on_workers(UserError(exc.format_message().replace("\n", " "))) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            raise _quiet_on_workers(exc) from None
 
 
 def _load_toml(path: str) -> dict:
@@ -107,6 +122,11 @@ def _config(settings: dict):
 @click.option("--min-distance", type=float, metavar="A", help="Closest allowed pair [0.5 Å].")
 @click.option("--threads", type=int, metavar="N", help="CPU threads for torch.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    help="ase (one process) or lammps (pair_style mdband; mpirun -np N for ranks) [ase].",
+)
 @click.pass_context
 def command(ctx, **params):
     """Run molecular dynamics with an mdband / SeZM potential.
@@ -115,14 +135,29 @@ def command(ctx, **params):
     override it. --steps is the run's total length: with --resume the run continues from the
     checkpoint until the step counter reaches it.
 
+    --engine lammps integrates with LAMMPS (pair_style mdband, same outputs); start it as
+    `mpirun -np N mdband run --engine lammps ...` to split the cell over N ranks.
+
     Exit codes: 2 bad input (nothing written), 3 the run diverged (NaN/inf), 130 stopped by
     Ctrl-C/SIGTERM after writing a checkpoint.
     """
     from mdband.errors import MdbandError
-    from mdband.md import RunInterrupted, SimulationDivergedError, run
+    from mdband.md import ConfigError, RunInterrupted, SimulationDivergedError, run
 
     try:
-        run(_config(_settings(ctx, params)))
+        config = _config(_settings(ctx, params))
+        if config.engine == "lammps":
+            from mdband.md.lammps_engine import run_lammps
+
+            run_lammps(config)
+        else:
+            from mdband.md.lammps_engine import launcher_rank_size
+
+            if launcher_rank_size()[1] > 1:
+                raise ConfigError(
+                    "--engine ase runs in one process; under mpirun use --engine lammps"
+                )
+            run(config)
     except SimulationDivergedError as exc:
         raise _DivergedError(_line(exc)) from None
     except RunInterrupted as exc:

@@ -17,6 +17,7 @@ from mdband.md.errors import ConfigError
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
 BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
+ENGINES = ("ase", "lammps")
 PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
@@ -32,6 +33,7 @@ PHYSICS_FIELDS = (
     "tloop",
     "ploop",
     "barostat",
+    "engine",
 )
 
 
@@ -85,6 +87,9 @@ class RunConfig:
         CPU threads for torch (process-wide; default: torch's choice).
     progress : bool
         Show a progress bar.
+    engine : {"ase", "lammps"}
+        Who integrates: ASE in this process, or LAMMPS with ``pair_style mdband`` (runs under
+        ``mpirun``; see :mod:`mdband.md.lammps_engine`).
     """
 
     structure: str | None = None
@@ -120,6 +125,7 @@ class RunConfig:
     skin: float = 0.0
     threads: int | None = None
     progress: bool = True
+    engine: str = "ase"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -164,6 +170,8 @@ def _validate(c: RunConfig) -> None:
     _types(c)
     if c.ensemble not in ENSEMBLES:
         raise ConfigError(f"ensemble must be one of {', '.join(ENSEMBLES)}; got {c.ensemble!r}")
+    if c.engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}; got {c.engine!r}")
     if c.barostat not in BAROSTATS:
         raise ConfigError(f"barostat must be one of {', '.join(BAROSTATS)}; got {c.barostat!r}")
     if c.traj_force_unit not in FORCE_UNITS:
