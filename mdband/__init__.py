@@ -1,6 +1,8 @@
 """mdband: molecular dynamics with SeZM (DPA4) potentials on banded Wigner storage."""
 
+from mdband import fit  # a callable package: mdband.fit(...)
 from mdband._version import __version__
+from mdband.builtin import builtin_models
 from mdband.calculator import Calculator
 from mdband.errors import (
     MdbandError,
@@ -16,6 +18,8 @@ __all__ = [
     "__version__",
     "Calculator",
     "load_model",
+    "fit",
+    "builtin_models",
     "Potential",
     "Result",
     "MdbandError",
