@@ -160,7 +160,8 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
         name = str(key).replace("-", "_")
         if name not in _FIELD_TYPES:
             raise ConfigError(f"unknown setting {key!r}")
-        if name in PATH_FIELDS and value is not None and base_dir is not None:
+        builtin = name == "model" and str(value).startswith("builtin:")
+        if name in PATH_FIELDS and value is not None and base_dir is not None and not builtin:
             value = str(Path(base_dir).resolve() / Path(str(value)).expanduser())
         out[name] = value
     return out

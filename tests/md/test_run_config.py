@@ -81,3 +81,11 @@ def test_merge_for_resume():
         merge_for_resume(recorded, {"resume": True, "temperature": 300.0, "ensemble": "nve"})
     with pytest.raises(ConfigError, match="timestep"):
         merge_for_resume(recorded, {"resume": True, "timestep": 2.0})
+
+
+def test_builtin_model_in_toml_is_not_a_path(tmp_path):
+    from mdband.md.config import normalise_mapping
+
+    out = normalise_mapping({"model": "builtin:emt-cuni", "structure": "a.xyz"}, tmp_path)
+    assert out["model"] == "builtin:emt-cuni"
+    assert out["structure"] == str(tmp_path.resolve() / "a.xyz")
