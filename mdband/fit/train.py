@@ -19,8 +19,6 @@ import copy
 import datetime as _dt
 import hashlib
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +39,7 @@ from mdband.fit.data import (
     split_indices,
     to_graph,
 )
+from mdband.io.atomic import atomic_path
 from mdband.potential import Potential, resolve_device
 
 CHECKPOINT_FORMAT = "mdband-fit-checkpoint"
@@ -263,21 +262,8 @@ def _data_fingerprint(frames) -> str:
 
 
 def _atomic_save(obj, path: Path) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; use the usual permissions
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def _read_checkpoint(path: Path) -> dict:
