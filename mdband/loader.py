@@ -61,6 +61,7 @@ def load_model(
     rotation_layout: str | None = None,
     kernels: str | None = None,
     recompute: str | bool | None = None,
+    stack_precision: str | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -79,10 +80,19 @@ def load_model(
     kernels : {"auto", "torch"}, optional
         ``"auto"`` runs the Triton kernels on CUDA tensors; ``"torch"`` the references everywhere.
     recompute : {"off", "stack", "all"} or bool, optional
-        "stack" rebuilds each SO(2) layer, "all" each block's edge work, in the backward.
+        "stack" rebuilds each block's SO(2) mixing layers, "all" each block's edge work, in the
+        backward.
+    stack_precision : {"tf32x3", "ieee"}, optional
+        Products of the fused SO(2) mixing layers on CUDA (float32): three TF32 tensor-core
+        products per fp32 product (default, about fp32 rounding) or exact fp32 cuBLAS GEMMs.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
-    options = {"rotation_layout": rotation_layout, "kernels": kernels, "recompute": recompute}
+    options = {
+        "rotation_layout": rotation_layout,
+        "kernels": kernels,
+        "recompute": recompute,
+        "stack_precision": stack_precision,
+    }
     spath = str(path)
     if spath.startswith("builtin:"):
         from mdband.builtin import builtin_path

@@ -10,10 +10,15 @@ rotation_layout    MDBAND_ROTATION_LAYOUT   auto (default) | band | dense
 kernels            MDBAND_KERNELS           auto (default: fused ops on CUDA tensors,
                                             torch path on CPU) | ops (fused ops everywhere;
                                             their references on CPU) | torch
-recompute          MDBAND_RECOMPUTE         off (default) | stack: keep only each SO(2)
-                                            layer's input, rebuild its internals in the
-                                            backward | all: also rebuild each block's edge
-                                            work (least memory)
+recompute          MDBAND_RECOMPUTE         off (default) | stack: keep only the input of
+                                            each block's SO(2) mixing stack, rebuild its
+                                            layers in the backward | all: also rebuild each
+                                            block's edge work (least memory)
+stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mixing
+                                            layers (CUDA, float32) multiply on tensor cores
+                                            with three TF32 products per fp32 product
+                                            (about fp32 rounding) | ieee: exact fp32 cuBLAS
+                                            products
 =================  =======================  ==========================================
 """
 
@@ -26,11 +31,13 @@ ENV = {
     "rotation_layout": "MDBAND_ROTATION_LAYOUT",
     "kernels": "MDBAND_KERNELS",
     "recompute": "MDBAND_RECOMPUTE",
+    "stack_precision": "MDBAND_STACK_PRECISION",
 }
 _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
     "kernels": ("auto", "ops", "torch"),
     "recompute": ("off", "stack", "all"),
+    "stack_precision": ("tf32x3", "ieee"),
 }
 _BOOL = {
     "1": True,
@@ -49,6 +56,7 @@ class EngineSettings:
     rotation_layout: str = "auto"
     kernels: str = "auto"
     recompute: str = "off"
+    stack_precision: str = "tf32x3"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():

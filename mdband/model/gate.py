@@ -17,6 +17,7 @@ from mdband.kernels import aggregate as _agg
 from mdband.kernels import band_producer as _prod
 from mdband.kernels import capability as cap
 from mdband.kernels import rotate_mix as _rm
+from mdband.kernels import so2_stack as _stack
 from mdband.kernels import zonal as _zonal
 from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
@@ -49,6 +50,8 @@ def op_applies(op: str, cfg, lmax: int, settings: EngineSettings) -> bool:
         sel = _zonal.backend(dev, dt, lmax=lmax, channels=cfg.channels)
     elif op == "band_producer":
         sel = _prod.backend(dev, dt, lmax=lmax)
+    elif op == "so2_mix_layer":  # reads no rotations: a kernel choice, not a gate consumer
+        sel = _stack.backend(dev, dt, lmax=lmax, channels=cfg.focus_channels)
     else:
         raise KeyError(op)
     return sel[0] is not None

@@ -3,6 +3,7 @@ fused ops (Triton or their references) give the same numbers as the torch path."
 
 import numpy as np
 import pytest
+import torch
 from conftest import small_config
 
 import mdband.kernels.capability as cap
@@ -122,3 +123,21 @@ def test_triton_kernels_in_the_model(lmax):
         got = potential(cfg, kernels="ops").evaluate(POS, None, False, SYM)
     assert abs(got.energy - ref.energy) <= 1e-12 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32x3"])
+def test_fused_mixing_layers_in_the_model(precision):
+    """float32 model with the fused SO(2) mixing layers (Triton, interpreter on CPU) against the
+    float64 torch path: energy and forces to float32 accuracy."""
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2)
+    ref = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
+    model = build_sezm(cfg, None, dict(kernels="ops", stack_precision=precision))
+    initialise_weights(model, seed=2, gain=0.5)
+    pot = Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=4.0, config=cfg,
+                    dtype="float32")  # fmt: skip
+    blocks = pot.model.descriptor.blocks
+    assert all(b.so2_conv._stack_fused(torch.zeros(1, 1, 7, 16)) for b in blocks)
+    with force_triton():
+        got = pot.evaluate(POS, None, False, SYM)
+    assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
+    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)

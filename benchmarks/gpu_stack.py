@@ -1,0 +1,161 @@
+"""GPU check and launch sweep of the fused SO(2) mixing layer (``mdband::so2_mix_layer``).
+
+Checks both precisions (``ieee``, ``tf32x3``) forward and backward against a float64 reference,
+times the op against mdband's torch path of the same layer (SO2Linear + GatedActivation, exact
+fp32 cuBLAS), sweeps launch configurations and writes the fastest to ``$OUT/gpu_stack.json``
+(``benchmarks/gpu_model.py --stack-config`` reads it).
+
+    python benchmarks/gpu_stack.py [--edges 647154] [--lmax 3] [--channels 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+import triton.testing
+
+from mdband.kernels import _common as cm
+from mdband.kernels import so2_stack as ss
+from mdband.model.so2 import GatedActivation, SO2Linear
+
+F64, F32 = torch.float64, torch.float32
+THRESHOLD = {"ieee": 2e-6, "tf32x3": 2e-5}  # max |err| / max |value|
+
+
+def inputs(L, C, F, E, device, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(F, E, 3 * L + 1, C, generator=g, dtype=F64)
+    w0 = torch.randn((L + 1) * C, F * (L + 1) * C, generator=g, dtype=F64) / ((L + 1) * C) ** 0.5
+    wm = torch.randn(L * C, F * 2 * L * C, generator=g, dtype=F64) / (L * C) ** 0.5
+    wg = torch.randn(C, F * L * C, generator=g, dtype=F64) / C**0.5
+    gy = torch.randn(F, E, 3 * L + 1, C, generator=g, dtype=F64)
+    return [t.to(device) for t in (x, w0, wm, wg, gy)]
+
+
+def rel(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def checks(device, L, C):
+    rows = []
+    for prec, F, gated in itertools.product(("tf32x3", "ieee"), (1, 2), (True, False)):
+        E = 20000
+        x, w0, wm, wg, gy = inputs(L, C, F, E, device, seed=F)
+        xa = x.clone().requires_grad_(True)
+        with cm.force_backend("reference"):
+            want, _ = ss.so2_mix_layer_reference(xa, w0, wm, wg, L, gated)
+            (gwant,) = torch.autograd.grad(want, xa, gy)
+        x32 = x.to(F32).requires_grad_(True)
+        with cm.force_backend("triton"):
+            y = ss.so2_mix_layer(x32, w0.float(), wm.float(), wg.float() if gated else None, L,
+                                 prec)  # fmt: skip
+            (gx,) = torch.autograd.grad(y, x32, gy.float())
+        for what, a, b in (("y", y, want), ("grad_x", gx, gwant)):
+            r = rel(a, b)
+            ok = r <= THRESHOLD[prec]
+            rows.append(dict(F=F, E=E, gated=gated, precision=prec, output=what, rel=r, ok=ok))
+            print(f"  {'ok ' if ok else 'FAIL'} F={F} gated={gated} {prec:6s} {what:6s} {r:.2e}",
+                  flush=True)  # fmt: skip
+    return rows
+
+
+def bench(fn):
+    torch.cuda.synchronize()
+    return float(triton.testing.do_bench(fn, warmup=10, rep=60))
+
+
+def time_config(x, w0, wm, wg, gy, L, prec):
+    op, bwd = torch.ops.mdband.so2_mix_layer, torch.ops.mdband.so2_mix_layer_bwd
+    with cm.force_backend("triton"):
+        _, h = op(x, w0, wm, wg, L, True, prec)
+        return {
+            "fwd_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec)),
+            "bwd_ms": bench(lambda: bwd(gy, h, w0, wm, wg, L, True, prec)),
+            "linear_ms": bench(lambda: op(x, w0, wm, wg, L, False, prec)),
+        }
+
+
+def timing(device, L, C, E, configs):
+    x, w0, wm, wg, gy = (t.float() for t in inputs(L, C, 1, E, device))
+    lin = SO2Linear(L, C, C, 1).to(device)
+    act = GatedActivation(L, C, 1).to(device)
+    with torch.no_grad():
+        lin.weight_m0.copy_(w0)
+        lin.weight_m[0].copy_(wm)
+        act.gate_linear.weight.copy_(wg)
+    for p in (*lin.parameters(), *act.parameters()):
+        p.requires_grad_(False)
+    xa = x.clone().requires_grad_(True)
+    out = {}
+    y_t = xa + act(lin(xa))
+    out["torch_fwd_ms"] = bench(lambda: xa + act(lin(xa)))
+    out["torch_bwd_ms"] = bench(lambda: torch.autograd.grad(y_t, xa, gy, retain_graph=True))
+    y_t = None
+    base = torch.cuda.memory_allocated()
+    y_t = xa + act(lin(xa))
+    out["torch_saved_MB"] = (torch.cuda.memory_allocated() - base) / 2**20
+    y_t = None
+    sweep = []
+    runs = [("tf32x3", c) for c in configs] + [("ieee", (64, 4, 2))]  # ieee compiles slowly
+    for prec, (be, warps, stages) in runs:
+        ss.CONFIG[prec] = dict(BE=be, warps=warps, stages=stages)
+        try:
+            row = time_config(x, w0, wm, wg, gy, L, prec)
+        except Exception as exc:  # a config the compiler refuses (shared memory, registers)
+            print(f"  config {be}/{warps}/{stages} {prec}: {type(exc).__name__}: {exc}"[:200])
+            continue
+        flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E
+        row.update(precision=prec, BE=be, warps=warps, stages=stages)
+        row["linear_tflops"] = flop / row["linear_ms"] / 1e9
+        sweep.append(row)
+        print(f"  {prec:6s} BE={be:3d} w={warps} s={stages}: fwd {row['fwd_ms']:6.2f} ms, "
+              f"bwd {row['bwd_ms']:6.2f} ms, linear {row['linear_ms']:6.2f} ms "
+              f"({row['linear_tflops']:.1f} TFLOP/s)", flush=True)  # fmt: skip
+    out["sweep"] = sweep
+    best = {}
+    for prec in ss.PRECISIONS:
+        rows = [r for r in sweep if r["precision"] == prec]
+        if rows:
+            b = min(rows, key=lambda r: r["fwd_ms"] + r["bwd_ms"])
+            best[prec] = {k: b[k] for k in ("BE", "warps", "stages")}
+    out["best"] = best
+    ss.CONFIG.update(best)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--edges", type=int, default=647154)
+    ap.add_argument("--lmax", type=int, default=3)
+    ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--quick", action="store_true", help="sweep 5 configurations only")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda")
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
+    result = {"gpu": torch.cuda.get_device_name(), "args": vars(args)}
+    result["checks"] = checks(device, args.lmax, args.channels)
+    if args.quick:
+        configs = [(64, 4, 1), (64, 8, 2), (128, 8, 2), (64, 8, 3), (128, 8, 3)]
+    else:
+        configs = [(be, w, s) for be in (32, 64, 128) for w in (4, 8) for s in (2, 3)]
+    result["timing"] = timing(device, args.lmax, args.channels, args.edges, configs)
+    ok = all(r["ok"] for r in result["checks"])
+    result["ok"] = ok
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_stack.json"), "w") as fh:
+            json.dump(result, fh, indent=1)
+    t = result["timing"]
+    print(f"torch path: fwd {t['torch_fwd_ms']:.2f} ms, bwd {t['torch_bwd_ms']:.2f} ms, "
+          f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}")  # fmt: skip
+    print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

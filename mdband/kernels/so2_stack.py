@@ -1,0 +1,424 @@
+"""so2_mix_layer: one residual SO(2) mixing layer (linear + gate + residual) for forces.
+
+Shapes (F focus streams, E edges, L = ``lmax``, Dm = 3L+1 reduced rows, C channels)::
+
+    x     (F, E, Dm, C) contiguous, rows [(l,0) l=0..L] + [(l,−1) l=1..L] + [(l,+1) l=1..L]
+    w0    ((L+1)·C, F·(L+1)·C)   m = 0 weights, W0_f[k, n] = w0[k, f·(L+1)C + n]
+    wm    (L·C, F·2L·C)          |m| = 1 weights [Wu | Wv] per focus
+    wg    (C, F·L·C)             gate weights (gated layers only)
+    y     (F, E, Dm, C):  h = SO2Linear(x);  y = x + act(h)
+          act(h)[0] = silu(h[0]);  act(h)[r] = h[r] · sigmoid(h[0] @ Wg)[l(r)]  (gated)
+          act = identity (the stack's last layer)
+
+The |m| = 1 block is the rotation-commuting complex product ``h₋ = x₋Wu − x₊Wv``,
+``h₊ = x₋Wv + x₊Wu``. Only the pre-activation h is saved for the backward (gated layers; nothing
+for the last one), instead of the four edge tensors autograd keeps for the torch layer:
+``gh = act'(h)ᵀ gy`` (an elementwise kernel plus the small gate GEMMs), then ``gx = gy + gh Wᵀ``.
+Weight gradients are not produced: the op serves force evaluation (frozen weights); training
+uses the torch path.
+
+The linear map, 2·C²·((L+1)² + 4L²) FLOP per edge (426 kFLOP at L = 3, C = 64):
+``precision = "ieee"``: exact fp32 cuBLAS GEMMs (complex product with three GEMMs);
+``"tf32x3"``: a Triton kernel, one (BE × C) output row block per program, ``tl.dot`` with three
+TF32 tensor-core products per fp32 product (relative error per product ≈ 2⁻²¹).
+The gate kernels are memory-bound: forward reads x, h and the logits (E·L·C) and writes y
+(4·Dm·C + 4·L·C bytes per edge, 10 kB at L = 3, C = 64); backward reads gy, h, logits and writes
+gh and the logit cotangent (about the same).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mdband.kernels import _common as cm
+
+OP = "mdband::so2_mix_layer"
+OP_BWD = "mdband::so2_mix_layer_bwd"
+
+PRECISIONS = ("ieee", "tf32x3")
+#: channel widths the kernel is compiled for (tl.dot tiles need a power of two ≥ 16)
+CHANNELS = (16, 32, 64, 128)
+#: launch parameters of the tf32x3 linear kernel (edges per program, warps, pipeline stages),
+#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200
+CONFIG = {"tf32x3": {"BE": 128, "warps": 8, "stages": 3}}
+#: edges per program of the elementwise gate kernels
+ELEMENTWISE_BE = 32
+
+
+# ---------------------------------------------------------------------------- references
+def _blocks(w0, wm, F, L, C):
+    """Per-focus weights: W0 (F, (L+1)C, (L+1)C), Wu and Wv (F, LC, LC)."""
+    W0 = w0.view((L + 1) * C, F, (L + 1) * C).permute(1, 0, 2)
+    W = wm.view(L * C, F, 2 * L * C).permute(1, 0, 2)
+    return W0, W[..., : L * C], W[..., L * C :]
+
+
+def linear_reference(x, w0, wm, L):
+    """h = SO2Linear(x) for x (F, E, Dm, C) (differentiable)."""
+    F, E, _, C = x.shape
+    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
+    x0 = x[:, :, : L + 1].reshape(F, E, (L + 1) * C)
+    xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
+    xp = x[:, :, 2 * L + 1 :].reshape(F, E, L * C)
+    h0 = torch.bmm(x0, W0)
+    hn = torch.bmm(xn, Wu) - torch.bmm(xp, Wv)
+    hp = torch.bmm(xn, Wv) + torch.bmm(xp, Wu)
+    parts = [h0.view(F, E, L + 1, C), hn.view(F, E, L, C), hp.view(F, E, L, C)]
+    return torch.cat(parts, dim=2)
+
+
+def linear_t_reference(g, w0, wm, L):
+    """gx = g Wᵀ: the transpose of :func:`linear_reference` (closed form)."""
+    F, E, _, C = g.shape
+    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
+    g0 = g[:, :, : L + 1].reshape(F, E, (L + 1) * C)
+    gn = g[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
+    gp = g[:, :, 2 * L + 1 :].reshape(F, E, L * C)
+    x0 = torch.bmm(g0, W0.transpose(1, 2))
+    xn = torch.bmm(gn, Wu.transpose(1, 2)) + torch.bmm(gp, Wv.transpose(1, 2))
+    xp = torch.bmm(gp, Wu.transpose(1, 2)) - torch.bmm(gn, Wv.transpose(1, 2))
+    parts = [x0.view(F, E, L + 1, C), xn.view(F, E, L, C), xp.view(F, E, L, C)]
+    return torch.cat(parts, dim=2)
+
+
+def _gates(h, wg, L):
+    F, E, _, C = h.shape
+    Wg = wg.view(C, F, L * C).permute(1, 0, 2)
+    return torch.sigmoid(torch.bmm(h[:, :, 0], Wg)).view(F, E, L, C), Wg
+
+
+def _degree_rows(L):
+    """Row index of degree l ≥ 1 for m = 0, −1, +1: (3, L)."""
+    ls = torch.arange(1, L + 1)
+    return torch.stack([ls, L + ls, 2 * L + ls])
+
+
+def activation_reference(h, wg, L):
+    """act(h) of a gated layer (differentiable)."""
+    g, _ = _gates(h, wg, L)
+    F, E, _, C = h.shape
+    rows = h[:, :, 1:].reshape(F, E, 3, L, C) * g[:, :, None]
+    return torch.cat([torch.nn.functional.silu(h[:, :, :1]), rows.reshape(F, E, 3 * L, C)], 2)
+
+
+def so2_mix_layer_reference(x, w0, wm, wg, lmax, gated):
+    """(y, h): y = x + act(SO2Linear(x)); h = the pre-activation if gated else empty."""
+    h = linear_reference(x, w0, wm, lmax)
+    if not gated:
+        return x + h, x.new_empty(0)
+    return x + activation_reference(h, wg, lmax), h
+
+
+def gate_bwd_reference(gy, h, wg, L):
+    """gh = act'(h)ᵀ gy (closed form)."""
+    F, E, _, C = h.shape
+    g, Wg = _gates(h, wg, L)
+    hr = h[:, :, 1:].reshape(F, E, 3, L, C)
+    gyr = gy[:, :, 1:].reshape(F, E, 3, L, C)
+    glogit = (gyr * hr).sum(2) * g * (1 - g)  # (F, E, L, C)
+    s0 = torch.sigmoid(h[:, :, 0])
+    gh0 = gy[:, :, 0] * (s0 * (1 + h[:, :, 0] * (1 - s0)))
+    gh0 = gh0 + torch.bmm(glogit.reshape(F, E, L * C), Wg.transpose(1, 2))
+    rows = (gyr * g[:, :, None]).reshape(F, E, 3 * L, C)
+    return torch.cat([gh0[:, :, None], rows], dim=2)
+
+
+def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
+    gh = gate_bwd_reference(gy, h, wg, lmax) if gated else gy
+    return gy + linear_t_reference(gh, w0, wm, lmax)
+
+
+# ---------------------------------------------------------------------------- Triton kernels
+if cm.TRITON_AVAILABLE:
+    triton, tl = cm.triton, cm.tl
+
+    @triton.jit
+    def _linear_kernel(
+        x_ptr, res_ptr, w0_ptr, wm_ptr, y_ptr, E,
+        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
+        RES: tl.constexpr, PREC: tl.constexpr,
+    ):  # fmt: skip
+        """Row j of y = x·W (+ res) on BE edges of focus f; one accumulator per program.
+
+        Weights come packed by :func:`_pack_weights` (row-major blocks, constexpr strides):
+        w0 (F, (L+1)C, (L+1)C); wm (F, 2, 2, LC, LC) = the (P, Q) pair of row m = −1 and of
+        m = +1, so that y₋ = x₋P₋ + x₊Q₋ and y₊ = x₋P₊ + x₊Q₊. Tile offsets are int32 relative
+        to int64 scalar bases.
+        """
+        DM: tl.constexpr = 3 * L + 1
+        K0: tl.constexpr = (L + 1) * C
+        KM: tl.constexpr = L * C
+        j = tl.program_id(0)
+        f = tl.program_id(2).to(tl.int64)
+        e0 = tl.program_id(1).to(tl.int64) * BE
+        el = tl.arange(0, BE)
+        em = (el < E - e0)[:, None]
+        c = tl.arange(0, C)
+        tile = (f * E + e0) * (DM * C)  # int64 offset of the tile's first edge
+        xo = el[:, None] * (DM * C) + c[None, :]  # int32 offsets inside the tile
+        xt = x_ptr + tile
+        acc = tl.zeros((BE, C), tl.float32)
+        if j <= L:  # m = 0 row of degree j
+            wb = w0_ptr + f * (K0 * K0) + j * C
+            for a in range(L + 1):
+                xa = tl.load(xt + (xo + a * C), mask=em, other=0.0)
+                w = tl.load(wb + ((a * C) * K0 + (c[:, None] * K0 + c[None, :])))
+                acc = tl.dot(xa, w, acc, input_precision=PREC)
+        else:  # rows L+1..3L of x: x₋ (kb < L, times P) then x₊ (times Q), one dot each
+            plus = (j > 2 * L).to(tl.int32)
+            lo = j - L - L * plus
+            wb = wm_ptr + (f * 4 + plus * 2) * (KM * KM) + (lo - 1) * C
+            for kb in range(2 * L):
+                q = kb // L
+                xk = tl.load(xt + (xo + (L + 1 + kb) * C), mask=em, other=0.0)
+                off = q * (KM * KM) + ((kb - q * L) * C) * KM
+                w = tl.load(wb + (off + (c[:, None] * KM + c[None, :])))
+                acc = tl.dot(xk, w, acc, input_precision=PREC)
+        if RES:
+            acc += tl.load(res_ptr + tile + (xo + j * C), mask=em, other=0.0)
+        tl.store(y_ptr + tile + (xo + j * C), acc, mask=em)
+
+    @triton.jit
+    def _gate_fwd_kernel(
+        x_ptr, h_ptr, lg_ptr, y_ptr, E,
+        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
+    ):  # fmt: skip
+        """y = x + act(h) given the gate logits lg (F, E, L·C)."""
+        DM: tl.constexpr = 3 * L + 1
+        f = tl.program_id(1).to(tl.int64)
+        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
+        em = (e < E)[:, None]
+        c = tl.arange(0, C)
+        base = (f * E + e)[:, None] * (DM * C) + c[None, :]
+        gbase = (f * E + e)[:, None] * (L * C) + c[None, :]
+        h0 = tl.load(h_ptr + base, mask=em, other=0.0)
+        x0 = tl.load(x_ptr + base, mask=em, other=0.0)
+        tl.store(y_ptr + base, x0 + h0 * tl.sigmoid(h0), mask=em)
+        for lo in range(1, L + 1):
+            gate = tl.sigmoid(tl.load(lg_ptr + gbase + (lo - 1) * C, mask=em, other=0.0))
+            for r in range(3):
+                off = base + (lo + r * L) * C
+                hr = tl.load(h_ptr + off, mask=em, other=0.0)
+                xr = tl.load(x_ptr + off, mask=em, other=0.0)
+                tl.store(y_ptr + off, xr + hr * gate, mask=em)
+
+    @triton.jit
+    def _gate_bwd_kernel(
+        gy_ptr, h_ptr, lg_ptr, gh_ptr, glg_ptr, E,
+        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
+    ):  # fmt: skip
+        """gh = act'(h)ᵀ gy except row 0's gate term, and the gate-logit cotangent glg (may be
+        the lg buffer itself: each element is read before it is overwritten, by one thread)."""
+        DM: tl.constexpr = 3 * L + 1
+        f = tl.program_id(1).to(tl.int64)
+        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
+        em = (e < E)[:, None]
+        c = tl.arange(0, C)
+        base = (f * E + e)[:, None] * (DM * C) + c[None, :]
+        gbase = (f * E + e)[:, None] * (L * C) + c[None, :]
+        h0 = tl.load(h_ptr + base, mask=em, other=0.0)
+        s0 = tl.sigmoid(h0)
+        gy0 = tl.load(gy_ptr + base, mask=em, other=0.0)
+        tl.store(gh_ptr + base, gy0 * (s0 * (1.0 + h0 * (1.0 - s0))), mask=em)
+        for lo in range(1, L + 1):
+            gate = tl.sigmoid(tl.load(lg_ptr + gbase + (lo - 1) * C, mask=em, other=0.0))
+            gg = tl.zeros((BE, C), tl.float32)
+            for r in range(3):
+                off = base + (lo + r * L) * C
+                gyr = tl.load(gy_ptr + off, mask=em, other=0.0)
+                gg += gyr * tl.load(h_ptr + off, mask=em, other=0.0)
+                tl.store(gh_ptr + off, gyr * gate, mask=em)
+            tl.store(glg_ptr + gbase + (lo - 1) * C, gg * gate * (1.0 - gate), mask=em)
+
+
+# ---------------------------------------------------------------------------- dispatch
+def kernel_supports(dtype, channels: int) -> bool:
+    """Whether the Triton kernel is compiled for this dtype and channel width."""
+    return dtype == torch.float32 and channels in CHANNELS
+
+
+def backend(device, dtype, *, lmax: int, channels: int) -> tuple[str | None, str]:
+    """(backend, reason): Triton for fp32 with C in CHANNELS and lmax ≥ 1, else the reference."""
+    if lmax < 1:
+        return None, f"the SO(2) mixing layer needs lmax >= 1 (got {lmax})"
+    if not kernel_supports(dtype, channels):
+        return "reference", f"reference: no kernel for {dtype}, C={channels}"
+    name = cm.select_backend(device, dtype)
+    return name, f"{name} on {torch.device(device).type} ({dtype}, C={channels})"
+
+
+def _dispatch(x, lmax) -> str:
+    name, why = backend(x.device, x.dtype, lmax=lmax, channels=x.shape[3])
+    if name is None:
+        raise ValueError(f"so2_mix_layer: {why}")
+    return name
+
+
+def _gauss(a, b, c, d):
+    """(re, im) of (a + i·b)(c + i·d) with three real GEMMs."""
+    t1 = torch.bmm(a + b, c)
+    return t1 - torch.bmm(b, c + d), t1 + torch.bmm(a, d - c)
+
+
+def _pack_weights(w0, wm, F, L, C, transpose):
+    """Kernel weights: W0 (F, K0, K0) and the (P, Q) blocks (F, 2, 2, LC, LC) of rows m = ∓1.
+
+    Forward: P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu. Transposed (x·Wᵀ): the same with
+    (W0, Wu, Wv) → (W0ᵀ, Wuᵀ, −Wvᵀ). A few small copies (≈ 1 MB at L = 3, C = 64).
+    """
+    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
+    if transpose:
+        W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
+    pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)
+    return W0.contiguous(), pq.contiguous()
+
+
+def _linear(x, res, w0, wm, lmax, transpose, precision):
+    """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3) or exact fp32 cuBLAS GEMMs (ieee)."""
+    F, E, _, C = x.shape
+    L = lmax
+    if precision == "ieee":
+        W0, Wu, Wv = _blocks(w0, wm, F, L, C)
+        if transpose:  # conj(W)ᵀ: (Wuᵀ, −Wvᵀ)
+            W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
+        h0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * C), W0)
+        xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
+        hn, hp = _gauss(xn, x[:, :, 2 * L + 1 :].reshape(F, E, L * C), Wu, Wv)
+        parts = [h0.view(F, E, L + 1, C), hn.view(F, E, L, C), hp.view(F, E, L, C)]
+        out = torch.cat(parts, dim=2)
+        return out if res is None else out.add_(res)
+    y = torch.empty_like(x)
+    if cm.has_no_items(E) or cm.has_no_items(F):
+        return y
+    cfg = CONFIG[precision]
+    grid = (3 * L + 1, triton.cdiv(E, cfg["BE"]), F)
+    w0k, wmk = _pack_weights(w0, wm, F, L, C, transpose)
+    cm.wrap(_linear_kernel)[grid](
+        x, x if res is None else res, w0k, wmk, y, E,
+        L=L, C=C, BE=cfg["BE"], RES=res is not None, PREC=precision,
+        num_warps=cfg["warps"], num_stages=cfg["stages"],
+    )  # fmt: skip
+    return y
+
+
+def _gate_logits(h, wg, L):
+    F, E, _, C = h.shape
+    return torch.bmm(h[:, :, 0], wg.view(C, F, L * C).permute(1, 0, 2))
+
+
+def _grid(E, F):
+    return (triton.cdiv(E, ELEMENTWISE_BE), F)
+
+
+def _check(x, w0, wm, wg, lmax, gated, precision):
+    if precision not in PRECISIONS:
+        raise ValueError(f"so2_mix_layer: precision must be one of {PRECISIONS}, got {precision!r}")
+    if x.dim() != 4 or x.shape[2] != 3 * lmax + 1:
+        raise ValueError(f"so2_mix_layer: x must be (F, E, 3L+1, C), got {tuple(x.shape)}")
+    F, _, _, C = x.shape
+    want = {
+        "w0": (w0, ((lmax + 1) * C, F * (lmax + 1) * C)),
+        "wm": (wm, (lmax * C, F * 2 * lmax * C)),
+    }
+    if gated:
+        want["wg"] = (wg, (C, F * lmax * C))
+    for name, (t, shape) in want.items():
+        if tuple(t.shape) != shape or not t.is_contiguous():
+            got = tuple(t.shape)
+            raise ValueError(f"so2_mix_layer: {name} must be row-major {shape}, got {got}")
+
+
+@torch.library.triton_op(OP, mutates_args=())
+def _mix_op(
+    x: torch.Tensor,
+    w0: torch.Tensor,
+    wm: torch.Tensor,
+    wg: torch.Tensor,
+    lmax: int,
+    gated: bool,
+    precision: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if _dispatch(x, lmax) == "reference":
+        return so2_mix_layer_reference(x, w0, wm, wg, lmax, gated)
+    if not gated:
+        return _linear(x, x, w0, wm, lmax, False, precision), x.new_empty(0)
+    F, E, _, C = x.shape
+    h = _linear(x, None, w0, wm, lmax, False, precision)
+    y = torch.empty_like(x)
+    if not (cm.has_no_items(E) or cm.has_no_items(F)):
+        lg = _gate_logits(h, wg, lmax)
+        cm.wrap(_gate_fwd_kernel)[_grid(E, F)](x, h, lg, y, E, L=lmax, C=C, BE=ELEMENTWISE_BE)
+    return y, h
+
+
+@_mix_op.register_fake
+def _(x, w0, wm, wg, lmax, gated, precision):
+    return torch.empty_like(x), (torch.empty_like(x) if gated else x.new_empty(0))
+
+
+@torch.library.triton_op(OP_BWD, mutates_args=())
+def _mix_bwd_op(
+    gy: torch.Tensor,
+    h: torch.Tensor,
+    w0: torch.Tensor,
+    wm: torch.Tensor,
+    wg: torch.Tensor,
+    lmax: int,
+    gated: bool,
+    precision: str,
+) -> torch.Tensor:
+    if _dispatch(gy, lmax) == "reference":
+        return so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated)
+    F, E, _, C = gy.shape
+    gh = gy
+    if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
+        gh = torch.empty_like(gy)
+        lg = _gate_logits(h, wg, lmax)
+        glg = lg  # overwritten in place: one transient of E·L·C floats less
+        cm.wrap(_gate_bwd_kernel)[_grid(E, F)](gy, h, lg, gh, glg, E, L=lmax, C=C,
+                                               BE=ELEMENTWISE_BE)  # fmt: skip
+        wgt = wg.view(C, F, lmax * C).permute(1, 2, 0)  # (F, L·C, C) = Wgᵀ
+        gh[:, :, 0] += torch.bmm(glg, wgt)
+    return _linear(gh, gy, w0, wm, lmax, True, precision)
+
+
+@_mix_bwd_op.register_fake
+def _(gy, h, w0, wm, wg, lmax, gated, precision):
+    return torch.empty_like(gy)
+
+
+def _setup(ctx, inputs, output):
+    x, w0, wm, wg, lmax, gated, precision = inputs
+    ctx.save_for_backward(output[1], w0, wm, wg)
+    ctx.meta = (lmax, gated, precision)
+
+
+def _backward(ctx, gy, _gh):
+    h, w0, wm, wg = ctx.saved_tensors
+    lmax, gated, precision = ctx.meta
+    gx = torch.ops.mdband.so2_mix_layer_bwd(gy.contiguous(), h, w0, wm, wg, lmax, gated, precision)
+    return gx, None, None, None, None, None, None
+
+
+_mix_op.register_autograd(_backward, setup_context=_setup)
+
+
+# ---------------------------------------------------------------------------- public API
+def so2_mix_layer(
+    x: torch.Tensor,
+    w0: torch.Tensor,
+    wm: torch.Tensor,
+    wg: torch.Tensor | None,
+    lmax: int,
+    precision: str = "ieee",
+) -> torch.Tensor:
+    """One residual SO(2) mixing layer ``x + act(SO2Linear(x))`` (gated iff ``wg`` is given).
+
+    Differentiable in ``x`` only (weights are treated as constants: no weight gradients).
+    """
+    gated = wg is not None
+    wg = wg if gated else w0.new_empty(0, 0)
+    _check(x, w0, wm, wg, lmax, gated, precision)
+    cm.check_dtypes("so2_mix_layer", x=x, w0=w0, wm=wm)
+    y, _ = _mix_op(x.contiguous(), w0, wm, wg, lmax, gated, precision)
+    return y
