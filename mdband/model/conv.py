@@ -16,6 +16,8 @@ from torch.utils.checkpoint import checkpoint
 
 from mdband.kernels.aggregate import aggregate
 from mdband.kernels.rotate_mix import rotate_mix
+from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
+from mdband.kernels.so2_stack import so2_mix_layer
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
     FocusLinear,
@@ -27,8 +29,29 @@ from mdband.model.so2 import (
 from mdband.so3 import storage as st
 
 
-def _layer(lin, act, x):
-    return act(lin(x))
+class _EdgeDot(torch.autograd.Function):
+    """out[e, k] = Σ_d q[dst[e], k, d] · k[src[e], k, d], saving only the node tensors (the
+    per-edge gathers are rebuilt in the backward: 2·E·K·d floats less kept per block)."""
+
+    @staticmethod
+    def forward(ctx, q, k, dst, src):
+        ctx.save_for_backward(q, k, dst, src)
+        return (q.index_select(0, dst) * k.index_select(0, src)).sum(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, dst, src = ctx.saved_tensors
+        gq = gk = None
+        if ctx.needs_input_grad[0]:
+            gq = torch.zeros_like(q).index_add_(0, dst, g[..., None] * k.index_select(0, src))
+        if ctx.needs_input_grad[1]:
+            gk = torch.zeros_like(k).index_add_(0, src, g[..., None] * q.index_select(0, dst))
+        return gq, gk, None, None
+
+
+def edge_dot(q, k, dst, src):
+    """Per-edge dot products of destination rows of q and source rows of k: (E, K)."""
+    return _EdgeDot.apply(q, k, dst, src)
 
 
 def segment_softmax_weights(
@@ -61,6 +84,7 @@ class SO2Convolution(nn.Module):
         self.settings = settings or EngineSettings()
         self.rotate_mix_op = op_applies("rotate_mix", cfg, lmax, self.settings)
         self.aggregate_op = op_applies("aggregate", cfg, lmax, self.settings)
+        self.stack_op = op_applies("so2_mix_layer", cfg, lmax, self.settings)
         C, F, Cf = cfg.channels, cfg.n_focus, cfg.focus_channels
         Cw = cfg.hidden_channels
         self.lmax, self.C, self.F, self.Cf, self.Cw = lmax, C, F, Cf, Cw
@@ -115,6 +139,28 @@ class SO2Convolution(nn.Module):
         return ["rotate_to_local", "rotate_back"] if self.needs_local_frame else []
 
     # ------------------------------------------------------------------ pieces
+    def _mixing_stack(self, xl: torch.Tensor) -> torch.Tensor:
+        """The residual SO(2) layers on (F, E, Dm, Cf): the fused op or the torch modules."""
+        fused = self._stack_fused(xl)
+        for lin, act in zip(self.so2_linears, self.non_linearities):
+            if fused:
+                wg = act.gate_linear.weight if isinstance(act, GatedActivation) else None
+                xl = so2_mix_layer(xl, lin.weight_m0, lin.weight_m[0], wg, self.lmax,
+                                   self.settings.stack_precision)  # fmt: skip
+            else:
+                xl = xl + act(lin(xl))
+        return xl
+
+    def _stack_fused(self, xl: torch.Tensor) -> bool:
+        """Fused mixing layers: op selected, fused ops on for this device, a dtype and width its
+        kernel is built for, frozen weights (the op gives no weight gradients, so training
+        keeps the torch path)."""
+        if not (self.stack_op and self.mixing_layers > 0 and self.settings.ops_on(xl)):
+            return False
+        if not stack_kernel_supports(xl.dtype, self.Cf):
+            return False
+        return not any(p.requires_grad for p in self.so2_linears.parameters())
+
     def _focus_alpha(self, s: torch.Tensor) -> torch.Tensor:  # s (E, F, Cf)
         logits = torch.einsum("efi,if->ef", self.focus_compete_norm(s), self.adamw_focus_compete_w)
         return torch.softmax(logits, dim=1) * 0.98 + 0.02 / self.F
@@ -147,12 +193,11 @@ class SO2Convolution(nn.Module):
             xl = xl * rad if mixer is None else mixer(xl, rad)
         xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
         gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
-        for lin, act in zip(self.so2_linears, self.non_linearities):
-            if recompute and torch.is_grad_enabled():
-                # save only each layer's input; its internals are rebuilt in the backward
-                xl = xl + checkpoint(_layer, lin, act, xl, use_reentrant=False)
-            else:
-                xl = xl + act(lin(xl))
+        if recompute and torch.is_grad_enabled():
+            # keep only the stack's input: its layers are rebuilt in the backward
+            xl = checkpoint(self._mixing_stack, xl, use_reentrant=False)
+        else:
+            xl = self._mixing_stack(xl)
         if gate_src is not None:
             a = self._focus_alpha(gate_src)  # (E, F)
             xl = xl * a.transpose(0, 1)[:, :, None, None]
@@ -191,9 +236,9 @@ class SO2Convolution(nn.Module):
         F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
         s0 = x1[:, 0].reshape(N, F, Cf)
         qk = self.attn_qk_norm(s0)
-        q = self.attn_q_proj(qk).index_select(0, ec.dst).reshape(E, F, H, hd)
-        k = self.attn_k_proj(qk).index_select(0, ec.src).reshape(E, F, H, hd)
-        logits = (q * k).sum(-1) * hd**-0.5
+        q = self.attn_q_proj(qk).reshape(N, F * H, hd)
+        k = self.attn_k_proj(qk).reshape(N, F * H, hd)
+        logits = edge_dot(q, k, ec.dst, ec.src).reshape(E, F, H) * hd**-0.5
         logits = logits + torch.einsum(
             "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
         )
