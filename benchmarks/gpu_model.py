@@ -72,6 +72,7 @@ VARIANTS = {
     "dense-torch": dict(rotation_layout="dense", kernels="torch"),
     "band-recompute": dict(rotation_layout="band", recompute="all"),
     "band-recompute-stack": dict(rotation_layout="band", recompute="stack"),
+    "band-ieee": dict(rotation_layout="band", stack_precision="ieee"),
 }
 
 
@@ -82,7 +83,15 @@ def main() -> None:
     ap.add_argument("--largest-variants", nargs="*", default=["band-recompute", "band", "dense"])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--stack-config", help="gpu_stack.json whose best launch configs to use")
+    ap.add_argument("--variants", nargs="*", help="subset of the variants to time")
     args = ap.parse_args()
+    if args.stack_config and os.path.exists(args.stack_config):
+        from mdband.kernels import so2_stack
+
+        with open(args.stack_config) as fh:
+            so2_stack.CONFIG.update(json.load(fh)["timing"]["best"])
+        print("so2_mix_layer configs:", so2_stack.CONFIG, flush=True)
     out = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -100,6 +109,8 @@ def main() -> None:
     r64 = call(ref, small, g)
     res = {}
     for name, opt in VARIANTS.items():
+        if args.variants and name not in args.variants:
+            continue
         try:
             res[name] = call(make(sd, "cuda", "float32", **opt), small, g)
         except Exception as exc:  # keep going: report what failed
@@ -136,6 +147,8 @@ def main() -> None:
         nl_ms = 1e3 * (time.perf_counter() - t0)
         for name, opt in VARIANTS.items():
             if args.quick and name.endswith("torch"):
+                continue
+            if args.variants and name not in args.variants:
                 continue
             try:
                 pot = make(sd, "cuda", "float32", **opt)

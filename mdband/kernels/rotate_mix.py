@@ -337,53 +337,53 @@ if cm.TRITON_AVAILABLE:
         dt = gx_ptr.dtype.element_ty
         orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
         om3 = (orow >= 0)[:, :, None] & cmask[None, None, :]
-        for b in tl.static_range(NB):
-            col = tl.load(col_t + b * JP + jj)
-            jm = col >= 0
-            rows = tl.load(row_t + b * SP + ss)
-            sv = rows >= 0
-            rs = tl.maximum(rows, 0).to(tl.int64)
-            rm = sv[:, None] & cmask[None, :]
-            m2 = sv[:, None] & jm[None, :]
-            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-            if LAYOUT == BAND_CODE:
-                off = ia * sra
+        b = tl.program_id(1)  # one degree block per program (4x the parallelism at L = 3)
+        col = tl.load(col_t + b * JP + jj)
+        jm = col >= 0
+        rows = tl.load(row_t + b * SP + ss)
+        sv = rows >= 0
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rm = sv[:, None] & cmask[None, :]
+        m2 = sv[:, None] & jm[None, :]
+        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+        if LAYOUT == BAND_CODE:
+            off = ia * sra
+        else:
+            off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+        kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
+        km = kt >= 0
+        acc = tl.full((JP, BC), 0.0, dt)
+        for i in range(beg, end):
+            e = tl.load(perm_ptr + i).to(tl.int64)
+            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            if MIX:
+                g3 = tl.load(
+                    gy_ptr + e * sg0 + orow[:, :, None] * sg1 + cc[None, None, :] * sg2,
+                    mask=om3,
+                    other=0.0,
+                )
+                gxl = tl.full((SP, BC), 0.0, dt)
+                for q in tl.static_range(R):
+                    kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
+                    bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
+                    gxl += bq[None, :] * tl.reduce(kv[:, :, None] * g3, 1, SUM)
             else:
-                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
-            kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
-            km = kt >= 0
-            acc = tl.full((JP, BC), 0.0, dt)
-            for i in range(beg, end):
-                e = tl.load(perm_ptr + i).to(tl.int64)
-                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-                if MIX:
-                    g3 = tl.load(
-                        gy_ptr + e * sg0 + orow[:, :, None] * sg1 + cc[None, None, :] * sg2,
-                        mask=om3,
-                        other=0.0,
-                    )
-                    gxl = tl.full((SP, BC), 0.0, dt)
-                    for q in tl.static_range(R):
-                        kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
-                        bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
-                        gxl += bq[None, :] * tl.reduce(kv[:, :, None] * g3, 1, SUM)
-                else:
-                    rd = tl.load(
-                        rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
-                        mask=rm,
-                        other=0.0,
-                    )
-                    gr = tl.load(
-                        gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
-                    )
-                    gxl = gr * rd
-                acc += tl.reduce(coef[:, :, None] * gxl[:, None, :], 0, SUM)
-            tl.store(
-                gx_ptr + n * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
-                acc,
-                mask=jm[:, None] & cmask[None, :],
-            )
+                rd = tl.load(
+                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                    mask=rm,
+                    other=0.0,
+                )
+                gr = tl.load(
+                    gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
+                )
+                gxl = gr * rd
+            acc += tl.reduce(coef[:, :, None] * gxl[:, None, :], 0, SUM)
+        tl.store(
+            gx_ptr + n * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+            acc,
+            mask=jm[:, None] & cmask[None, :],
+        )
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -532,7 +532,7 @@ def _rotate_mix_bwd_op(
     )  # fmt: skip
     perm, ptr = cm.csr(src, N)
     if not cm.has_no_items(N):
-        cm.wrap(_rm_bwd_node_kernel)[(N,)](
+        cm.wrap(_rm_bwd_node_kernel)[(N, t["nblk"])](
             perm, ptr, rot, kk, bb, rd, gy, gx,
             t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
             C,
