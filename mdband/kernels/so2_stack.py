@@ -379,6 +379,7 @@ def _mix_bwd_op(
                                                BE=ELEMENTWISE_BE)  # fmt: skip
         wgt = wg.view(C, F, lmax * C).permute(1, 2, 0)  # (F, L·C, C) = Wgᵀ
         gh[:, :, 0] += torch.bmm(glg, wgt)
+        del lg, glg  # before gx is allocated
     return _linear(gh, gy, w0, wm, lmax, True, precision)
 
 
