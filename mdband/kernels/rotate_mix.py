@@ -21,9 +21,10 @@ arithmetic in the same order, so they agree bitwise. Triton vs the torch referen
 
 Bytes moved per edge (forward, fp32, S = 4 bytes): rotation reads (3D−2)·S (band) or the same
 number of scattered dense entries, x[src] D·C·S (L2-resident gather), k K·R·S, y write Dm·C·S.
-Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk and
-per-program basis partials; a CSR-by-source node kernel re-reads gy, k, rot and writes
-gx (N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
+Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk,
+per-program basis partials and the mixer's input cotangent (Dm·C·S, scratch); a CSR-by-source node
+kernel (one program per node and degree block) reads that cotangent and rot and writes gx
+(N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
 """
 
 from __future__ import annotations
@@ -293,6 +294,12 @@ if cm.TRITON_AVAILABLE:
                         v1 = tl.reduce(tl.where(ss[:, None] > 0, v, 0.0), 0, SUM)
                         tl.store(gk_ptr + e * sq0 + k0 * sq1 + q * sq2, v0, mask=k0 >= 0)
                         tl.store(gk_ptr + e * sq0 + k1 * sq1 + q * sq2, v1, mask=k1 >= 0)
+                    # the mixer's input cotangent, for the node kernel (grad_ptr is scratch here)
+                    rs = tl.maximum(rows, 0).to(tl.int64)
+                    tl.store(
+                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gxl,
+                        mask=sv[:, None] & cmask[None, :],
+                    )  # fmt: skip
                 else:
                     rs = tl.maximum(rows, 0).to(tl.int64)
                     rm = sv[:, None] & cmask[None, :]
@@ -319,13 +326,16 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _rm_bwd_node_kernel(
-        perm_ptr, ptr_ptr, rot_ptr, k_ptr, b_ptr, rad_ptr, gy_ptr, gx_ptr,
-        col_t, row_t, ea_t, eb_t, ki_t, or_t,
+        perm_ptr, ptr_ptr, rot_ptr, rad_ptr, gy_ptr, gx_ptr,
+        col_t, row_t, ea_t, eb_t,
         C,
-        sr0, sra, srb, sk0, sk1, sk2, sb0, sb1, sd0, sd1, sd2, sg0, sg1, sg2, sx0, sx1, sx2,
-        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LP: tl.constexpr,
-        R: tl.constexpr, BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+        sr0, sra, srb, sd0, sd1, sd2, sg0, sg1, sg2, sx0, sx1, sx2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr,
+        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
     ):  # fmt: skip
+        """gx[n] = Σ_{e: src=e→n} Dᵀ-rotation of the local cotangent, one degree block per
+        program. MIX: rad_ptr holds the mixer's input cotangent written by the edge kernel;
+        otherwise the plain radial product's cotangent is formed here (gy · rad)."""
         n = tl.program_id(0).to(tl.int64)
         beg = tl.load(ptr_ptr + n).to(tl.int64)
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
@@ -333,10 +343,7 @@ if cm.TRITON_AVAILABLE:
         cmask = cc < C
         jj = tl.arange(0, JP)
         ss = tl.arange(0, SP)
-        tt = tl.arange(0, LP)
         dt = gx_ptr.dtype.element_ty
-        orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
-        om3 = (orow >= 0)[:, :, None] & cmask[None, None, :]
         b = tl.program_id(1)  # one degree block per program (4x the parallelism at L = 3)
         col = tl.load(col_t + b * JP + jj)
         jm = col >= 0
@@ -351,23 +358,14 @@ if cm.TRITON_AVAILABLE:
             off = ia * sra
         else:
             off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
-        kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
-        km = kt >= 0
         acc = tl.full((JP, BC), 0.0, dt)
         for i in range(beg, end):
             e = tl.load(perm_ptr + i).to(tl.int64)
             coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-            if MIX:
-                g3 = tl.load(
-                    gy_ptr + e * sg0 + orow[:, :, None] * sg1 + cc[None, None, :] * sg2,
-                    mask=om3,
-                    other=0.0,
+            if MIX:  # the edge kernel left the mixer's input cotangent in rad_ptr
+                gxl = tl.load(
+                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
                 )
-                gxl = tl.full((SP, BC), 0.0, dt)
-                for q in tl.static_range(R):
-                    kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
-                    bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
-                    gxl += bq[None, :] * tl.reduce(kv[:, :, None] * g3, 1, SUM)
             else:
                 rd = tl.load(
                     rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
@@ -501,6 +499,7 @@ def _rotate_mix_bwd_op(
     gx = torch.empty_like(x)
     gk = torch.empty_like(k) if mix else x.new_zeros(0)
     grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
+    gxl = torch.empty_like(gy) if mix else None  # mixer input cotangent, edge → node kernel
     R = k.shape[2] if mix else 1
     BC = cm.next_pow2(C)
     EB = 4 if cm.interpret_mode() else 16
@@ -518,7 +517,7 @@ def _rotate_mix_bwd_op(
     so = cm.rot_args(grot, layout)
     gkk = gk if mix else gy
     gbb = gbp if mix else gy
-    grr = grad if not mix else gy
+    grr = grad if not mix else gxl
     rp = cm.next_pow2(R)
     cm.wrap(_rm_bwd_edge_kernel)[(nprog,)](
         x, src, rot, kk, bb, rd, gy,
@@ -532,12 +531,13 @@ def _rotate_mix_bwd_op(
     )  # fmt: skip
     perm, ptr = cm.csr(src, N)
     if not cm.has_no_items(N):
+        rn = gxl if mix else rd
         cm.wrap(_rm_bwd_node_kernel)[(N, t["nblk"])](
-            perm, ptr, rot, kk, bb, rd, gy, gx,
-            t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
+            perm, ptr, rot, rn, gy, gx,
+            t["col"], t["row"], t["ent_a"], t["ent_b"],
             C,
-            *sr, *_s3(kk), *_s2(bb), *_s3(rd), *gy.stride(), *gx.stride(),
-            NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, BC=BC,
+            *sr, *_s3(rn), *gy.stride(), *gx.stride(),
+            NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=BC,
             LAYOUT=layout, MIX=mix,
         )  # fmt: skip
     return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
