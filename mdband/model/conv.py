@@ -178,19 +178,19 @@ class SO2Convolution(nn.Module):
                 D = msg.shape[1]
                 msg = (msg.reshape(E, D, F, Cf) * a[:, None, :, None]).reshape(E, D, self.Cw)
             return msg, rad[:, 0]
-        rad = radf[:, self._deg_m]
-        if self.radial_hidden_proj is not None:
-            rad = self.radial_hidden_proj(rad)
+        # per-degree radial rows (E, L+1, Cw); the mixer reads only these, so the per-row gather
+        # (E, Dm, Cw) is built only for the plain radial product
+        radl = radf if self.radial_hidden_proj is None else self.radial_hidden_proj(radf)
         mixer = self.radial_degree_mixer
         if self.rotate_mix_op and self.settings.ops_on(x1):
             if mixer is None:
-                xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=rad)
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=radl[:, self._deg_m])
             else:
-                xl = rotate_mix(x1, ec.src, ec.rotations, L, k=mixer.kernel(rad),
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, k=mixer.kernel(radl),
                                 basis=mixer.channel_basis)  # fmt: skip
         else:
             xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
-            xl = xl * rad if mixer is None else mixer(xl, rad)
+            xl = xl * radl[:, self._deg_m] if mixer is None else mixer(xl, radl)
         xl = xl.reshape(E, 3 * L + 1, F, Cf).permute(2, 0, 1, 3)  # (F, E, Dm, Cf)
         gate_src = xl[:, :, 0, :].transpose(0, 1) if self.focus_compete else None
         if recompute and torch.is_grad_enabled():
@@ -203,9 +203,9 @@ class SO2Convolution(nn.Module):
             xl = xl * a.transpose(0, 1)[:, :, None, None]
         xl = xl.permute(1, 2, 0, 3).reshape(E, 3 * L + 1, self.Cw)
         if self.aggregate_op and self.settings.ops_on(xl):
-            return xl, rad[:, 0]  # local frame: the fused aggregation rotates back
+            return xl, radl[:, 0]  # local frame: the fused aggregation rotates back
         msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
-        return msg, rad[:, 0]
+        return msg, radl[:, 0]
 
     def forward(self, x: torch.Tensor, ec, radf: torch.Tensor, recompute: bool = False):
         N = x.shape[0]

@@ -101,7 +101,8 @@ class RadialDegreeMixer(nn.Module):
             self.channel_basis = None
 
     def kernel(self, rad: torch.Tensor) -> torch.Tensor:
-        """Compact kernel (E, K, R') from radial features rad (E, Dm, C)."""
+        """Compact kernel (E, K, R') from radial features rad (E, ≥ L+1, C) whose first L+1 rows
+        are degrees 0..L (the per-degree rows, or the reduced-row layout, which starts so)."""
         E = rad.shape[0]
         flat = rad[:, : self.lmax + 1].reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
         return flat.view(E, self.ksize, flat.shape[-1] // self.ksize)
