@@ -45,6 +45,11 @@ from mdband.potential import Potential, resolve_device
 CHECKPOINT_FORMAT = "mdband-fit-checkpoint"
 CHECKPOINT_VERSION = 1
 
+#: engine settings of the model being trained: the torch path everywhere, whose backward is
+#: differentiable again (the force loss needs ∂²E/∂r∂w); the fused ops' closed-form backward ops
+#: are not, and the fused SO(2) layers give no weight gradients
+TRAIN_OPTIONS = {"kernels": "torch", "recompute": "off"}
+
 # settings a resumed run must share with the checkpoint (the rest may change, e.g. epochs)
 _RUN_DEFINING = (
     "init",
@@ -446,7 +451,7 @@ def fit(
         kind, type_map, model_cfg = ck["kind"], list(ck["type_map"]), dict(ck["model_config"])
         if kind != "sezm":
             raise FitConfigError(f"cannot resume a model of kind {kind!r}")
-        model = build_sezm(model_cfg)
+        model = build_sezm(model_cfg, None, TRAIN_OPTIONS)
         init_meta = dict(ck.get("init_meta", {}))
     elif cfg.init is not None:
         from mdband.loader import load_model
@@ -454,7 +459,10 @@ def fit(
         pot0 = load_model(cfg.init, device="cpu", dtype="float64", head=cfg.head)
         if pot0.kind != "sezm":
             raise ModelFileError(f"{cfg.init}: only SeZM models can be fine-tuned")
-        kind, type_map, model_cfg, model = pot0.kind, pot0.type_map, pot0.config, pot0.model
+        from mdband.model.factory import build_sezm
+
+        kind, type_map, model_cfg = pot0.kind, pot0.type_map, pot0.config
+        model = build_sezm(model_cfg, pot0.model.state_dict(), TRAIN_OPTIONS)
         init_meta = {"init": str(cfg.init), "init_model_hash": pot0.model_hash}
     else:
         from mdband.model.factory import build_sezm, initialise_weights
@@ -462,7 +470,7 @@ def fit(
         kind = "sezm"
         type_map = list(cfg.type_map) if cfg.type_map is not None else elements_of(frames)
         model_cfg = cfg.model_config(type_map)
-        model = build_sezm(model_cfg)
+        model = build_sezm(model_cfg, None, TRAIN_OPTIONS)
         seed = cfg.seed if cfg.init_seed is None else cfg.init_seed
         initialise_weights(model, seed, cfg.init_gain)
         _zero_output_layer(model)
@@ -610,7 +618,9 @@ def fit(
 
     # ---- final model (averaged weights, float64)
     ema.swap(model)
-    final_model = copy.deepcopy(model).to(device="cpu", dtype=torch.float64).eval()
+    # the returned potential runs with the default engine settings (fused ops on CUDA)
+    final_model = build_sezm(model_cfg, copy.deepcopy(model).state_dict(), None)
+    final_model = final_model.to(device="cpu", dtype=torch.float64).eval()
     final = evaluate_metrics(final_model, val, cfg, torch.float64, torch.device("cpu"))
     meta = {
         "source": "mdband fit",

@@ -189,3 +189,16 @@ def test_unknown_element_and_bad_settings(tmp_path, cu_xyz):
         mdband.fit([], None)
     with pytest.raises(FitConfigError, match="resume"):
         mdband.fit(cu_xyz, tmp_path / "new.pt", resume=True)
+
+
+def test_training_runs_on_the_torch_path_whatever_the_kernel_setting(cu_xyz, tmp_path, monkeypatch):
+    """The force loss needs a differentiable backward: fit trains on the torch path even when
+    MDBAND_KERNELS asks for the fused ops (whose closed-form backward ops are not), and the
+    returned potential uses the engine settings of the environment."""
+    kw = dict(epochs=1, model=TINY, **FAST)
+    ref = mdband.fit(cu_xyz, tmp_path / "a.pt", **kw)
+    monkeypatch.setenv("MDBAND_KERNELS", "ops")
+    got = mdband.fit(cu_xyz, tmp_path / "b.pt", **kw)
+    assert got.history[-1]["train_loss"] == ref.history[-1]["train_loss"]
+    assert got.metrics.force_rmse == ref.metrics.force_rmse
+    assert got.potential.model.settings.kernels == "ops"
