@@ -159,7 +159,8 @@ class SO2Convolution(nn.Module):
             return False
         if not stack_kernel_supports(xl.dtype, self.Cf):
             return False
-        return not any(p.requires_grad for p in self.so2_linears.parameters())
+        params = (*self.so2_linears.parameters(), *self.non_linearities.parameters())
+        return not any(p.requires_grad for p in params)
 
     def _focus_alpha(self, s: torch.Tensor) -> torch.Tensor:  # s (E, F, Cf)
         logits = torch.einsum("efi,if->ef", self.focus_compete_norm(s), self.adamw_focus_compete_w)

@@ -141,3 +141,18 @@ def test_fused_mixing_layers_in_the_model(precision):
         got = pot.evaluate(POS, None, False, SYM)
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
+
+
+def test_fused_mixing_layers_only_with_frozen_weights():
+    """The fused SO(2) layers give no weight gradients: any trainable stack weight (linear or
+    gate) keeps the torch path."""
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2)
+    model = build_sezm(cfg, None, dict(kernels="ops"))
+    conv = model.descriptor.blocks[0].so2_conv
+    x = torch.zeros(1, 1, 7, 16)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    assert conv._stack_fused(x)
+    conv.non_linearities[0].gate_linear.weight.requires_grad_(True)
+    assert not conv._stack_fused(x)
+    assert not conv._stack_fused(x.double())  # no float64 kernel
