@@ -19,3 +19,14 @@ def test_resolution_order(monkeypatch):
         EngineSettings.resolve()
     with pytest.raises(ValueError, match="rotation_layout"):
         EngineSettings(rotation_layout="diagonal")
+
+
+def test_stack_precision(monkeypatch):
+    monkeypatch.delenv("MDBAND_STACK_PRECISION", raising=False)
+    assert EngineSettings.resolve().stack_precision == "tf32x3"
+    monkeypatch.setenv("MDBAND_STACK_PRECISION", "IEEE")
+    assert EngineSettings.resolve().stack_precision == "ieee"
+    assert EngineSettings.resolve(stack_precision="tf32x3").stack_precision == "tf32x3"
+    monkeypatch.setenv("MDBAND_STACK_PRECISION", "fp16")
+    with pytest.raises(ValueError, match="MDBAND_STACK_PRECISION"):
+        EngineSettings.resolve()

@@ -125,13 +125,15 @@ def test_triton_kernels_in_the_model(lmax):
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=1e-11)
 
 
-@pytest.mark.parametrize("precision", ["ieee", "tf32x3"])
-def test_fused_mixing_layers_in_the_model(precision):
+@pytest.mark.parametrize("precision,recompute", [("ieee", "off"), ("tf32x3", "off"),
+                                                  ("tf32x3", "stack")])  # fmt: skip
+def test_fused_mixing_layers_in_the_model(precision, recompute):
     """float32 model with the fused SO(2) mixing layers (Triton, interpreter on CPU) against the
     float64 torch path: energy and forces to float32 accuracy."""
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2)
     ref = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
-    model = build_sezm(cfg, None, dict(kernels="ops", stack_precision=precision))
+    opts = dict(kernels="ops", stack_precision=precision, recompute=recompute)
+    model = build_sezm(cfg, None, opts)
     initialise_weights(model, seed=2, gain=0.5)
     pot = Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=4.0, config=cfg,
                     dtype="float32")  # fmt: skip
