@@ -26,70 +26,36 @@ from __future__ import annotations
 import getpass
 import os
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
-from ase import units
 
 from mdband._version import __version__
-from mdband.errors import MdbandError
+from mdband.io.h5md_format import (
+    _CHUNK_BYTES,
+    FORCE_UNITS,
+    H5MD_VERSION,
+    LIBVER,
+    OBSERVABLES,
+    PARTICLE_UNITS,
+    PARTICLES,
+    Frame,
+    TrajectoryError,
+    TrajectoryHeader,
+)
+from mdband.io.h5md_reader import H5MDReader, _text
 
-H5MD_VERSION = (1, 1)
-LIBVER = ("v110", "v110")  # lowest format with SWMR; readable by HDF5 >= 1.10
-PARTICLES = "particles/all"
-PARTICLE_UNITS = {"position": "Angstrom", "velocity": "Angstrom ps-1", "force": None}
-# force unit in the file -> its value for 1 eV/Å
-FORCE_UNITS = {"kJ mol-1 Angstrom-1": units.mol / units.kJ, "eV Angstrom-1": 1.0}
-# name -> (unit, per-frame shape)
-OBSERVABLES = {
-    "potential_energy": ("eV", ()),
-    "kinetic_energy": ("eV", ()),
-    "total_energy": ("eV", ()),
-    "conserved_energy": ("eV", ()),
-    "temperature": ("K", ()),
-    "pressure": ("GPa", ()),
-    "volume": ("Angstrom+3", ()),
-    "stress": ("GPa", (3, 3)),
-}
-_CHUNK_BYTES = 1 << 18
-
-
-class TrajectoryError(MdbandError):
-    """A trajectory file is unreadable, not an mdband H5MD file, or does not fit the run."""
-
-
-@dataclass
-class TrajectoryHeader:
-    """What stays fixed over a trajectory."""
-
-    species: np.ndarray
-    masses: np.ndarray
-    pbc: np.ndarray
-    variable_cell: bool = False
-    parameters: dict = field(default_factory=dict)
-    precision: str = "float32"
-    force_unit: str = "kJ mol-1 Angstrom-1"
-    author: str | None = None
-
-    @property
-    def n_atoms(self) -> int:
-        return int(len(self.species))
-
-
-@dataclass
-class Frame:
-    """One frame: Å, Å/ps, eV/Å (converted to the file's force unit), ps, cell rows in Å;
-    observables in the units of :data:`OBSERVABLES`."""
-
-    step: int
-    time: float
-    positions: np.ndarray
-    velocities: np.ndarray
-    forces: np.ndarray
-    cell: np.ndarray
-    observables: dict = field(default_factory=dict)
+__all__ = [
+    "FORCE_UNITS",
+    "OBSERVABLES",
+    "Frame",
+    "H5MDReader",
+    "H5MDWriter",
+    "TrajectoryError",
+    "TrajectoryHeader",
+    "rewrite_trajectory",
+]
 
 
 def _chunks(shape: tuple, itemsize: int) -> tuple:
@@ -284,184 +250,3 @@ def rewrite_trajectory(path, through_step: int | None = None) -> None:
     Use it on a file left by a killed run so tools that cannot open SWMR files read it.
     """
     _rewrite(Path(path), through_step).close()
-
-
-class H5MDReader:
-    """Read an mdband H5MD trajectory.
-
-    Opens files left by a killed writer in SWMR-read mode (``recovered`` is then True). Only
-    complete frames are reported: the frame count is the length of the shared ``step``.
-    """
-
-    def __init__(self, path) -> None:
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise TrajectoryError(f"trajectory {self.path} does not exist")
-        self.recovered = False
-        try:
-            self.file = h5py.File(self.path, "r")
-        except OSError as exc:
-            if "already open for write" not in str(exc):
-                raise TrajectoryError(f"cannot read trajectory {self.path}: {exc}") from None
-            try:
-                self.file = h5py.File(self.path, "r", swmr=True, libver=LIBVER)
-            except OSError as exc2:
-                raise TrajectoryError(f"cannot read trajectory {self.path}: {exc2}") from None
-            self.recovered = True
-        needed = ["h5md", *(f"{PARTICLES}/{k}/value" for k in PARTICLE_UNITS)]
-        if not all(name in self.file for name in needed):
-            self.close()
-            raise TrajectoryError(
-                f"{self.path} is not an H5MD file with position, velocity and force of "
-                "particle group 'all'"
-            )
-        self._part = self.file[PARTICLES]
-        self.force_unit = _text(self._part["force/value"].attrs.get("unit", "eV Angstrom-1"))
-        if self.force_unit not in FORCE_UNITS:
-            self.close()
-            raise TrajectoryError(f"{self.path}: unknown force unit {self.force_unit!r}")
-        self._force_factor = FORCE_UNITS[self.force_unit]
-
-    # ------------------------------------------------------------------ fixed data
-    @property
-    def n_frames(self) -> int:
-        n = self._part["position/step"].shape[0]
-        n = min(n, self._part["position/time"].shape[0])
-        return int(min([n] + [self._part[f"{k}/value"].shape[0] for k in PARTICLE_UNITS]))
-
-    def __len__(self) -> int:
-        return self.n_frames
-
-    @property
-    def n_atoms(self) -> int:
-        return int(self._part["species"].shape[0])
-
-    @property
-    def species(self) -> np.ndarray:
-        return self._part["species"][()]
-
-    @property
-    def masses(self) -> np.ndarray:
-        return self._part["mass"][()]
-
-    @property
-    def pbc(self) -> np.ndarray:
-        boundary = self._part["box"].attrs["boundary"]
-        return np.array([_text(b) == "periodic" for b in boundary])
-
-    @property
-    def variable_cell(self) -> bool:
-        """Whether the run could change the cell (NPT); recorded by the writer."""
-        params = self.file.get("parameters/mdband")
-        if params is not None and "variable_cell" in params.attrs:
-            return bool(params.attrs["variable_cell"])
-        return isinstance(self._part["box/edges"], h5py.Group)
-
-    @property
-    def parameters(self) -> dict:
-        if "parameters/mdband" not in self.file:
-            return {}
-        return {k: _plain(v) for k, v in self.file["parameters/mdband"].attrs.items()}
-
-    @property
-    def steps(self) -> np.ndarray:
-        return self._part["position/step"][: self.n_frames]
-
-    @property
-    def times(self) -> np.ndarray:
-        return self._part["position/time"][: self.n_frames]
-
-    def header(self) -> TrajectoryHeader:
-        params = self.parameters
-        precision = str(params.pop("precision", self._part["position/value"].dtype.name))
-        params.pop("variable_cell", None)
-        return TrajectoryHeader(
-            species=self.species,
-            masses=self.masses,
-            pbc=self.pbc,
-            variable_cell=self.variable_cell,
-            parameters=params,
-            precision=precision,
-            force_unit=self.force_unit,
-            author=_text(self.file["h5md/author"].attrs["name"]),
-        )
-
-    # ------------------------------------------------------------------ frames
-    def _index(self, i: int) -> int:
-        n = self.n_frames
-        if not -n <= i < n:
-            raise IndexError(f"frame {i} out of range for {n} frames")
-        return i % n
-
-    def cell(self, i: int) -> np.ndarray:
-        edges = self._part["box/edges"]
-        if isinstance(edges, h5py.Group):
-            return edges["value"][self._index(i)]
-        return edges[()]  # a fixed box, as other writers may store it
-
-    def observable(self, name: str) -> np.ndarray:
-        """All complete frames of ``observables/<name>``."""
-        return self.file[f"observables/{name}/value"][: self.n_frames]
-
-    def frame(self, i: int) -> Frame:
-        k = self._index(i)
-        part = self._part
-        obs = {}
-        for name in OBSERVABLES:
-            if f"observables/{name}" in self.file:
-                obs[name] = self.file[f"observables/{name}/value"][k]
-        return Frame(
-            step=int(part["position/step"][k]),
-            time=float(part["position/time"][k]),
-            positions=part["position/value"][k],
-            velocities=part["velocity/value"][k],
-            forces=part["force/value"][k] / self._force_factor,
-            cell=self.cell(k),
-            observables=obs,
-        )
-
-    def __iter__(self):
-        for i in range(self.n_frames):
-            yield self.frame(i)
-
-    def to_atoms(self, i: int):
-        """Frame ``i`` as :class:`ase.Atoms` (ASE units; forces/energy on a single-point calc)."""
-        from ase import Atoms, units
-        from ase.calculators.singlepoint import SinglePointCalculator
-
-        fr = self.frame(i)
-        atoms = Atoms(
-            numbers=self.species,
-            positions=fr.positions,
-            cell=fr.cell,
-            pbc=self.pbc,
-            masses=self.masses,
-        )
-        atoms.set_velocities(np.asarray(fr.velocities, dtype=np.float64) / (1000 * units.fs))
-        energy = fr.observables.get("potential_energy")
-        atoms.calc = SinglePointCalculator(
-            atoms, energy=None if energy is None else float(energy), forces=fr.forces
-        )
-        return atoms
-
-    def close(self) -> None:
-        if self.file.id.valid:
-            self.file.close()
-
-    def __enter__(self) -> H5MDReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _plain(value):
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -1,0 +1,68 @@
+"""H5MD 1.1 layout of mdband trajectories: constants, header and frame records, errors.
+
+The layout is described in :mod:`mdband.io.h5md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from ase import units
+
+from mdband.errors import MdbandError
+
+H5MD_VERSION = (1, 1)
+LIBVER = ("v110", "v110")  # lowest format with SWMR; readable by HDF5 >= 1.10
+PARTICLES = "particles/all"
+PARTICLE_UNITS = {"position": "Angstrom", "velocity": "Angstrom ps-1", "force": None}
+# force unit in the file -> its value for 1 eV/Å
+FORCE_UNITS = {"kJ mol-1 Angstrom-1": units.mol / units.kJ, "eV Angstrom-1": 1.0}
+# name -> (unit, per-frame shape)
+OBSERVABLES = {
+    "potential_energy": ("eV", ()),
+    "kinetic_energy": ("eV", ()),
+    "total_energy": ("eV", ()),
+    "conserved_energy": ("eV", ()),
+    "temperature": ("K", ()),
+    "pressure": ("GPa", ()),
+    "volume": ("Angstrom+3", ()),
+    "stress": ("GPa", (3, 3)),
+}
+_CHUNK_BYTES = 1 << 18
+
+
+class TrajectoryError(MdbandError):
+    """A trajectory file is unreadable, not an mdband H5MD file, or does not fit the run."""
+
+
+@dataclass
+class TrajectoryHeader:
+    """What stays fixed over a trajectory."""
+
+    species: np.ndarray
+    masses: np.ndarray
+    pbc: np.ndarray
+    variable_cell: bool = False
+    parameters: dict = field(default_factory=dict)
+    precision: str = "float32"
+    force_unit: str = "kJ mol-1 Angstrom-1"
+    author: str | None = None
+
+    @property
+    def n_atoms(self) -> int:
+        return int(len(self.species))
+
+
+@dataclass
+class Frame:
+    """One frame: Å, Å/ps, eV/Å (converted to the file's force unit), ps, cell rows in Å;
+    observables in the units of :data:`OBSERVABLES`."""
+
+    step: int
+    time: float
+    positions: np.ndarray
+    velocities: np.ndarray
+    forces: np.ndarray
+    cell: np.ndarray
+    observables: dict = field(default_factory=dict)
