@@ -29,6 +29,8 @@ from mdband.model.factory import build_sezm, random_potential
 from mdband.potential import Potential
 
 CFG = SeZMConfig(type_map=("C",)).to_dict()
+#: float32 GPU forces against the float64 CPU reference (eV/Å), the issue's acceptance bound
+FORCE_TOL = 1e-5
 
 
 def diamond(n: int, seed: int = 0):
@@ -238,7 +240,16 @@ def main() -> None:
     print("== profile (band) ==")
     for p in out["profile"]:
         print(f"{p['cuda_ms']:9.2f} ms {p['calls']:5d}  {p['name']}")
+    errs = [v for k, v in out["checks"].items() if k.endswith("_vs_fp64_force_maxabs")]
+    ok = (
+        bool(errs)
+        and max(errs) <= FORCE_TOL
+        and not any(k.endswith("_error") for k in out["checks"])
+    )
+    print(f"float32 forces within {FORCE_TOL} eV/Å of float64:", "ALL CHECKS PASSED" if ok else
+          "CHECKS FAILED")  # fmt: skip
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every GPU check and timing of mdband in one device call (about 9 minutes on an H200):
+#   1. the fused SO(2) mixing layer: checks against float64 and the launch sweep (gpu_stack.py)
+#   2. every other kernel: checks against its reference, band vs dense bitwise, timings
+#   3. the model end to end: forces vs float64, band vs dense, ms/call and peak memory at 512 and
+#      4,096 atoms, the largest cell, a profile (gpu_model.py, using the sweep's best launch)
+# Results go to $OUT/{stack,kernels,model}/*.json and logs to $OUT/*.log.
+#
+# On the device (repository root; .whl/ carried with the ase and vesin wheels, see gpu_lammps.sh):
+#   bash benchmarks/gpu_all.sh
+set -uo pipefail
+OUT=${OUT:-benchmarks/out}
+mkdir -p "$OUT/stack" "$OUT/kernels" "$OUT/model"
+if ! python3 -c "import ase, vesin" 2>/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/ase-*.whl .whl/vesin-*.whl || exit 2
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+status=0
+OUT=$OUT/stack timeout 150 python3 benchmarks/gpu_stack.py --quick >"$OUT/stack.log" 2>&1 || status=1
+grep -E "FAIL|TFLOP|torch path|PASSED|FAILED" "$OUT/stack.log"
+OUT=$OUT/kernels timeout 180 python3 benchmarks/gpu_kernels.py --no-reference \
+    >"$OUT/kernels.log" 2>&1 || status=1
+grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log"
+OUT=$OUT/model timeout 230 python3 benchmarks/gpu_model.py \
+    --stack-config "$OUT/stack/gpu_stack.json" --sizes 4 8 --largest 12 14 \
+    --largest-variants band --variants band dense band-recompute-stack band-recompute \
+    --repeat 3 --quick >"$OUT/model.log" 2>&1 || status=1
+sed -n '/== checks ==/,$p' "$OUT/model.log"
+exit $status
