@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels._common import csr
+from mdband.kernels._common import csr, segment_sum
 from mdband.kernels.band_producer import band_producer
 from mdband.kernels.zonal import zonal_embed
 from mdband.model.conv import SO2Convolution
@@ -45,12 +45,19 @@ class EdgeCache:
     inv_sqrt_deg: torch.Tensor  # (N, 1, 1)
     n_nodes: int
     _csr: tuple | None = None
+    _src_csr: tuple | None = None
 
     def dst_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, row_ptr) of the edges grouped by destination, built once per evaluation."""
         if self._csr is None:
             self._csr = csr(self.dst, self.n_nodes)
         return self._csr
+
+    def src_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(perm, row_ptr) of the edges grouped by source, built once per evaluation."""
+        if self._src_csr is None:
+            self._src_csr = csr(self.src, self.n_nodes)
+        return self._src_csr
 
 
 class InteractionBlock(nn.Module):
@@ -127,7 +134,8 @@ class SeZMDescriptor(nn.Module):
         _, r = unit_vectors(edge_vec)
         env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
         rbf = self.radial_basis(r)
-        deg = edge_vec.new_zeros(n_nodes).index_add_(0, dst, env[:, 0] ** 2)
+        dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
+        deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rot = None
         if self.needs_rotations():
@@ -135,7 +143,7 @@ class SeZMDescriptor(nn.Module):
             if self.producer_op and self.settings.ops_on(edge_vec):
                 band = band_producer(edge_vec, cfg.lmax)
             rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout, band)
-        return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes)
+        return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr)
 
     def forward(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
         cfg = self.cfg

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mdband.kernels._common import segment_sum
 from mdband.kernels.aggregate import aggregate
 from mdband.kernels.rotate_mix import rotate_mix
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
@@ -31,27 +32,28 @@ from mdband.so3 import storage as st
 
 class _EdgeDot(torch.autograd.Function):
     """out[e, k] = Σ_d q[dst[e], k, d] · k[src[e], k, d], saving only the node tensors (the
-    per-edge gathers are rebuilt in the backward: 2·E·K·d floats less kept per block)."""
+    per-edge gathers are rebuilt in the backward: 2·E·K·d floats less kept per block). The
+    backward sums per node in CSR order (no atomics)."""
 
     @staticmethod
-    def forward(ctx, q, k, dst, src):
-        ctx.save_for_backward(q, k, dst, src)
+    def forward(ctx, q, k, dst, src, dst_csr, src_csr):
+        ctx.save_for_backward(q, k, dst, src, *dst_csr, *src_csr)
         return (q.index_select(0, dst) * k.index_select(0, src)).sum(-1)
 
     @staticmethod
     def backward(ctx, g):
-        q, k, dst, src = ctx.saved_tensors
+        q, k, dst, src, dp, dr, sp, sr = ctx.saved_tensors
         gq = gk = None
         if ctx.needs_input_grad[0]:
-            gq = torch.zeros_like(q).index_add_(0, dst, g[..., None] * k.index_select(0, src))
+            gq = segment_sum(g[..., None] * k.index_select(0, src), dst, (dp, dr))
         if ctx.needs_input_grad[1]:
-            gk = torch.zeros_like(k).index_add_(0, src, g[..., None] * q.index_select(0, dst))
-        return gq, gk, None, None
+            gk = segment_sum(g[..., None] * q.index_select(0, dst), src, (sp, sr))
+        return gq, gk, None, None, None, None
 
 
-def edge_dot(q, k, dst, src):
+def edge_dot(q, k, ec):
     """Per-edge dot products of destination rows of q and source rows of k: (E, K)."""
-    return _EdgeDot.apply(q, k, dst, src)
+    return _EdgeDot.apply(q, k, ec.dst, ec.src, ec.dst_csr(), ec.src_csr())
 
 
 def segment_softmax_weights(
@@ -239,7 +241,7 @@ class SO2Convolution(nn.Module):
         qk = self.attn_qk_norm(s0)
         q = self.attn_q_proj(qk).reshape(N, F * H, hd)
         k = self.attn_k_proj(qk).reshape(N, F * H, hd)
-        logits = edge_dot(q, k, ec.dst, ec.src).reshape(E, F, H) * hd**-0.5
+        logits = edge_dot(q, k, ec).reshape(E, F, H) * hd**-0.5
         logits = logits + torch.einsum(
             "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
         )

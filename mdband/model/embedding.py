@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.kernels._common import segment_sum
 from mdband.model.radial import MLPLayer
 from mdband.so3 import storage as st
 
@@ -72,7 +73,7 @@ class EnvironmentSeed(nn.Module):
             )
         )
         outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
-        agg = outer.new_zeros(ec.n_nodes, 4 * self.embed).index_add_(0, ec.dst, outer)
+        agg = segment_sum(outer, ec.dst, ec.dst_csr())
         agg = agg.reshape(-1, 4, self.embed) * ec.inv_sqrt_deg
         dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
