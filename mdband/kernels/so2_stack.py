@@ -260,15 +260,18 @@ def _gauss(a, b, c, d):
     return t1 - torch.bmm(b, c + d), t1 + torch.bmm(a, d - c)
 
 
-def _pack_weights(w0, wm, F, L, C, transpose):
-    """Kernel weights: W0 (F, K0, K0) and the (P, Q) blocks (F, 2, 2, LC, LC) of rows m = ∓1.
-
-    Forward: P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu. Transposed (x·Wᵀ): the same with
-    (W0, Wu, Wv) → (W0ᵀ, Wuᵀ, −Wvᵀ). A few small copies (≈ 1 MB at L = 3, C = 64).
-    """
+def _oriented(w0, wm, F, L, C, transpose):
+    """(W0, Wu, Wv) of x·W, or of x·Wᵀ: (W0ᵀ, Wuᵀ, −Wvᵀ) (the complex product's conjugate)."""
     W0, Wu, Wv = _blocks(w0, wm, F, L, C)
     if transpose:
         W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
+    return W0, Wu, Wv
+
+
+def _pack_weights(w0, wm, F, L, C, transpose):
+    """Kernel weights: W0 (F, K0, K0) and the (P, Q) blocks (F, 2, 2, LC, LC) of rows m = ∓1:
+    P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu of :func:`_oriented` (≈ 1 MB at L = 3, C = 64)."""
+    W0, Wu, Wv = _oriented(w0, wm, F, L, C, transpose)
     pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)
     return W0.contiguous(), pq.contiguous()
 
@@ -278,9 +281,7 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     F, E, _, C = x.shape
     L = lmax
     if precision == "ieee":
-        W0, Wu, Wv = _blocks(w0, wm, F, L, C)
-        if transpose:  # conj(W)ᵀ: (Wuᵀ, −Wvᵀ)
-            W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
+        W0, Wu, Wv = _oriented(w0, wm, F, L, C, transpose)
         h0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * C), W0)
         xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
         hn, hp = _gauss(xn, x[:, :, 2 * L + 1 :].reshape(F, E, L * C), Wu, Wv)
