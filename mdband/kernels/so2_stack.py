@@ -39,8 +39,15 @@ PRECISIONS = ("ieee", "tf32x3")
 #: channel widths the kernel is compiled for (tl.dot tiles need a power of two ≥ 16)
 CHANNELS = (16, 32, 64, 128)
 #: launch parameters of the tf32x3 linear kernel (edges per program, warps, pipeline stages),
-#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200
+#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (196 kB of shared memory)
 CONFIG = {"tf32x3": {"BE": 128, "warps": 8, "stages": 3}}
+#: smaller launches tried in turn on GPUs with less shared memory (98, 64 and 32 kB)
+FALLBACK_CONFIGS = (
+    {"BE": 128, "warps": 8, "stages": 2},
+    {"BE": 64, "warps": 4, "stages": 2},
+    {"BE": 64, "warps": 4, "stages": 1},
+)
+_WORKING: dict = {}  # (device, configured launch) -> the launch that fit there
 #: edges per program of the elementwise gate kernels
 ELEMENTWISE_BE = 32
 
@@ -130,6 +137,8 @@ def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
 
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
+    from triton.runtime.errors import OutOfResources
+
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
@@ -276,11 +285,18 @@ def _pack_weights(w0, wm, F, L, C, transpose):
     return W0.contiguous(), pq.contiguous()
 
 
+def _tf32_capable(device) -> bool:
+    """TF32 tensor cores: compute capability 8.0 or newer (the interpreter emulates them)."""
+    if device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def _linear(x, res, w0, wm, lmax, transpose, precision):
     """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3) or exact fp32 cuBLAS GEMMs (ieee)."""
     F, E, _, C = x.shape
     L = lmax
-    if precision == "ieee":
+    if precision == "ieee" or not _tf32_capable(x.device):
         W0, Wu, Wv = _oriented(w0, wm, F, L, C, transpose)
         h0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * C), W0)
         xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
@@ -291,15 +307,22 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     y = torch.empty_like(x)
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
-    cfg = CONFIG[precision]
-    grid = (3 * L + 1, triton.cdiv(E, cfg["BE"]), F)
     w0k, wmk = _pack_weights(w0, wm, F, L, C, transpose)
-    cm.wrap(_linear_kernel)[grid](
-        x, x if res is None else res, w0k, wmk, y, E,
-        L=L, C=C, BE=cfg["BE"], RES=res is not None, PREC=precision,
-        num_warps=cfg["warps"], num_stages=cfg["stages"],
-    )  # fmt: skip
-    return y
+    primary = CONFIG[precision]
+    key = (x.device.type, x.device.index, tuple(sorted(primary.items())))
+    tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
+    for cfg in tried:
+        try:
+            cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, cfg["BE"]), F)](
+                x, x if res is None else res, w0k, wmk, y, E,
+                L=L, C=C, BE=cfg["BE"], RES=res is not None, PREC=precision,
+                num_warps=cfg["warps"], num_stages=cfg["stages"],
+            )  # fmt: skip
+        except OutOfResources:  # not enough shared memory on this GPU: a smaller launch
+            continue
+        _WORKING[key] = cfg
+        return y
+    raise RuntimeError("so2_mix_layer: no launch configuration fits this GPU")
 
 
 def _gate_logits(h, wg, L):

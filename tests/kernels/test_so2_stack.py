@@ -110,3 +110,37 @@ def test_reference_op_on_cpu_is_differentiable():
     (gwant,) = torch.autograd.grad(want, xb, gy)
     torch.testing.assert_close(y, want, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(g, gwant, rtol=1e-12, atol=1e-12)
+
+
+def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
+    """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
+    from triton.runtime.errors import OutOfResources
+
+    real = ss.cm.wrap
+
+    def wrap(kernel):
+        launcher = real(kernel)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    if kernel is ss._linear_kernel and kw["BE"] == 32:
+                        raise OutOfResources(200_000, 100_000, "shared memory")
+                    return launcher[grid](*args, **kw)
+
+                return run
+
+        return Grid()
+
+    monkeypatch.setattr(ss.cm, "wrap", wrap)
+    monkeypatch.setattr(ss, "_WORKING", {})
+    monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 32, "warps": 4, "stages": 2})
+    small = {"BE": 16, "warps": 4, "stages": 1}
+    monkeypatch.setattr(ss, "FALLBACK_CONFIGS", ({"BE": 32, "warps": 4, "stages": 1}, small))
+    x, w0, wm, wg, _ = _inputs(2, 16, 1, 40)
+    want, _ = so2_mix_layer_reference(x, w0, wm, wg, 2, True)
+    w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
+    with cm.force_triton():
+        y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
+    torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
+    assert list(ss._WORKING.values()) == [small]
