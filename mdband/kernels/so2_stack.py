@@ -53,56 +53,78 @@ ELEMENTWISE_BE = 32
 
 
 # ---------------------------------------------------------------------------- references
-def _blocks(w0, wm, F, L, C):
-    """Per-focus weights: W0 (F, (L+1)C, (L+1)C), Wu and Wv (F, LC, LC)."""
-    W0 = w0.view((L + 1) * C, F, (L + 1) * C).permute(1, 0, 2)
-    W = wm.view(L * C, F, 2 * L * C).permute(1, 0, 2)
-    return W0, W[..., : L * C], W[..., L * C :]
+def _blocks(w0, wm, F, L):
+    """Per-focus weights: W0 (F, (L+1)Ci, (L+1)Co), Wu and Wv (F, L·Ci, L·Co)."""
+    W0 = w0.view(w0.shape[0], F, w0.shape[1] // F).permute(1, 0, 2)
+    W = wm.view(wm.shape[0], F, wm.shape[1] // F).permute(1, 0, 2)
+    half = W.shape[2] // 2
+    return W0, W[..., :half], W[..., half:]
+
+
+def _oriented(w0, wm, F, L, transpose):
+    """(W0, Wu, Wv) of x·W, or of x·Wᵀ: (W0ᵀ, Wuᵀ, −Wvᵀ) (the complex product's conjugate)."""
+    W0, Wu, Wv = _blocks(w0, wm, F, L)
+    if transpose:
+        W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
+    return W0, Wu, Wv
+
+
+def _gauss(a, b, c, d):
+    """(re, im) of (a + i·b)(c + i·d) with three real GEMMs."""
+    t1 = torch.bmm(a + b, c)
+    return t1 - torch.bmm(b, c + d), t1 + torch.bmm(a, d - c)
+
+
+def so2_linear(x, w0, wm, L, transpose=False, gauss=True):
+    """h = SO2Linear(x) (or x·Wᵀ) for x (F, E, Dm, Ci) with torch GEMMs (differentiable).
+
+    m = 0 rows: one GEMM; |m| = 1 rows: the complex product ``h₋ + i·h₊ = (x₋ + i·x₊)(Wu + i·Wv)``
+    with three GEMMs (``gauss``) or four.
+    """
+    F, E = x.shape[0], x.shape[1]
+    W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
+    x0, xn, xp = torch.split(x, [L + 1, L, L], dim=2)  # one backward concat, no zero-fill
+    x0 = x0.reshape(F, E, W0.shape[1])
+    xn, xp = xn.reshape(F, E, Wu.shape[1]), xp.reshape(F, E, Wu.shape[1])
+    h0 = torch.bmm(x0, W0)
+    if gauss:
+        hn, hp = _gauss(xn, xp, Wu, Wv)
+    else:
+        hn = torch.bmm(xn, Wu) - torch.bmm(xp, Wv)
+        hp = torch.bmm(xn, Wv) + torch.bmm(xp, Wu)
+    co = Wu.shape[2] // L
+    parts = [h0.view(F, E, L + 1, co), hn.view(F, E, L, co), hp.view(F, E, L, co)]
+    return torch.cat(parts, dim=2)
 
 
 def linear_reference(x, w0, wm, L):
-    """h = SO2Linear(x) for x (F, E, Dm, C) (differentiable)."""
-    F, E, _, C = x.shape
-    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
-    x0 = x[:, :, : L + 1].reshape(F, E, (L + 1) * C)
-    xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
-    xp = x[:, :, 2 * L + 1 :].reshape(F, E, L * C)
-    h0 = torch.bmm(x0, W0)
-    hn = torch.bmm(xn, Wu) - torch.bmm(xp, Wv)
-    hp = torch.bmm(xn, Wv) + torch.bmm(xp, Wu)
-    parts = [h0.view(F, E, L + 1, C), hn.view(F, E, L, C), hp.view(F, E, L, C)]
-    return torch.cat(parts, dim=2)
+    """h = SO2Linear(x) for x (F, E, Dm, C), four GEMMs (differentiable)."""
+    return so2_linear(x, w0, wm, L, gauss=False)
 
 
 def linear_t_reference(g, w0, wm, L):
     """gx = g Wᵀ: the transpose of :func:`linear_reference` (closed form)."""
-    F, E, _, C = g.shape
-    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
-    g0 = g[:, :, : L + 1].reshape(F, E, (L + 1) * C)
-    gn = g[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
-    gp = g[:, :, 2 * L + 1 :].reshape(F, E, L * C)
-    x0 = torch.bmm(g0, W0.transpose(1, 2))
-    xn = torch.bmm(gn, Wu.transpose(1, 2)) + torch.bmm(gp, Wv.transpose(1, 2))
-    xp = torch.bmm(gp, Wu.transpose(1, 2)) - torch.bmm(gn, Wv.transpose(1, 2))
-    parts = [x0.view(F, E, L + 1, C), xn.view(F, E, L, C), xp.view(F, E, L, C)]
-    return torch.cat(parts, dim=2)
+    return so2_linear(g, w0, wm, L, transpose=True, gauss=False)
+
+
+def _gate_weights(wg, F, L):
+    """Per-focus gate weights Wg (F, C, L·C)."""
+    return wg.view(wg.shape[0], F, wg.shape[1] // F).permute(1, 0, 2)
+
+
+def _gate_logits(h, wg, L):
+    """h[:, :, 0] @ Wg: (F, E, L·C)."""
+    return torch.bmm(h[:, :, 0], _gate_weights(wg, h.shape[0], L))
 
 
 def _gates(h, wg, L):
     F, E, _, C = h.shape
-    Wg = wg.view(C, F, L * C).permute(1, 0, 2)
-    return torch.sigmoid(torch.bmm(h[:, :, 0], Wg)).view(F, E, L, C), Wg
-
-
-def _degree_rows(L):
-    """Row index of degree l ≥ 1 for m = 0, −1, +1: (3, L)."""
-    ls = torch.arange(1, L + 1)
-    return torch.stack([ls, L + ls, 2 * L + ls])
+    return torch.sigmoid(_gate_logits(h, wg, L)).view(F, E, L, C)
 
 
 def activation_reference(h, wg, L):
     """act(h) of a gated layer (differentiable)."""
-    g, _ = _gates(h, wg, L)
+    g = _gates(h, wg, L)
     F, E, _, C = h.shape
     rows = h[:, :, 1:].reshape(F, E, 3, L, C) * g[:, :, None]
     return torch.cat([torch.nn.functional.silu(h[:, :, :1]), rows.reshape(F, E, 3 * L, C)], 2)
@@ -119,13 +141,13 @@ def so2_mix_layer_reference(x, w0, wm, wg, lmax, gated):
 def gate_bwd_reference(gy, h, wg, L):
     """gh = act'(h)ᵀ gy (closed form)."""
     F, E, _, C = h.shape
-    g, Wg = _gates(h, wg, L)
+    g = _gates(h, wg, L)
     hr = h[:, :, 1:].reshape(F, E, 3, L, C)
     gyr = gy[:, :, 1:].reshape(F, E, 3, L, C)
     glogit = (gyr * hr).sum(2) * g * (1 - g)  # (F, E, L, C)
     s0 = torch.sigmoid(h[:, :, 0])
     gh0 = gy[:, :, 0] * (s0 * (1 + h[:, :, 0] * (1 - s0)))
-    gh0 = gh0 + torch.bmm(glogit.reshape(F, E, L * C), Wg.transpose(1, 2))
+    gh0 = gh0 + torch.bmm(glogit.reshape(F, E, L * C), _gate_weights(wg, F, L).transpose(1, 2))
     rows = (gyr * g[:, :, None]).reshape(F, E, 3 * L, C)
     return torch.cat([gh0[:, :, None], rows], dim=2)
 
@@ -263,24 +285,10 @@ def _dispatch(x, lmax) -> str:
     return name
 
 
-def _gauss(a, b, c, d):
-    """(re, im) of (a + i·b)(c + i·d) with three real GEMMs."""
-    t1 = torch.bmm(a + b, c)
-    return t1 - torch.bmm(b, c + d), t1 + torch.bmm(a, d - c)
-
-
-def _oriented(w0, wm, F, L, C, transpose):
-    """(W0, Wu, Wv) of x·W, or of x·Wᵀ: (W0ᵀ, Wuᵀ, −Wvᵀ) (the complex product's conjugate)."""
-    W0, Wu, Wv = _blocks(w0, wm, F, L, C)
-    if transpose:
-        W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
-    return W0, Wu, Wv
-
-
 def _pack_weights(w0, wm, F, L, C, transpose):
     """Kernel weights: W0 (F, K0, K0) and the (P, Q) blocks (F, 2, 2, LC, LC) of rows m = ∓1:
     P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu of :func:`_oriented` (≈ 1 MB at L = 3, C = 64)."""
-    W0, Wu, Wv = _oriented(w0, wm, F, L, C, transpose)
+    W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
     pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)
     return W0.contiguous(), pq.contiguous()
 
@@ -297,12 +305,7 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     F, E, _, C = x.shape
     L = lmax
     if precision == "ieee" or not _tf32_capable(x.device):
-        W0, Wu, Wv = _oriented(w0, wm, F, L, C, transpose)
-        h0 = torch.bmm(x[:, :, : L + 1].reshape(F, E, (L + 1) * C), W0)
-        xn = x[:, :, L + 1 : 2 * L + 1].reshape(F, E, L * C)
-        hn, hp = _gauss(xn, x[:, :, 2 * L + 1 :].reshape(F, E, L * C), Wu, Wv)
-        parts = [h0.view(F, E, L + 1, C), hn.view(F, E, L, C), hp.view(F, E, L, C)]
-        out = torch.cat(parts, dim=2)
+        out = so2_linear(x, w0, wm, L, transpose)
         return out if res is None else out.add_(res)
     y = torch.empty_like(x)
     if cm.has_no_items(E) or cm.has_no_items(F):
@@ -323,11 +326,6 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         _WORKING[key] = cfg
         return y
     raise RuntimeError("so2_mix_layer: no launch configuration fits this GPU")
-
-
-def _gate_logits(h, wg, L):
-    F, E, _, C = h.shape
-    return torch.bmm(h[:, :, 0], wg.view(C, F, L * C).permute(1, 0, 2))
 
 
 def _grid(E, F):
@@ -401,8 +399,7 @@ def _mix_bwd_op(
         glg = lg  # overwritten in place: one transient of E·L·C floats less
         cm.wrap(_gate_bwd_kernel)[_grid(E, F)](gy, h, lg, gh, glg, E, L=lmax, C=C,
                                                BE=ELEMENTWISE_BE)  # fmt: skip
-        wgt = wg.view(C, F, lmax * C).permute(1, 2, 0)  # (F, L·C, C) = Wgᵀ
-        gh[:, :, 0] += torch.bmm(glg, wgt)
+        gh[:, :, 0] += torch.bmm(glg, _gate_weights(wg, F, lmax).transpose(1, 2))
         del lg, glg  # before gx is allocated
     return _linear(gh, gy, w0, wm, lmax, True, precision)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.kernels.so2_stack import so2_linear
+
 
 def reduced_degree_index(lmax: int) -> list[int]:
     """Degree of each reduced row: [0..L, 1..L, 1..L]."""
@@ -45,23 +47,7 @@ class SO2Linear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        F, E = x.shape[0], x.shape[1]
-        L, ci, co = self.lmax, self.c_in, self.c_out
-        x0, xn, xp = torch.split(x, [L + 1, L, L], dim=2)  # one backward concat, no zero-fill
-        w0 = self.weight_m0.view((L + 1) * ci, F, (L + 1) * co).permute(1, 0, 2)
-        y0 = torch.bmm(x0.reshape(F, E, (L + 1) * ci), w0)
-        w = self.weight_m[0].view(L * ci, F, 2 * L * co).permute(1, 0, 2)
-        wu, wv = w[..., : L * co], w[..., L * co :]
-        xn = xn.reshape(F, E, L * ci)
-        xp = xp.reshape(F, E, L * ci)
-        # complex product (xn + i·xp)(wu + i·wv) with three real GEMMs (Gauss)
-        t1 = torch.bmm(xn + xp, wu)
-        t2 = torch.bmm(xp, wu + wv)
-        t3 = torch.bmm(xn, wv - wu)
-        return torch.cat(
-            [y0.view(F, E, L + 1, co), (t1 - t2).view(F, E, L, co), (t1 + t3).view(F, E, L, co)],
-            dim=2,
-        )
+        return so2_linear(x, self.weight_m0, self.weight_m[0], self.lmax)
 
 
 class GatedActivation(nn.Module):
