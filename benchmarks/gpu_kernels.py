@@ -341,6 +341,7 @@ def run_timing(device, E, N, C, L, H, R, with_reference):
     c = cast(make_case(E, N, C, L, L, device, seed=1, H=H, R=R), F32)
     rows = []
     perm, ptr = cm.csr(c["dst"], N)
+    scsr = cm.csr(c["src"], N)
     rows.append(_row("csr(dst) build", "-", "-", bench(lambda: cm.csr(c["dst"], N), device)))
     code = st.LAYOUT_CODE
     rho = st.rotate_inv_rescale(L, F32, device)
@@ -350,9 +351,9 @@ def run_timing(device, E, N, C, L, H, R, with_reference):
         a = (rot, code[lay], L, L)
         ops = {
             ("rotate_mix[mix]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
-                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None),
+                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
             ("rotate_mix[mix]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
-                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None),
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
             ("aggregate[H]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
                 c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None),
             ("aggregate[plain]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(

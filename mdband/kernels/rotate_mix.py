@@ -433,6 +433,8 @@ def _rotate_mix_op(
     k: torch.Tensor | None,
     basis: torch.Tensor | None,
     rad: torch.Tensor | None,
+    perm: torch.Tensor,
+    row_ptr: torch.Tensor,
 ) -> torch.Tensor:
     E, C = src.shape[0], x.shape[2]
     dm = st.reduced_dim(lmax)
@@ -470,7 +472,7 @@ def _s2(t):
 
 
 @_rotate_mix_op.register_fake
-def _(x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
+def _(x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr):
     return x.new_empty(src.shape[0], st.reduced_dim(lmax), x.shape[2])
 
 
@@ -486,6 +488,8 @@ def _rotate_mix_bwd_op(
     k: torch.Tensor | None,
     basis: torch.Tensor | None,
     rad: torch.Tensor | None,
+    perm: torch.Tensor,
+    row_ptr: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     N, C = x.shape[0], x.shape[2]
     E = src.shape[0]
@@ -529,11 +533,10 @@ def _rotate_mix_bwd_op(
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, RP=rp, BC=BC, EB=EB,
         LAYOUT=layout, MIX=mix,
     )  # fmt: skip
-    perm, ptr = cm.csr(src, N)
     if not cm.has_no_items(N):
         rn = gxl if mix else rd
         cm.wrap(_rm_bwd_node_kernel)[(N, t["nblk"])](
-            perm, ptr, rot, rn, gy, gx,
+            perm, row_ptr, rot, rn, gy, gx,
             t["col"], t["row"], t["ent_a"], t["ent_b"],
             C,
             *sr, *_s3(rn), *gy.stride(), *gx.stride(),
@@ -544,7 +547,7 @@ def _rotate_mix_bwd_op(
 
 
 @_rotate_mix_bwd_op.register_fake
-def _(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
+def _(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr):
     mix = k is not None
     return (
         torch.empty_like(x),
@@ -556,16 +559,16 @@ def _(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
 
 
 def _setup(ctx, inputs, output):
-    x, src, rot, layout, rot_lmax, lmax, k, basis, rad = inputs
-    ctx.save_for_backward(x, src, rot, k, basis, rad)
+    x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr = inputs
+    ctx.save_for_backward(x, src, rot, k, basis, rad, perm, row_ptr)
     ctx.meta = (layout, rot_lmax, lmax)
 
 
 def _backward(ctx, gy):
-    x, src, rot, k, basis, rad = ctx.saved_tensors
+    x, src, rot, k, basis, rad, perm, row_ptr = ctx.saved_tensors
     layout, rot_lmax, lmax = ctx.meta
     gx, grot, gk, gb, grad = torch.ops.mdband.rotate_mix_bwd(
-        gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad
+        gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr
     )
     mix = k is not None
     return (
@@ -578,6 +581,8 @@ def _backward(ctx, gy):
         gk if mix else None,
         gb if mix else None,
         grad if not mix else None,
+        None,
+        None,
     )
 
 
@@ -593,6 +598,7 @@ def rotate_mix(
     k: torch.Tensor | None = None,
     basis: torch.Tensor | None = None,
     rad: torch.Tensor | None = None,
+    csr: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Rotate ``x[src]`` into each edge frame and mix degrees: y (E, 3·lmax+1, C).
 
@@ -604,6 +610,8 @@ def rotate_mix(
     lmax : degree of this consumer.
     k, basis : (E, K, R) mixer kernel and (R, C) channel basis (mode degree_channel), or
     rad : (E, 3·lmax+1, C) elementwise weights with ``k=None`` (mode none).
+    csr : (perm, row_ptr) of ``src`` over the N nodes (:func:`~mdband.kernels._common.csr`), if
+        the caller has it; the backward sums per source node with it.
     """
     rot, layout, rot_lmax = cm.unpack_storage(storage, "rotate_mix")
     cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
@@ -627,4 +635,6 @@ def rotate_mix(
             raise ValueError(f"rotate_mix: k must be (E, {K}, R), got {tuple(k.shape)}")
         if basis is None or tuple(basis.shape) != (k.shape[2], C):
             raise ValueError(f"rotate_mix: basis must be ({k.shape[2]}, {C})")
-    return _rotate_mix_op(x, src.to(torch.int64), rot, layout, rot_lmax, lmax, k, basis, rad)
+    src = src.to(torch.int64)
+    perm, row_ptr = csr if csr is not None else cm.csr(src, x.shape[0])
+    return _rotate_mix_op(x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr)

@@ -187,10 +187,11 @@ class SO2Convolution(nn.Module):
         mixer = self.radial_degree_mixer
         if self.rotate_mix_op and self.settings.ops_on(x1):
             if mixer is None:
-                xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=radl[:, self._deg_m])
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=radl[:, self._deg_m],
+                                csr=ec.src_csr())  # fmt: skip
             else:
                 xl = rotate_mix(x1, ec.src, ec.rotations, L, k=mixer.kernel(radl),
-                                basis=mixer.channel_basis)  # fmt: skip
+                                basis=mixer.channel_basis, csr=ec.src_csr())  # fmt: skip
         else:
             xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
             xl = xl * radl[:, self._deg_m] if mixer is None else mixer(xl, radl)

@@ -200,7 +200,8 @@ def test_mistagged_storage_raises(L):
     rad = torch.zeros(4, st.reduced_dim(L), 2, dtype=torch.float64)
     code_dense = st.LAYOUT_CODE[DENSE]
     with pytest.raises(LayoutMismatchError):
-        torch.ops.mdband.rotate_mix(x, src, band, code_dense, L, L, None, None, rad)
+        torch.ops.mdband.rotate_mix(x, src, band, code_dense, L, L, None, None, rad,
+                                    *cm.csr(src, 3))  # fmt: skip
     with pytest.raises(LayoutMismatchError):  # consumer degree above the storage's
         rotate_mix(torch.zeros(3, st.dim_of(L + 1), 2, dtype=torch.float64), src, S[BAND], L + 1,
                    rad=torch.zeros(4, st.reduced_dim(L + 1), 2, dtype=torch.float64))  # fmt: skip
