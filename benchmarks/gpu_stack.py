@@ -142,7 +142,7 @@ def main(argv=None):
     result = {"gpu": torch.cuda.get_device_name(), "args": vars(args)}
     result["checks"] = checks(device, args.lmax, args.channels)
     if args.quick:
-        configs = [(64, 4, 1), (64, 8, 2), (128, 8, 2), (64, 8, 3), (128, 8, 3)]
+        configs = [(128, 8, 2), (128, 8, 3), (64, 4, 2), (64, 4, 3), (256, 8, 2)]
     else:
         configs = [(be, w, s) for be in (64, 128) for w in (4, 8) for s in (1, 2, 3)]
     result["timing"] = timing(device, args.lmax, args.channels, args.edges, configs)

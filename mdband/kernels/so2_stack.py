@@ -19,14 +19,20 @@ uses the torch path.
 
 The linear map, 2·C²·((L+1)² + 4L²) FLOP per edge (426 kFLOP at L = 3, C = 64):
 ``precision = "ieee"``: exact fp32 cuBLAS GEMMs (complex product with three GEMMs);
-``"tf32x3"``: a Triton kernel, one (BE × C) output row block per program, ``tl.dot`` with three
-TF32 tensor-core products per fp32 product (relative error per product ≈ 2⁻²¹).
+``"tf32x3"`` (GPUs with TMA, sm90+, and the interpreter): a Triton kernel, one (BE × C) output
+row block per program; tiles come by TMA, x is split in registers and the weights once per call
+into TF32 pairs (round to nearest), and three TF32 tensor-core products replace each fp32
+product (relative error per product ≈ 2⁻²¹; end to end about 2e-7 relative on an H200).
+Bytes moved per edge and layer: x read once per output row that uses it (Dm·(2L)·C·4 B from
+L2), y written once (Dm·C·4 B); the weights, 2 × 4·Dm·2L·C² B, stay in L2.
 The gate kernels are memory-bound: forward reads x, h and the logits (E·L·C) and writes y
 (4·Dm·C + 4·L·C bytes per edge, 10 kB at L = 3, C = 64); backward reads gy, h, logits and writes
 gh and the logit cotangent (about the same).
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -39,11 +45,10 @@ PRECISIONS = ("ieee", "tf32x3")
 #: channel widths the kernel is compiled for (tl.dot tiles need a power of two ≥ 16)
 CHANNELS = (16, 32, 64, 128)
 #: launch parameters of the tf32x3 linear kernel (edges per program, warps, pipeline stages),
-#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (196 kB of shared memory)
-CONFIG = {"tf32x3": {"BE": 128, "warps": 8, "stages": 3}}
-#: smaller launches tried in turn on GPUs with less shared memory (98, 64 and 32 kB)
+#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (about 96 kB of shared memory)
+CONFIG = {"tf32x3": {"BE": 128, "warps": 8, "stages": 2}}
+#: smaller launches tried in turn when shared memory runs out (about 64 and 32 kB)
 FALLBACK_CONFIGS = (
-    {"BE": 128, "warps": 8, "stages": 2},
     {"BE": 64, "warps": 4, "stages": 2},
     {"BE": 64, "warps": 4, "stages": 1},
 )
@@ -160,54 +165,51 @@ def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     from triton.runtime.errors import OutOfResources
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _linear_kernel(
-        x_ptr, res_ptr, w0_ptr, wm_ptr, y_ptr, E,
-        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
-        RES: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
-        """Row j of y = x·W (+ res) on BE edges of focus f; one accumulator per program.
+    def _rna_tf32(x):
+        """x rounded to the nearest TF32 value (ties away from zero), as ``cvt.rna.tf32.f32``."""
+        bits = x.to(tl.int32, bitcast=True) + 0x1000
+        return (bits & -8192).to(tl.float32, bitcast=True)
 
-        Weights come packed by :func:`_pack_weights` (row-major blocks, constexpr strides):
-        w0 (F, (L+1)C, (L+1)C); wm (F, 2, 2, LC, LC) = the (P, Q) pair of row m = −1 and of
-        m = +1, so that y₋ = x₋P₋ + x₊Q₋ and y₊ = x₋P₊ + x₊Q₊. Tile offsets are int32 relative
-        to int64 scalar bases.
+    @triton.jit
+    def _linear_kernel(
+        x_d, res_d, wh_d, wl_d, y_d,
+        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
+    ):  # fmt: skip
+        """Row j of y = x·W (+ res) on BE edges of focus f: acc (BE, C), one k-loop.
+
+        TMA descriptors: x, res, y (F, E, Dm·C), tiles [1, BE, C] (zero-filled / clipped past
+        E); wh, wl (F·Dm·2L·C, C), tiles [C, C]: tile (f, j, k) is the block of W feeding row j
+        from input row k of the row's k-list, stored [c_out][c_in] (K-major), split
+        W = wh + wl into TF32 values by :func:`_pack_weights`. x is split in registers,
+        x = xh + xl, and acc += xl·wh + xh·wl + xh·wh: three TF32 tensor-core products.
         """
         DM: tl.constexpr = 3 * L + 1
-        K0: tl.constexpr = (L + 1) * C
-        KM: tl.constexpr = L * C
+        NK: tl.constexpr = 2 * L
         j = tl.program_id(0)
-        f = tl.program_id(2).to(tl.int64)
-        e0 = tl.program_id(1).to(tl.int64) * BE
-        el = tl.arange(0, BE)
-        em = (el < E - e0)[:, None]
-        c = tl.arange(0, C)
-        tile = (f * E + e0) * (DM * C)  # int64 offset of the tile's first edge
-        xo = el[:, None] * (DM * C) + c[None, :]  # int32 offsets inside the tile
-        xt = x_ptr + tile
+        f = tl.program_id(2)
+        e0 = tl.program_id(1) * BE
+        m0 = j <= L
+        nk = tl.where(m0, L + 1, NK)  # m = 0 rows read x rows 0..L; |m| = 1 rows read L+1..3L
+        xr0 = tl.where(m0, 0, L + 1)
+        wrow = (f * DM + j) * (NK * C)
         acc = tl.zeros((BE, C), tl.float32)
-        if j <= L:  # m = 0 row of degree j
-            wb = w0_ptr + f * (K0 * K0) + j * C
-            for a in range(L + 1):
-                xa = tl.load(xt + (xo + a * C), mask=em, other=0.0)
-                w = tl.load(wb + ((a * C) * K0 + (c[:, None] * K0 + c[None, :])))
-                acc = tl.dot(xa, w, acc, input_precision=PREC)
-        else:  # rows L+1..3L of x: x₋ (kb < L, times P) then x₊ (times Q), one dot each
-            plus = (j > 2 * L).to(tl.int32)
-            lo = j - L - L * plus
-            wb = wm_ptr + (f * 4 + plus * 2) * (KM * KM) + (lo - 1) * C
-            for kb in range(2 * L):
-                q = kb // L
-                xk = tl.load(xt + (xo + (L + 1 + kb) * C), mask=em, other=0.0)
-                off = q * (KM * KM) + ((kb - q * L) * C) * KM
-                w = tl.load(wb + (off + (c[:, None] * KM + c[None, :])))
-                acc = tl.dot(xk, w, acc, input_precision=PREC)
+        for k in range(nk):
+            xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
+            xh = _rna_tf32(xa)
+            xl = _rna_tf32(xa - xh)
+            wh = wh_d.load([wrow + k * C, 0])
+            acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
+            wl = wl_d.load([wrow + k * C, 0])
+            acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
+            acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
         if RES:
-            acc += tl.load(res_ptr + tile + (xo + j * C), mask=em, other=0.0)
-        tl.store(y_ptr + tile + (xo + j * C), acc, mask=em)
+            acc += res_d.load([f, e0, j * C]).reshape(BE, C)
+        y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
 
     @triton.jit
     def _gate_fwd_kernel(
@@ -285,41 +287,79 @@ def _dispatch(x, lmax) -> str:
     return name
 
 
+def _split_tf32(t):
+    """(hi, lo): t = hi + lo + O(2⁻²²·|t|), both TF32 values (round to nearest, ties away)."""
+    hi = ((t.view(torch.int32) + 0x1000) & -8192).view(torch.float32)
+    lo = ((t - hi).view(torch.int32) + 0x1000) & -8192
+    return hi, lo.view(torch.float32)
+
+
 def _pack_weights(w0, wm, F, L, C, transpose):
-    """Kernel weights: W0 (F, K0, K0) and the (P, Q) blocks (F, 2, 2, LC, LC) of rows m = ∓1:
-    P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu of :func:`_oriented` (≈ 1 MB at L = 3, C = 64)."""
+    """Kernel weight tiles (wh, wl), each (F·Dm·2L·C, C): tile (f, j, k) = the block of W from
+    input row k of row j's k-list to row j, stored [c_out][c_in]; rows j ≤ L (m = 0) read
+    x rows 0..L through W0, rows m = ∓1 read x₋ then x₊ through the (P, Q) pair of
+    :func:`_oriented`: P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 2 MB at L = 3, C = 64)."""
     W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
-    pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)
-    return W0.contiguous(), pq.contiguous()
+    K = 2 * L
+    # W0 (F, (L+1)C, (L+1)C) -> [f, j, k, c_out, c_in], k-list padded to 2L steps
+    t0 = W0.reshape(F, L + 1, C, L + 1, C).permute(0, 3, 1, 4, 2)
+    t0 = torch.nn.functional.pad(t0, (0, 0, 0, 0, 0, K - (L + 1)))
+    pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)  # (F,2,2,LC,LC)
+    tm = pq.reshape(F, 2, 2, L, C, L, C).permute(0, 1, 5, 2, 3, 6, 4).reshape(F, K, K, C, C)
+    tiles = torch.cat([t0, tm], 1).reshape(-1, C).contiguous()
+    return _split_tf32(tiles)
 
 
-def _tf32_capable(device) -> bool:
-    """TF32 tensor cores: compute capability 8.0 or newer (the interpreter emulates them)."""
+_PACKED: dict = {}  # (id(w0), id(wm), transpose) -> (ref w0, ref wm, versions, tiles)
+
+
+def _packed_weights(w0, wm, F, L, C, transpose):
+    """:func:`_pack_weights`, cached per weight pair while its data is unchanged (an MD run
+    calls every layer with the same frozen weights; in-place edits bump ``_version``; an entry
+    goes when either tensor is freed)."""
+    key = (id(w0), id(wm), transpose)
+    versions = (w0._version, wm._version, F, L, C)
+    hit = _PACKED.get(key)
+    if hit is not None and hit[0]() is w0 and hit[1]() is wm and hit[2] == versions:
+        return hit[3]
+    tiles = _pack_weights(w0, wm, F, L, C, transpose)
+    drop = lambda _ref: _PACKED.pop(key, None)  # noqa: E731
+    _PACKED[key] = (weakref.ref(w0, drop), weakref.ref(wm, drop), versions, tiles)
+    return tiles
+
+
+def _tma_capable(device) -> bool:
+    """TMA and TF32 tensor cores: compute capability 9.0 or newer (the interpreter emulates
+    both); older GPUs take the exact cuBLAS path."""
     if device.type != "cuda":
         return True
-    return torch.cuda.get_device_capability(device) >= (8, 0)
+    return torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _linear(x, res, w0, wm, lmax, transpose, precision):
     """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3) or exact fp32 cuBLAS GEMMs (ieee)."""
     F, E, _, C = x.shape
     L = lmax
-    if precision == "ieee" or not _tf32_capable(x.device):
+    if precision == "ieee" or not _tma_capable(x.device):
         out = so2_linear(x, w0, wm, L, transpose)
         return out if res is None else out.add_(res)
     y = torch.empty_like(x)
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
-    w0k, wmk = _pack_weights(w0, wm, F, L, C, transpose)
+    wh, wl = _packed_weights(w0, wm, F, L, C, transpose)
     primary = CONFIG[precision]
     key = (x.device.type, x.device.index, tuple(sorted(primary.items())))
     tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
     for cfg in tried:
+        be = cfg["BE"]
+        rows = [TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C])
+                for t in (x, x if res is None else res, y)]  # fmt: skip
+        wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
-            cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, cfg["BE"]), F)](
-                x, x if res is None else res, w0k, wmk, y, E,
-                L=L, C=C, BE=cfg["BE"], RES=res is not None, PREC=precision,
-                num_warps=cfg["warps"], num_stages=cfg["stages"],
+            cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, be), F)](
+                rows[0], rows[1], *wd, rows[2],
+                L=L, C=C, BE=be, RES=res is not None, num_warps=cfg["warps"],
+                num_stages=cfg["stages"],
             )  # fmt: skip
         except OutOfResources:  # not enough shared memory on this GPU: a smaller launch
             continue

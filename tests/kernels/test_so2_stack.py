@@ -144,3 +144,46 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
         y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
     torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
     assert list(ss._WORKING.values()) == [small]
+
+
+def test_packed_weights_follow_in_place_edits():
+    """The per-call weight tiles are cached per weight tensor and rebuilt after an in-place edit."""
+    _, w0, wm, _, _ = _inputs(2, 16, 1, 3)
+    w0, wm = w0.float(), wm.float()
+    a = ss._packed_weights(w0, wm, 1, 2, 16, False)
+    assert ss._packed_weights(w0, wm, 1, 2, 16, False) is a
+    assert ss._packed_weights(w0, wm, 1, 2, 16, True) is not a
+    with torch.no_grad():
+        wm.mul_(2.0)
+    b = ss._packed_weights(w0, wm, 1, 2, 16, False)
+    assert b is not a
+    want = ss._pack_weights(w0, wm, 1, 2, 16, False)
+    assert all(torch.equal(u, v) for u, v in zip(b, want))
+    wm2 = wm.clone()
+    assert ss._packed_weights(w0, wm2, 1, 2, 16, False) is not b
+
+
+def test_weight_tiles_split_exactly():
+    """Every packed tile pair is two TF32 values whose sum is the fp32 weight to 2^-21."""
+    _, w0, wm, _, _ = _inputs(2, 16, 1, 3)
+    w0, wm = w0.float(), wm.float()
+    wh, wl = ss._pack_weights(w0, wm, 1, 2, 16, False)
+    for t in (wh, wl):
+        assert not (t.view(torch.int32) & 0x1FFF).any()  # 10 mantissa bits at most
+    tiles = (wh.double() + wl.double()).view(1, 7, 4, 16, 16)
+    W0, Wu, Wv = ss._oriented(w0, wm, 1, 2, False)
+    # row j = 1 (m = 0, l = 1), k = 2: W0[x row 2 -> out row 1], stored [c_out][c_in]
+    want = W0[0, 32:48, 16:32].T.double()
+    torch.testing.assert_close(tiles[0, 1, 2], want, rtol=2**-20, atol=0)
+    # row j = 2L + 1 = 5 (m = +1, l = 1), k = L = 2 (x₊ of l = 1): Q₊ = Wu
+    torch.testing.assert_close(tiles[0, 5, 2], Wu[0, 0:16, 0:16].T.double(), rtol=2**-20, atol=0)
+
+
+def test_packed_weights_released_with_the_weights():
+    _, w0, wm, _, _ = _inputs(1, 16, 1, 3)
+    w0, wm = w0.float(), wm.float()
+    ss._packed_weights(w0, wm, 1, 1, 16, False)
+    key = (id(w0), id(wm), False)
+    assert key in ss._PACKED
+    del w0
+    assert key not in ss._PACKED

@@ -1,0 +1,245 @@
+"""Experiment: candidate tf32x3 SO(2) linear kernels (times and errors on one GPU).
+
+Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` (BENCHMARKS.md).
+``python benchmarks/linear_variants.py`` prints one JSON line per variant (time, useful TFLOP/s,
+error against float64).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from mdband.kernels import so2_stack as ss
+
+
+@triton.jit
+def _trunc(x):
+    return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
+            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
+    """Builtin tf32x3, one loop for every output row; w (F, Dm, 2L, C_out, C_in)."""
+    DM: tl.constexpr = 3 * L + 1
+    NK: tl.constexpr = 2 * L
+    j = tl.program_id(0)
+    f = tl.program_id(2).to(tl.int64)
+    e0 = tl.program_id(1).to(tl.int64) * BE
+    el = tl.arange(0, BE)
+    em = (el < E - e0)[:, None]
+    c = tl.arange(0, C)
+    tile = (f * E + e0) * (DM * C)
+    xo = el[:, None] * (DM * C) + c[None, :]
+    xt = x_ptr + tile
+    acc = tl.zeros((BE, C), tl.float32)
+    m0 = j <= L
+    nk = tl.where(m0, L + 1, 2 * L)
+    xr0 = tl.where(m0, 0, L + 1)
+    wbase = (f * DM + j) * (NK * C * C)
+    wo = c[None, :] * C + c[:, None]
+    for k in range(nk):
+        xa = tl.load(xt + (xo + (xr0 + k) * C), mask=em, other=0.0)
+        w = tl.load(w_ptr + (wbase + k * (C * C) + wo))
+        acc = tl.dot(xa, w, acc, input_precision="tf32x3")
+    if RES:
+        acc += tl.load(res_ptr + tile + (xo + j * C), mask=em, other=0.0)
+    tl.store(y_ptr + tile + (xo + j * C), acc, mask=em)
+
+
+@triton.jit
+def lin_pre(xh_ptr, xl_ptr, res_ptr, wh_ptr, wl_ptr, y_ptr, E,
+            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
+    """x pre-split in global memory (xh may be the raw x), w pre-split: three plain tf32 dots."""
+    DM: tl.constexpr = 3 * L + 1
+    NK: tl.constexpr = 2 * L
+    j = tl.program_id(0)
+    f = tl.program_id(2).to(tl.int64)
+    e0 = tl.program_id(1).to(tl.int64) * BE
+    el = tl.arange(0, BE)
+    em = (el < E - e0)[:, None]
+    c = tl.arange(0, C)
+    tile = (f * E + e0) * (DM * C)
+    xo = el[:, None] * (DM * C) + c[None, :]
+    acc = tl.zeros((BE, C), tl.float32)
+    m0 = j <= L
+    nk = tl.where(m0, L + 1, 2 * L)
+    xr0 = tl.where(m0, 0, L + 1)
+    wbase = (f * DM + j) * (NK * C * C)
+    wo = c[None, :] * C + c[:, None]
+    for k in range(nk):
+        xo_k = tile + (xo + (xr0 + k) * C)
+        wi = wbase + k * (C * C) + wo
+        xl = tl.load(xl_ptr + xo_k, mask=em, other=0.0)
+        wh = tl.load(wh_ptr + wi)
+        acc = tl.dot(xl, wh, acc, input_precision="tf32")
+        xh = tl.load(xh_ptr + xo_k, mask=em, other=0.0)
+        wl = tl.load(wl_ptr + wi)
+        acc = tl.dot(xh, wl, acc, input_precision="tf32")
+        acc = tl.dot(xh, wh, acc, input_precision="tf32")
+    if RES:
+        acc += tl.load(res_ptr + tile + (xo + j * C), mask=em, other=0.0)
+    tl.store(y_ptr + tile + (xo + j * C), acc, mask=em)
+
+
+@triton.jit
+def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
+            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
+            BUILTIN: tl.constexpr, XSPLIT: tl.constexpr = False):  # fmt: skip
+    """TMA descriptors: x (F, E, Dm·C) tiles [1, BE, C] (zero-filled / clipped past E);
+    w (F·Dm·2L·C, C) tiles [C, C] stored [c_out][c_in]. BUILTIN: one tf32x3 dot of xh (the raw
+    x) and wh (the raw w); else three tf32 dots of the pre-split operands."""
+    DM: tl.constexpr = 3 * L + 1
+    NK: tl.constexpr = 2 * L
+    j = tl.program_id(0)
+    f = tl.program_id(2)
+    e0 = tl.program_id(1) * BE
+    acc = tl.zeros((BE, C), tl.float32)
+    m0 = j <= L
+    nk = tl.where(m0, L + 1, 2 * L)
+    xr0 = tl.where(m0, 0, L + 1)
+    wrow = (f * DM + j) * (NK * C)
+    for k in range(nk):
+        xc = (xr0 + k) * C
+        wr = wrow + k * C
+        if BUILTIN:
+            xa = xh_d.load([f, e0, xc]).reshape(BE, C)
+            w = wh_d.load([wr, 0])
+            acc = tl.dot(xa, w.T, acc, input_precision="tf32x3")
+        elif XSPLIT:
+            xa = xh_d.load([f, e0, xc]).reshape(BE, C)
+            xh = _trunc(xa)
+            xl = xa - xh
+            wh = wh_d.load([wr, 0])
+            acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
+            wl = wl_d.load([wr, 0])
+            acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
+            acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
+        else:
+            xl = xl_d.load([f, e0, xc]).reshape(BE, C)
+            wh = wh_d.load([wr, 0])
+            acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
+            xh = xh_d.load([f, e0, xc]).reshape(BE, C)
+            wl = wl_d.load([wr, 0])
+            acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
+            acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
+    if RES:
+        acc += res_d.load([f, e0, j * C]).reshape(BE, C)
+    y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
+
+
+def pack(w0, wm, F, L, C, transpose=False):
+    """(F, Dm, 2L, C_out, C_in) tiles: row j, k-step k → the block W[k-rows, j-cols]ᵀ."""
+    W0, pq = ss._pack_weights(w0, wm, F, L, C, transpose)  # (F,K0,K0), (F,2,2,KM,KM)
+    DM = 3 * L + 1
+    out = W0.new_zeros(F, DM, 2 * L, C, C)
+    for j in range(L + 1):
+        for a in range(L + 1):
+            out[:, j, a] = W0[:, a * C : (a + 1) * C, j * C : (j + 1) * C].transpose(1, 2)
+    for j in range(L + 1, DM):
+        plus = int(j > 2 * L)
+        lo = j - L - L * plus
+        for kb in range(2 * L):
+            q, kk = divmod(kb, L)
+            blk = pq[:, plus, q, kk * C : (kk + 1) * C, (lo - 1) * C : lo * C]
+            out[:, j, kb] = blk.transpose(1, 2)
+    return out.contiguous()
+
+
+def split_host(t):
+    hi = (t.view(torch.int32) & -8192).view(torch.float32)
+    return hi, t - hi
+
+
+def main():
+    dev = "cuda"
+    L, C, F = 3, 64, 1
+    E = int(sys.argv[1]) if len(sys.argv) > 1 else 647154
+    g = torch.Generator(device="cpu").manual_seed(0)
+    DM = 3 * L + 1
+    x = torch.randn(F, E, DM, C, generator=g).to(dev)
+    w0 = (torch.randn((L + 1) * C, F * (L + 1) * C, generator=g) / 16).to(dev)
+    wm = (torch.randn(L * C, F * 2 * L * C, generator=g) / 14).to(dev)
+    ne = min(E, 20000)
+    ref = ss.linear_reference(x[:, :ne].double(), w0.double(), wm.double(), L)
+    ref = ref + x[:, :ne].double()
+    wp = pack(w0, wm, F, L, C)
+    wh, wl = split_host(wp)
+    xh, xl = split_host(x)
+    flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F
+
+    def timed(fn, reps=20):
+        fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / reps
+
+    def report(name, fn, out):
+        try:
+            ms = timed(fn)
+        except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+            print(json.dumps({"variant": name, "error": str(exc)[:200]}), flush=True)
+            return
+        err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
+        tf = flop / ms / 1e9
+        print(json.dumps({"variant": name, "ms": round(ms, 3), "useful_tflops": round(tf, 1),
+                          "rel_err": err}), flush=True)  # fmt: skip
+
+    y = torch.empty_like(x)
+    for be, wa, stg in [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
+        tag = f"{be}/{wa}/{stg}"
+        grid = (DM, triton.cdiv(E, be), F)
+        report("uni " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_uni[grid](
+            x, x, wp, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa,
+            num_stages=stg), y)  # fmt: skip
+        report("pre " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_pre[grid](
+            xh, xl, x, wh, wl, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa,
+            num_stages=stg), y)  # fmt: skip
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def descs(be):
+        x2 = lambda t: TensorDescriptor.from_tensor(t.view(F, E, DM * C), [1, be, C])  # noqa: E731
+        w2 = lambda t: TensorDescriptor.from_tensor(t.view(-1, C), [C, C])  # noqa: E731
+        return x2(xh), x2(xl), x2(x), w2(wh), w2(wl), x2(y), x2(x), w2(wp)
+
+    runs = [
+        ("pre", 128, 8, 2),
+        ("pre", 64, 4, 3),
+        ("pre", 64, 4, 2),
+        ("pre-raw", 128, 8, 2),
+        ("builtin", 128, 8, 3),
+        ("builtin", 128, 8, 4),
+        ("builtin", 64, 4, 4),
+        ("xsplit", 128, 8, 3),
+        ("xsplit", 128, 8, 2),
+        ("xsplit", 64, 4, 3),
+    ]
+    for mode, be, wa, stg in runs:
+        dxh, dxl, dx, dwh, dwl, dy, draw, dwp = descs(be)
+        first = {"pre": dxh, "pre-raw": draw, "builtin": draw, "xsplit": draw}[mode]
+        d = (first, dxl, dx, dwp if mode == "builtin" else dwh, dwl, dy)
+        report(f"tma-{mode} {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg, d=d, mode=mode:
+               lin_tma[(DM, triton.cdiv(E, be), F)](*d, L=L, C=C, BE=be, RES=True,
+               BUILTIN=mode == "builtin", XSPLIT=mode == "xsplit", num_warps=wa,
+               num_stages=stg), y)  # fmt: skip
+    # the product kernel (TMA, x split in registers with rounding, weights split once)
+    for cfg in [(128, 8, 2), (64, 4, 2)]:
+        ss.CONFIG["tf32x3"] = dict(BE=cfg[0], warps=cfg[1], stages=cfg[2])
+        ss._WORKING.clear()
+        out = ss._linear(x, x, w0, wm, L, False, "tf32x3")
+        report(f"mdband {cfg[0]}/{cfg[1]}/{cfg[2]}",
+               lambda: ss._linear(x, x, w0, wm, L, False, "tf32x3"), out)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
