@@ -25,9 +25,10 @@ into TF32 pairs (round to nearest), and three TF32 tensor-core products replace 
 product (relative error per product ≈ 2⁻²¹; end to end about 2e-7 relative on an H200).
 Bytes moved per edge and layer: x read once per output row that uses it (Dm·(2L)·C·4 B from
 L2), y written once (Dm·C·4 B); the weights, 2 × 4·Dm·2L·C² B, stay in L2.
-The gate kernels are memory-bound: forward reads x, h and the logits (E·L·C) and writes y
-(4·Dm·C + 4·L·C bytes per edge, 10 kB at L = 3, C = 64); backward reads gy, h, logits and writes
-gh and the logit cotangent (about the same).
+The gate kernels form the gate logits h[:, 0]·Wg themselves (tf32x3 tensor-core dots, relative
+error ≈ 2⁻²¹, 2·L·C² FLOP per edge, twice in the backward) and are memory-bound: forward reads x
+and h and writes y (3·Dm·C·4 bytes per edge, 7.7 kB at L = 3, C = 64); backward reads gy and h
+and writes gh.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ FALLBACK_CONFIGS = (
     {"BE": 64, "warps": 4, "stages": 1},
 )
 _WORKING: dict = {}  # (device, configured launch) -> the launch that fit there
-#: edges per program of the elementwise gate kernels
+#: edges per program and warps of the gate kernels (no register spills on sm90 at L = 3, C = 64)
 ELEMENTWISE_BE = 32
+ELEMENTWISE_WARPS = 8
 
 
 # ---------------------------------------------------------------------------- references
@@ -212,23 +214,28 @@ if cm.TRITON_AVAILABLE:
         y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
 
     @triton.jit
+    def _gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
+        """Gate weights of degree lo of focus f: (C_in, C_out), wg row stride SG = F·L·C."""
+        return tl.load(wg_ptr + (c[:, None] * SG + (f * (L * C) + (lo - 1) * C) + c[None, :]))
+
+    @triton.jit
     def _gate_fwd_kernel(
-        x_ptr, h_ptr, lg_ptr, y_ptr, E,
+        x_ptr, h_ptr, wg_ptr, y_ptr, E, SG,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
     ):  # fmt: skip
-        """y = x + act(h) given the gate logits lg (F, E, L·C)."""
+        """y = x + act(h); the gate logits h[:, 0] @ Wg are formed here (tf32x3 dots)."""
         DM: tl.constexpr = 3 * L + 1
         f = tl.program_id(1).to(tl.int64)
         e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
         em = (e < E)[:, None]
         c = tl.arange(0, C)
         base = (f * E + e)[:, None] * (DM * C) + c[None, :]
-        gbase = (f * E + e)[:, None] * (L * C) + c[None, :]
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
         x0 = tl.load(x_ptr + base, mask=em, other=0.0)
         tl.store(y_ptr + base, x0 + h0 * tl.sigmoid(h0), mask=em)
         for lo in range(1, L + 1):
-            gate = tl.sigmoid(tl.load(lg_ptr + gbase + (lo - 1) * C, mask=em, other=0.0))
+            wl = _gate_tile(wg_ptr, f, lo, c, SG, L, C)
+            gate = tl.sigmoid(tl.dot(h0, wl, input_precision="tf32x3"))
             for r in range(3):
                 off = base + (lo + r * L) * C
                 hr = tl.load(h_ptr + off, mask=em, other=0.0)
@@ -237,31 +244,33 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _gate_bwd_kernel(
-        gy_ptr, h_ptr, lg_ptr, gh_ptr, glg_ptr, E,
+        gy_ptr, h_ptr, wg_ptr, gh_ptr, E, SG,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
     ):  # fmt: skip
-        """gh = act'(h)ᵀ gy except row 0's gate term, and the gate-logit cotangent glg (may be
-        the lg buffer itself: each element is read before it is overwritten, by one thread)."""
+        """gh = act'(h)ᵀ gy, the gate logits recomputed and their cotangent folded back into
+        row 0 here (tf32x3 dots)."""
         DM: tl.constexpr = 3 * L + 1
         f = tl.program_id(1).to(tl.int64)
         e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
         em = (e < E)[:, None]
         c = tl.arange(0, C)
         base = (f * E + e)[:, None] * (DM * C) + c[None, :]
-        gbase = (f * E + e)[:, None] * (L * C) + c[None, :]
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
         s0 = tl.sigmoid(h0)
         gy0 = tl.load(gy_ptr + base, mask=em, other=0.0)
-        tl.store(gh_ptr + base, gy0 * (s0 * (1.0 + h0 * (1.0 - s0))), mask=em)
+        gh0 = gy0 * (s0 * (1.0 + h0 * (1.0 - s0)))
         for lo in range(1, L + 1):
-            gate = tl.sigmoid(tl.load(lg_ptr + gbase + (lo - 1) * C, mask=em, other=0.0))
+            wl = _gate_tile(wg_ptr, f, lo, c, SG, L, C)
+            gate = tl.sigmoid(tl.dot(h0, wl, input_precision="tf32x3"))
             gg = tl.zeros((BE, C), tl.float32)
             for r in range(3):
                 off = base + (lo + r * L) * C
                 gyr = tl.load(gy_ptr + off, mask=em, other=0.0)
                 gg += gyr * tl.load(h_ptr + off, mask=em, other=0.0)
                 tl.store(gh_ptr + off, gyr * gate, mask=em)
-            tl.store(glg_ptr + gbase + (lo - 1) * C, gg * gate * (1.0 - gate), mask=em)
+            glg = gg * gate * (1.0 - gate)
+            gh0 = tl.dot(glg, tl.trans(wl), gh0, input_precision="tf32x3")
+        tl.store(gh_ptr + base, gh0, mask=em)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -408,8 +417,9 @@ def _mix_op(
     h = _linear(x, None, w0, wm, lmax, False, precision)
     y = torch.empty_like(x)
     if not (cm.has_no_items(E) or cm.has_no_items(F)):
-        lg = _gate_logits(h, wg, lmax)
-        cm.wrap(_gate_fwd_kernel)[_grid(E, F)](x, h, lg, y, E, L=lmax, C=C, BE=ELEMENTWISE_BE)
+        cm.wrap(_gate_fwd_kernel)[_grid(E, F)](x, h, wg, y, E, wg.shape[1], L=lmax, C=C,
+                                               BE=ELEMENTWISE_BE, num_warps=ELEMENTWISE_WARPS,
+                                               num_stages=1)  # fmt: skip
     return y, h
 
 
@@ -435,12 +445,9 @@ def _mix_bwd_op(
     gh = gy
     if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
         gh = torch.empty_like(gy)
-        lg = _gate_logits(h, wg, lmax)
-        glg = lg  # overwritten in place: one transient of E·L·C floats less
-        cm.wrap(_gate_bwd_kernel)[_grid(E, F)](gy, h, lg, gh, glg, E, L=lmax, C=C,
-                                               BE=ELEMENTWISE_BE)  # fmt: skip
-        gh[:, :, 0] += torch.bmm(glg, _gate_weights(wg, F, lmax).transpose(1, 2))
-        del lg, glg  # before gx is allocated
+        cm.wrap(_gate_bwd_kernel)[_grid(E, F)](gy, h, wg, gh, E, wg.shape[1], L=lmax, C=C,
+                                               BE=ELEMENTWISE_BE, num_warps=ELEMENTWISE_WARPS,
+                                               num_stages=1)  # fmt: skip
     return _linear(gh, gy, w0, wm, lmax, True, precision)
 
 
