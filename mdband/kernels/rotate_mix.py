@@ -21,8 +21,7 @@ arithmetic in the same order, so they agree bitwise. Triton vs the torch referen
 
 Bytes moved per edge (forward, fp32, S = 4 bytes): rotation reads (3D−2)·S (band) or the same
 number of scattered dense entries, x[src] D·C·S (L2-resident gather), k K·R·S, y write Dm·C·S.
-Backward: edge kernel (one program per 16 edges and degree block; gy is read once per block)
-reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk,
+Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk,
 per-program basis partials and the mixer's input cotangent (Dm·C·S, scratch); a CSR-by-source node
 kernel (one program per node and degree block) reads that cotangent and rot and writes gx
 (N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
@@ -231,7 +230,6 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr, MIX: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0).to(tl.int64)
-        b = tl.program_id(1)  # one degree block per program: its tables load once
         cc = tl.arange(0, BC)
         cmask = cc < C
         jj = tl.arange(0, JP)
@@ -242,27 +240,6 @@ if cm.TRITON_AVAILABLE:
         gbacc = tl.full((RP, BC), 0.0, dt)
         orow = tl.load(or_t + ss[:, None] * LP + tt[None, :]).to(tl.int64)
         om3 = (orow >= 0)[:, :, None] & cmask[None, None, :]
-        col = tl.load(col_t + b * JP + jj)
-        jm = col >= 0
-        rows = tl.load(row_t + b * SP + ss)
-        sv = rows >= 0
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        m2 = sv[:, None] & jm[None, :]
-        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-        if LAYOUT == BAND_CODE:
-            off = ia * sra
-            goff = ia * soa
-        else:
-            ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
-            off = ia * sra + ib * srb
-            goff = ia * soa + ib * sob
-        if MIX:
-            kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
-            km = kt >= 0
-            # slot 0 is m = 0; slots 1, 2 (m = -1, +1) share the |m| = 1 mixer entries
-            k0 = tl.load(ki_t + (b * SP) * LP + tt).to(tl.int64)
-            k1 = tl.load(ki_t + (b * SP + 1) * LP + tt).to(tl.int64)
         for i in range(EB):
             e0 = pid * EB + i
             valid = e0 < E
@@ -274,51 +251,75 @@ if cm.TRITON_AVAILABLE:
                     mask=om3,
                     other=0.0,
                 )
-            xb = tl.load(
-                x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
-                mask=jm[:, None] & cmask[None, :],
-                other=0.0,
-            )
-            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-            xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
-            if MIX:
-                gxl = tl.full((SP, BC), 0.0, dt)
-                for q in tl.static_range(R):
-                    kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
-                    bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
-                    u = tl.reduce(kv[:, :, None] * g3, 1, SUM)
-                    gxl += bq[None, :] * u
-                    gbq = tl.reduce(u * xl, 0, SUM)
-                    gbacc += tl.where(valid, tl.where((qq == q)[:, None], gbq[None, :], 0.0), 0.0)
-                    v = tl.reduce(g3 * (bq[None, :] * xl)[:, None, :], 2, SUM)
-                    v0 = tl.reduce(tl.where(ss[:, None] == 0, v, 0.0), 0, SUM)
-                    v1 = tl.reduce(tl.where(ss[:, None] > 0, v, 0.0), 0, SUM)
-                    tl.store(gk_ptr + e * sq0 + k0 * sq1 + q * sq2, v0, mask=k0 >= 0)
-                    tl.store(gk_ptr + e * sq0 + k1 * sq1 + q * sq2, v1, mask=k1 >= 0)
-                # the mixer's input cotangent, for the node kernel (grad_ptr is scratch here)
-                tl.store(
-                    grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gxl,
-                    mask=sv[:, None] & cmask[None, :],
-                )  # fmt: skip
-            else:
-                rm = sv[:, None] & cmask[None, :]
-                rd = tl.load(
-                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
-                    mask=rm,
+            for b in tl.static_range(NB):
+                col = tl.load(col_t + b * JP + jj)
+                jm = col >= 0
+                xb = tl.load(
+                    x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+                    mask=jm[:, None] & cmask[None, :],
                     other=0.0,
                 )
-                gr = tl.load(
-                    gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
-                )
-                gxl = gr * rd
-                tl.store(
-                    grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gr * xl, mask=rm
-                )
-            grt = tl.reduce(xb[None, :, :] * gxl[:, None, :], 2, SUM)
-            tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
-        if MIX:  # gbp (nprog·NB, R, C): one partial per program and degree block
+                rows = tl.load(row_t + b * SP + ss)
+                sv = rows >= 0
+                m2 = sv[:, None] & jm[None, :]
+                tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+                ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+                if LAYOUT == BAND_CODE:
+                    off = ia * sra
+                    goff = ia * soa
+                else:
+                    ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
+                    off = ia * sra + ib * srb
+                    goff = ia * soa + ib * sob
+                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+                if MIX:
+                    kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
+                    km = kt >= 0
+                    # slot 0 is m = 0; slots 1, 2 (m = -1, +1) share the |m| = 1 mixer entries
+                    k0 = tl.load(ki_t + (b * SP) * LP + tt).to(tl.int64)
+                    k1 = tl.load(ki_t + (b * SP + 1) * LP + tt).to(tl.int64)
+                    gxl = tl.full((SP, BC), 0.0, dt)
+                    for q in tl.static_range(R):
+                        kv = tl.load(k_ptr + e * sk0 + kt * sk1 + q * sk2, mask=km, other=0.0)
+                        bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
+                        u = tl.reduce(kv[:, :, None] * g3, 1, SUM)
+                        gxl += bq[None, :] * u
+                        gbq = tl.reduce(u * xl, 0, SUM)
+                        gbacc += tl.where(
+                            valid, tl.where((qq == q)[:, None], gbq[None, :], 0.0), 0.0
+                        )
+                        v = tl.reduce(g3 * (bq[None, :] * xl)[:, None, :], 2, SUM)
+                        v0 = tl.reduce(tl.where(ss[:, None] == 0, v, 0.0), 0, SUM)
+                        v1 = tl.reduce(tl.where(ss[:, None] > 0, v, 0.0), 0, SUM)
+                        tl.store(gk_ptr + e * sq0 + k0 * sq1 + q * sq2, v0, mask=k0 >= 0)
+                        tl.store(gk_ptr + e * sq0 + k1 * sq1 + q * sq2, v1, mask=k1 >= 0)
+                    # the mixer's input cotangent, for the node kernel (grad_ptr is scratch here)
+                    rs = tl.maximum(rows, 0).to(tl.int64)
+                    tl.store(
+                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gxl,
+                        mask=sv[:, None] & cmask[None, :],
+                    )  # fmt: skip
+                else:
+                    rs = tl.maximum(rows, 0).to(tl.int64)
+                    rm = sv[:, None] & cmask[None, :]
+                    rd = tl.load(
+                        rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                        mask=rm,
+                        other=0.0,
+                    )
+                    gr = tl.load(
+                        gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
+                    )
+                    gxl = gr * rd
+                    tl.store(
+                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gr * xl, mask=rm
+                    )
+                grt = tl.reduce(xb[None, :, :] * gxl[:, None, :], 2, SUM)
+                tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+        if MIX:
             tl.store(
-                gbp_ptr + (pid * NB + b) * sp0 + qq[:, None] * sp1 + cc[None, :] * sp2,
+                gbp_ptr + pid * sp0 + qq[:, None] * sp1 + cc[None, :] * sp2,
                 gbacc,
                 mask=(qq < R)[:, None] & cmask[None, :],
             )
@@ -507,11 +508,11 @@ def _rotate_mix_bwd_op(
     BC = cm.next_pow2(C)
     EB = 4 if cm.interpret_mode() else 16
     nprog = (E + EB - 1) // EB
-    t = _rot_tables(rot, layout, rot_lmax, lmax)
-    gbp = x.new_zeros(nprog * t["nblk"], R, C) if mix else x.new_zeros(0)
+    gbp = x.new_zeros(nprog, R, C) if mix else x.new_zeros(0)
     if cm.has_no_items(E):
         gx.zero_()
         return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
+    t = _rot_tables(rot, layout, rot_lmax, lmax)
     mt = _mixer_tables(lmax, str(x.device))
     kk = k if mix else gy
     bb = basis if mix else gy
@@ -522,7 +523,7 @@ def _rotate_mix_bwd_op(
     gbb = gbp if mix else gy
     grr = grad if not mix else gxl
     rp = cm.next_pow2(R)
-    cm.wrap(_rm_bwd_edge_kernel)[(nprog, t["nblk"])](
+    cm.wrap(_rm_bwd_edge_kernel)[(nprog,)](
         x, src, rot, kk, bb, rd, gy,
         grot, gkk, gbb, grr,
         t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
