@@ -43,6 +43,10 @@ OP_BWD = "mdband::rotate_mix_bwd"
 MAX_CHANNELS = 1024
 #: mixer modes the op implements
 MIXERS = ("degree_channel", "none")
+#: warps per program of the forward, backward-edge and backward-node kernels: one warp keeps
+#: every channel reduction inside a warp (H200, E = 647,154, L = 3, C = 64: forward 1.5 ms and
+#: backward 6.7 ms with one warp, 5.1 and 17.4 ms with four; benchmarks/gpu_warps.py)
+WARPS = {"fwd": 1, "edge": 1, "node": 1}
 
 
 def mixer_size(lmax: int) -> int:
@@ -458,6 +462,7 @@ def _rotate_mix_op(
         C,
         *x.stride(), *sr, *_s3(kk), *_s2(bb), *_s3(rd), *y.stride(),
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, BC=cm.next_pow2(C),
+        num_warps=WARPS["fwd"],
         LAYOUT=layout, MIX=mix,
     )  # fmt: skip
     return y
@@ -531,6 +536,7 @@ def _rotate_mix_bwd_op(
         *x.stride(), *sr, *_s3(kk), *_s2(bb), *_s3(rd), *gy.stride(),
         *so, *_s3(gkk), *_s3(gbb), *_s3(grr),
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, RP=rp, BC=BC, EB=EB,
+        num_warps=WARPS["edge"],
         LAYOUT=layout, MIX=mix,
     )  # fmt: skip
     if not cm.has_no_items(N):
@@ -541,7 +547,7 @@ def _rotate_mix_bwd_op(
             C,
             *sr, *_s3(rn), *gy.stride(), *gx.stride(),
             NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=BC,
-            LAYOUT=layout, MIX=mix,
+            LAYOUT=layout, MIX=mix, num_warps=WARPS["node"],
         )  # fmt: skip
     return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
 
