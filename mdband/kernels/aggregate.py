@@ -21,13 +21,27 @@ enters as exp(log z − max); nodes without edges give 0 and large logits do not
 
 Accuracy: exact fp32/fp64 FMAs and IEEE reciprocals; exp/log are Triton's (≤ 2 ulp in fp32).
 Band and dense storages are bitwise identical (same code path, same order); vs the torch
-reference: rounding only. Deterministic: one program per destination node
-walks its CSR segment (no atomics in the forward or the backward).
+reference: rounding only. Deterministic: no atomics; every sum has a fixed order.
 
-Bytes moved per edge (forward, fp32, S = 4): y Dm·C·S, rotation (3D−2)·S (band) or as many
-scattered dense entries, env/logits (1+H)·S, perm 8; out N·D·C·S in total. The backward reads
-gout[n] (cached per node), y, rot, logits and writes gy (Dm·C·S), the storage cotangent, genv,
-glogits; no dense (E, D, D) buffer for the band.
+Parallel decomposition (NB = L+1 degree blocks: block b = degree l = b, its 2l+1 packed columns
+and ≤ 3 reduced rows). Attention first runs a statistics pass, one program per node (BE edges
+of its CSR segment at a time) writing (M, S) = ``stats``. Forward and backward then run one
+program per (destination node n, degree block b), grid (N, NB): whatever depends on (n, b) only
+(tables, rho, stats, the cotangent block gout[n, block b]·rho) is loaded once, and the program
+walks n's segment in CSR order doing block b's part of each edge (forward: out[n, block b];
+backward: the block's gy rows and storage entries). The backward writes each edge's
+per-block partial of q = <gout[dst], msg> (per head with attention) to an (NB, E, H) scratch
+(plain mode: (NB, E), plus per-(block, node) partials of gs); a torch epilogue sums the NB
+partials in block order and finishes glogits, genv (and gs). Programs use few warps (one for
+C ≤ 64 at L = 3) so that many of them share an SM: the segment walks are latency-bound.
+
+Bytes moved per edge (fp32, S = 4): each y row and rotation entry is read by one program only:
+y Dm·C·S, rotation (3D−2)·S (band) or as many scattered dense entries, perm 8, and env/logits
+(1+H)·S once per block program (plus once in the statistics pass; cache hits mostly); out
+N·D·C·S in total. The backward reads gout once (N·D·C·S), y, rot, env, logits, writes gy
+(Dm·C·S) and the storage cotangent, and NB·H·S of partials (attention) or NB·S (plain) that the
+epilogue reads back with logits, env and the gathered per-node M, 1/S, Q[dst]; it writes genv
+and glogits. No dense (E, D, D) buffer for the band.
 """
 
 from __future__ import annotations
@@ -115,17 +129,51 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
     BAND_CODE = cm.BAND_CODE
     SUM = cm.SUM
+    MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see SUM)
+
+    @triton.jit
+    def _agg_stats_kernel(
+        perm_ptr, ptr_ptr, env_ptr, lg_ptr, z_ptr, st_ptr,
+        H, sl0, sl1, st0, st1, st2,
+        BE: tl.constexpr, HP: tl.constexpr,
+    ):  # fmt: skip
+        # per-head softmax statistics of node n, BE edges of its segment at a time
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n).to(tl.int64)
+        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
+        hh = tl.arange(0, HP)
+        hm = hh < H
+        mx = tl.log(tl.load(z_ptr + hh, mask=hm, other=1.0))
+        sm = tl.full((HP,), 1.0, st_ptr.dtype.element_ty)  # z · exp(-log z)
+        for i0 in range(beg, end, BE):
+            ii = i0 + tl.arange(0, BE)
+            im = ii < end
+            e = tl.load(perm_ptr + ii, mask=im, other=0).to(tl.int64)
+            ev = tl.load(env_ptr + e, mask=im, other=0.0)
+            t = tl.load(
+                lg_ptr + e[:, None] * sl0 + hh[None, :] * sl1,
+                mask=im[:, None] & hm[None, :],
+                other=-float("inf"),
+            )
+            mnew = tl.maximum(mx, tl.reduce(t, 0, MAX))
+            w = (ev * ev)[:, None] * tl.exp(t - mnew[None, :])
+            sm = sm * tl.exp(mx - mnew) + tl.reduce(w, 0, SUM)
+            mx = mnew
+        tl.store(st_ptr + n * st0 + hh * st2, mx, mask=hm)
+        tl.store(st_ptr + n * st0 + st1 + hh * st2, sm, mask=hm)
 
     @triton.jit
     def _agg_fwd_kernel(
-        y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, z_ptr, s_ptr, out_ptr, st_ptr,
+        y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, s_ptr, out_ptr, st_ptr,
         col_t, row_t, ea_t, eb_t,
         C, HD,
         sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, so0, so1, so2, st0, st1, st2,
-        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
+        JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
         LAYOUT: tl.constexpr, ATTN: tl.constexpr,
     ):  # fmt: skip
+        # one program per (destination node n, degree block b): out[n, block b]
         n = tl.program_id(0).to(tl.int64)
+        b = tl.program_id(1)
         beg = tl.load(ptr_ptr + n).to(tl.int64)
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
         cc = tl.arange(0, BC)
@@ -133,76 +181,68 @@ if cm.TRITON_AVAILABLE:
         jj = tl.arange(0, JP)
         ss = tl.arange(0, SP)
         dt = out_ptr.dtype.element_ty
-        if ATTN:
+        col = tl.load(col_t + b * JP + jj)
+        jm = col >= 0
+        rows = tl.load(row_t + b * SP + ss)
+        sv = rows >= 0
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rm = sv[:, None] & cmask[None, :]
+        m2 = sv[:, None] & jm[None, :]
+        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+        if LAYOUT == BAND_CODE:
+            off = ia * sra
+        else:
+            off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+        rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
+        if ATTN:  # statistics of the stats pass, per channel (every lane of a head the same)
             hc = cc // HD
-            mx = tl.log(tl.load(z_ptr + hc, mask=cmask, other=1.0))
-            sm = tl.full((BC,), 1.0, dt)  # z · exp(-log z)
-            for i in range(beg, end):
-                e = tl.load(perm_ptr + i).to(tl.int64)
-                t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
-                ev = tl.load(env_ptr + e)
-                mnew = tl.maximum(mx, t)
-                sm = sm * tl.exp(mx - mnew) + (ev * ev) * tl.exp(t - mnew)
-                mx = mnew
-            # every lane of a head holds the same statistics
-            tl.store(st_ptr + n * st0 + hc * st2, mx, mask=cmask)
-            tl.store(st_ptr + n * st0 + st1 + hc * st2, sm, mask=cmask)
+            mx = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
+            sm = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
             if dt == tl.float32:  # IEEE reciprocal (fp32 "/" is approximate on NVIDIA)
                 inv = tl.div_rn(tl.full((BC,), 1.0, dt), sm)
             else:
                 inv = 1.0 / sm
         else:
             sn = tl.load(s_ptr + n)
-        for b in tl.static_range(NB):
-            col = tl.load(col_t + b * JP + jj)
-            jm = col >= 0
-            rows = tl.load(row_t + b * SP + ss)
-            sv = rows >= 0
-            rs = tl.maximum(rows, 0).to(tl.int64)
-            rm = sv[:, None] & cmask[None, :]
-            m2 = sv[:, None] & jm[None, :]
-            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-            if LAYOUT == BAND_CODE:
-                off = ia * sra
+        acc = tl.full((JP, BC), 0.0, dt)
+        for i in range(beg, end):
+            e = tl.load(perm_ptr + i).to(tl.int64)
+            ev = tl.load(env_ptr + e)
+            if ATTN:
+                t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+                a = (ev * ev) * tl.exp(t - mx) * inv
             else:
-                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
-            rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
-            acc = tl.full((JP, BC), 0.0, dt)
-            for i in range(beg, end):
-                e = tl.load(perm_ptr + i).to(tl.int64)
-                ev = tl.load(env_ptr + e)
-                if ATTN:
-                    t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
-                    a = (ev * ev) * tl.exp(t - mx) * inv
-                else:
-                    a = ev
-                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-                yb = tl.load(
-                    y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
-                )
-                acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
-            res = acc * rho[:, None]
-            if not ATTN:
-                res = res * sn
-            tl.store(
-                out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
-                res,
-                mask=jm[:, None] & cmask[None, :],
+                a = ev
+            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            yb = tl.load(
+                y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
             )
+            acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
+        res = acc * rho[:, None]
+        if not ATTN:
+            res = res * sn
+        tl.store(
+            out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
+            res,
+            mask=jm[:, None] & cmask[None, :],
+        )
 
     @triton.jit
     def _agg_bwd_kernel(
-        gout_ptr, y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, st_ptr, q_ptr,
-        s_ptr, gy_ptr, grot_ptr, genv_ptr, glg_ptr, gs_ptr,
+        gout_ptr, y_ptr, rot_ptr, rho_ptr, perm_ptr, ptr_ptr, env_ptr, lg_ptr, st_ptr, s_ptr,
+        gy_ptr, grot_ptr, qp_ptr, gsp_ptr,
         col_t, row_t, ea_t, eb_t,
         C, H, HD,
-        sgo0, sgo1, sgo2, sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, st0, st1, st2, sq0, sq1,
-        sgy0, sgy1, sgy2, so0, soa, sob, sgl0, sgl1,
-        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
-        HP: tl.constexpr, LAYOUT: tl.constexpr, ATTN: tl.constexpr,
+        sgo0, sgo1, sgo2, sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, st0, st1, st2,
+        sgy0, sgy1, sgy2, so0, soa, sob, sq0, sq1, sq2, sgs0,
+        JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr, HP: tl.constexpr,
+        LAYOUT: tl.constexpr, ATTN: tl.constexpr,
     ):  # fmt: skip
+        # one program per (destination node n, degree block b); everything that depends on
+        # (n, b) only is loaded once, the edge loop does block b's part of each edge
         n = tl.program_id(0).to(tl.int64)
+        b = tl.program_id(1)
         beg = tl.load(ptr_ptr + n).to(tl.int64)
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
         cc = tl.arange(0, BC)
@@ -210,23 +250,39 @@ if cm.TRITON_AVAILABLE:
         jj = tl.arange(0, JP)
         ss = tl.arange(0, SP)
         dt = gy_ptr.dtype.element_ty
+        col = tl.load(col_t + b * JP + jj)
+        jm = col >= 0
+        rows = tl.load(row_t + b * SP + ss)
+        sv = rows >= 0
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rm = sv[:, None] & cmask[None, :]
+        m2 = sv[:, None] & jm[None, :]
+        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
+        if LAYOUT == BAND_CODE:
+            off = ia * sra
+            goff = ia * soa
+        else:
+            ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
+            off = ia * sra + ib * srb
+            goff = ia * soa + ib * sob
+        rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
+        g = tl.load(
+            gout_ptr + n * sgo0 + col.to(tl.int64)[:, None] * sgo1 + cc[None, :] * sgo2,
+            mask=jm[:, None] & cmask[None, :],
+            other=0.0,
+        )
+        g = g * rho[:, None]
         if ATTN:
             hc = cc // HD
             mxc = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
             smc = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-            if dt == tl.float32:  # IEEE reciprocals (fp32 "/" is approximate on NVIDIA)
+            if dt == tl.float32:  # IEEE reciprocal (fp32 "/" is approximate on NVIDIA)
                 invc = tl.div_rn(tl.full((BC,), 1.0, dt), smc)
             else:
                 invc = 1.0 / smc
             hh = tl.arange(0, HP)
             hm = hh < H
-            mxh = tl.load(st_ptr + n * st0 + hh * st2, mask=hm, other=0.0)
-            smh = tl.load(st_ptr + n * st0 + st1 + hh * st2, mask=hm, other=1.0)
-            if dt == tl.float32:
-                invh = tl.div_rn(tl.full((HP,), 1.0, dt), smh)
-            else:
-                invh = 1.0 / smh
-            qn = tl.load(q_ptr + n * sq0 + hh * sq1, mask=hm, other=0.0)
             onehot = (hc[None, :] == hh[:, None]) & cmask[None, :]
         else:
             sn = tl.load(s_ptr + n)
@@ -239,57 +295,40 @@ if cm.TRITON_AVAILABLE:
                 a = (ev * ev) * (tl.exp(t - mxc) * invc)
             else:
                 a = sn * ev
-            qv = tl.full((BC,), 0.0, dt)
-            for b in tl.static_range(NB):
-                col = tl.load(col_t + b * JP + jj)
-                jm = col >= 0
-                rows = tl.load(row_t + b * SP + ss)
-                sv = rows >= 0
-                rs = tl.maximum(rows, 0).to(tl.int64)
-                rm = sv[:, None] & cmask[None, :]
-                m2 = sv[:, None] & jm[None, :]
-                tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-                ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-                if LAYOUT == BAND_CODE:
-                    off = ia * sra
-                    goff = ia * soa
-                else:
-                    ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
-                    off = ia * sra + ib * srb
-                    goff = ia * soa + ib * sob
-                rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
-                g = tl.load(
-                    gout_ptr + n * sgo0 + col.to(tl.int64)[:, None] * sgo1 + cc[None, :] * sgo2,
-                    mask=jm[:, None] & cmask[None, :],
-                    other=0.0,
-                )
-                g = g * rho[:, None]
-                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-                tv = tl.reduce(coef[:, :, None] * g[None, :, :], 1, SUM)
-                yb = tl.load(
-                    y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
-                )
-                tl.store(
-                    gy_ptr + e * sgy0 + rs[:, None] * sgy1 + cc[None, :] * sgy2, tv * a, mask=rm
-                )
-                qv += tl.reduce(yb * tv, 0, SUM)
-                grt = tl.reduce(g[None, :, :] * (yb * a)[:, None, :], 2, SUM)
-                tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            tv = tl.reduce(coef[:, :, None] * g[None, :, :], 1, SUM)
+            yb = tl.load(
+                y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
+            )
+            tl.store(gy_ptr + e * sgy0 + rs[:, None] * sgy1 + cc[None, :] * sgy2, tv * a, mask=rm)
+            grt = tl.reduce(g[None, :, :] * (yb * a)[:, None, :], 2, SUM)
+            tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+            qv = tl.reduce(yb * tv, 0, SUM)  # block b's part of <gout[n], msg_e> per channel
             if ATTN:
                 qh = tl.reduce(tl.where(onehot, qv[None, :], 0.0), 1, SUM)
-                th = tl.load(lg_ptr + e * sl0 + hh * sl1, mask=hm, other=0.0)
-                d = tl.where(hm, tl.exp(th - mxh) * invh * (qh - qn), 0.0)
-                tl.store(glg_ptr + e * sgl0 + hh * sgl1, (ev * ev) * d, mask=hm)
-                tl.store(genv_ptr + e, tl.reduce(2.0 * ev * d, 0, SUM))
+                tl.store(qp_ptr + b * sq0 + e * sq1 + hh * sq2, qh, mask=hm)
             else:
                 q = tl.reduce(qv, 0, SUM)
-                tl.store(genv_ptr + e, sn * q)
+                tl.store(qp_ptr + b * sq0 + e * sq1, q)
                 gsacc += ev * q
         if not ATTN:
-            tl.store(gs_ptr + n, gsacc)
+            tl.store(gsp_ptr + b * sgs0 + n, gsacc)
 
 
 # ---------------------------------------------------------------------------- dispatch
+#: edges per step of the softmax-statistics pass
+STATS_EDGES = 32
+
+
+def _warps(C: int, jp: int) -> int:
+    """Warps of a (node, degree block) program: few, so that many programs fit on an SM.
+
+    The programs walk their segments one edge at a time (latency-bound); their JP × BC tiles need
+    no more than one warp per 512 elements.
+    """
+    return max(1, min(8, cm.next_pow2(C) * jp // 512))
+
+
 def backend(
     device,
     dtype,
@@ -354,13 +393,18 @@ def _aggregate_op(
     lg = logits if attn else y
     sl = lg.stride()[:2] if attn else (0, 0)
     stt = stats.stride() if attn else (0, 0, 0)
-    cm.wrap(_agg_fwd_kernel)[(N,)](
-        y, rot, rho, perm, row_ptr, env, lg, z if attn else y, s if not attn else y, out,
-        stats if attn else y,
+    if attn:
+        cm.wrap(_agg_stats_kernel)[(N,)](
+            perm, row_ptr, env, logits, z, stats, H, *sl, *stt,
+            BE=STATS_EDGES, HP=cm.next_pow2(H), num_warps=1,
+        )  # fmt: skip
+    cm.wrap(_agg_fwd_kernel)[(N, t["nblk"])](
+        y, rot, rho, perm, row_ptr, env, lg, s if not attn else y, out, stats if attn else y,
         t["col"], t["row"], t["ent_a"], t["ent_b"],
         C, C // H if attn else 1,
         *y.stride(), *sr, *sl, *out.stride(), *stt,
-        NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout, ATTN=attn,
+        JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout, ATTN=attn,
+        num_warps=_warps(C, t["jp"]),
     )  # fmt: skip
     return out, stats
 
@@ -401,42 +445,53 @@ def _aggregate_bwd_op(
         )
     attn = logits is not None
     H = logits.shape[1] if attn else 0
+    E = y.shape[0]
     full = layout == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
     grot = (torch.empty(rot.shape, dtype=rot.dtype, device=rot.device) if full
             else rot.new_zeros(rot.shape))  # fmt: skip
     gy = torch.empty_like(y)
-    genv = torch.empty_like(env)
-    glog = torch.empty_like(logits) if attn else y.new_zeros(0)
-    gs = torch.empty_like(s) if not attn else y.new_zeros(0)
     if attn:
         D = out.shape[1]
         Q = (gout * out).reshape(N, D, H, C // H).sum((1, 3))
         M, S = stats[:, 0], stats[:, 1]
         gz = -(Q * torch.exp(-M) / S).sum(0)
-    else:
-        Q = y.new_zeros(0)
-        gz = y.new_zeros(0)
     if cm.has_no_items(N):
-        return gy, grot, genv, glog, gz, gs
+        if attn:
+            return gy, grot, torch.empty_like(env), torch.empty_like(logits), gz, y.new_zeros(0)
+        return gy, grot, torch.empty_like(env), y.new_zeros(0), y.new_zeros(0), torch.empty_like(s)
     t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
+    NB = t["nblk"]
+    # per-(edge, block) partials of <gout[dst], msg> (per head with attention), finished below
+    qp = y.new_empty(NB, E, H) if attn else y.new_empty(NB, E, 1)
+    gsp = y.new_empty(NB, N) if not attn else y
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
     dummy = y
-    cm.wrap(_agg_bwd_kernel)[(N,)](
-        gout, y, rot, rho, perm, row_ptr, env,
-        logits if attn else dummy, stats if attn else dummy, Q if attn else dummy,
-        s if not attn else dummy,
-        gy, grot, genv, glog if attn else dummy, gs if not attn else dummy,
+    cm.wrap(_agg_bwd_kernel)[(N, NB)](
+        gout, y, rot, rho, perm, row_ptr, env, logits if attn else dummy,
+        stats if attn else dummy, s if not attn else dummy, gy, grot, qp, gsp,
         t["col"], t["row"], t["ent_a"], t["ent_b"],
         C, H, C // H if attn else 1,
         *gout.stride(), *y.stride(), *sr,
         *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
-        *(Q.stride() if attn else (0, 0)),
-        *gy.stride(), *so, *(glog.stride() if attn else (0, 0)),
-        NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
-        LAYOUT=layout, ATTN=attn,
+        *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
+        JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
+        LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]),
     )  # fmt: skip
-    return gy, grot, genv, glog, gz, gs
+    # deterministic epilogue: the blocks' partials summed in a fixed order (b = 0, 1, ...)
+    q = qp[0]
+    for b in range(1, NB):
+        q = q + qp[b]
+    if not attn:
+        gs = gsp[0]
+        for b in range(1, NB):
+            gs = gs + gsp[b]
+        return gy, grot, s[dst] * q[:, 0], y.new_zeros(0), y.new_zeros(0), gs
+    inv = torch.reciprocal(S)
+    d = torch.exp(logits - M[dst]) * inv[dst] * (q - Q[dst])
+    glog = (env * env)[:, None] * d
+    genv = (2.0 * env[:, None] * d).sum(1)
+    return gy, grot, genv, glog, gz, y.new_zeros(0)
 
 
 @_aggregate_bwd_op.register_fake

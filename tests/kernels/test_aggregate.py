@@ -17,7 +17,12 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
-from mdband.kernels.aggregate import aggregate, aggregate_bwd_reference, aggregate_reference
+from mdband.kernels.aggregate import (
+    STATS_EDGES,
+    aggregate,
+    aggregate_bwd_reference,
+    aggregate_reference,
+)
 from mdband.so3 import storage as st
 
 F64, F32 = torch.float64, torch.float32
@@ -64,9 +69,8 @@ def _run(S, L, rho, dst, N, t):
     return (out, *grads(out, ins, t["gout"]))
 
 
-@pytest.mark.parametrize("L,Ls,dtype,H", TRITON_CASES)
-def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, H):
-    t0, dst, rho, N = _inputs(L, dtype, H, kdev)
+def _check_layouts(kdev, L, Ls, dtype, t0, dst, rho, N, empty):
+    """Triton vs reference for both layouts; ``empty`` nodes give 0; band ≡ dense bitwise."""
     v = edge_vectors(t0["y"].shape[0], dtype, seed=1)
     tri = {}
     for layout, S0 in storages(v, Ls).items():
@@ -75,7 +79,8 @@ def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, H):
         ref, out = run_both(lambda S=S, t=t: _run(S, L, rho, dst, N, t), kdev)
         for a, c in zip(out, ref):
             close(a, c, dtype, scale=10.0)
-        assert torch.count_nonzero(out[0][N - 1]) == 0  # node without edges
+        for k in empty:
+            assert torch.count_nonzero(out[0][k]) == 0  # node without edges
         if layout is st.RotationLayout.DENSE:
             assert torch.count_nonzero(off_band_dense(out[2], Ls)) == 0
         tri[layout] = out
@@ -84,6 +89,24 @@ def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, H):
         if i == 2:
             c = band_view(c, st.RotationLayout.DENSE, Ls)
         assert torch.equal(a, c), f"output {i} differs between band and dense storage"
+
+
+@pytest.mark.parametrize("L,Ls,dtype,H", TRITON_CASES)
+def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, H):
+    t0, dst, rho, N = _inputs(L, dtype, H, kdev)
+    _check_layouts(kdev, L, Ls, dtype, t0, dst, rho, N, empty=[N - 1])
+
+
+@pytest.mark.parametrize("H", [0, 1, 3, 4])
+def test_empty_nodes_between_segments(kdev, H):
+    """Nodes without edges first, in the middle and last; segments of 2 to 38 edges (more than
+    one step of the statistics pass); padded channel (C = 12) and head (H = 3) lanes."""
+    L, N = 3, 7
+    t0, _, rho, _ = _inputs(L, F32, H, kdev, E=45, N=N, C=12, seed=3)
+    dst = torch.tensor([5, 1, 5, 2, 5, 4, 1, 5, 2, 5, 4, 1] + [5] * 33, device=kdev)
+    dst = dst[torch.randperm(45, generator=torch.Generator().manual_seed(0))]
+    assert STATS_EDGES < 38
+    _check_layouts(kdev, L, L, F32, t0, dst, rho, N, empty=[0, 3, 6])
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
