@@ -23,6 +23,8 @@ grep -E "FAIL|TFLOP|torch path|PASSED|FAILED" "$OUT/stack.log"
 OUT=$OUT/kernels timeout 180 python3 benchmarks/gpu_kernels.py --no-reference \
     >"$OUT/kernels.log" 2>&1 || status=1
 grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log"
+timeout 60 python3 benchmarks/gpu_warps.py >"$OUT/warps.log" 2>&1 || status=1
+cat "$OUT/warps.log"
 OUT=$OUT/model timeout 230 python3 benchmarks/gpu_model.py \
     --stack-config "$OUT/stack/gpu_stack.json" --sizes 4 8 --largest 12 14 \
     --largest-variants band --variants band dense band-recompute-stack band-recompute \
