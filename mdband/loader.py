@@ -84,7 +84,8 @@ def load_model(
         backward.
     stack_precision : {"tf32x3", "ieee"}, optional
         Products of the fused SO(2) mixing layers on CUDA (float32): three TF32 tensor-core
-        products per fp32 product (default, about fp32 rounding) or exact fp32 cuBLAS GEMMs.
+        products per fp32 product (default, about fp32 rounding; on GPUs with TMA, compute
+        capability 9.0+, older ones use the exact path) or exact fp32 cuBLAS GEMMs.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     options = {

@@ -17,7 +17,8 @@ recompute          MDBAND_RECOMPUTE         off (default) | stack: keep only the
 stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mixing
                                             layers (CUDA, float32) multiply on tensor cores
                                             with three TF32 products per fp32 product
-                                            (about fp32 rounding) | ieee: exact fp32 cuBLAS
+                                            (about fp32 rounding; GPUs with TMA, sm90+,
+                                            else exact cuBLAS) | ieee: exact fp32 cuBLAS
                                             products
 =================  =======================  ==========================================
 """
