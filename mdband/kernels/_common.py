@@ -241,13 +241,40 @@ def rot_args(rot: torch.Tensor, code: int) -> tuple[int, int, int]:
 
 
 # ---------------------------------------------------------------------------- Triton helpers
-# (kernels inline their helpers: a nested jit call costs milliseconds in the CPU interpreter)
+# (a nested jit call costs about a millisecond in the CPU interpreter: kernels call these per
+# program or per degree block, never per element)
 if TRITON_AVAILABLE:
     #: layout code of the band (the only layout whose entries need one index per edge)
     BAND_CODE = tl.constexpr(st.LAYOUT_CODE[st.RotationLayout.BAND])
     #: combine function of ``tl.sum``; kernels call ``tl.reduce(x, axis, SUM)`` directly, which is
     #: the same reduction on the GPU and skips a nested jit call (milliseconds) when interpreting
     SUM = tl.standard._sum_combine
+
+    @triton.jit
+    def block_tables(col_t, row_t, b, JP: tl.constexpr, SP: tl.constexpr):
+        """Degree block b of :func:`kernel_tables`: packed columns col (JP,) and their mask jm,
+        reduced rows (SP,) and their mask sv, the (SP, JP) entry mask m2 and table index tix."""
+        jj = tl.arange(0, JP)
+        ss = tl.arange(0, SP)
+        col = tl.load(col_t + b * JP + jj)
+        rows = tl.load(row_t + b * SP + ss)
+        jm = col >= 0
+        sv = rows >= 0
+        m2 = sv[:, None] & jm[None, :]
+        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+        return col, jm, rows, sv, m2, tix
+
+    @triton.jit
+    def entry_index(ea_t, eb_t, tix, mask, LAYOUT: tl.constexpr):
+        """(ia, ib): the storage indices of the rotation entries at table index tix, so that an
+        entry sits at ``ia·sa + ib·sb`` for the storage strides (sa, sb); ib = 0 for the band,
+        whose entries need one index."""
+        ia = tl.load(ea_t + tix, mask=mask, other=0).to(tl.int64)
+        if LAYOUT == BAND_CODE:
+            ib = ia * 0
+        else:
+            ib = tl.load(eb_t + tix, mask=mask, other=0).to(tl.int64)
+        return ia, ib
 
     @triton.jit
     def div_ieee(a, b):

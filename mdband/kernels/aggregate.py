@@ -127,7 +127,7 @@ def aggregate_bwd_reference(
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    BAND_CODE = cm.BAND_CODE
+    block_tables, entry_index, div_ieee = cm.block_tables, cm.entry_index, cm.div_ieee
     SUM = cm.SUM
     MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see SUM)
 
@@ -178,31 +178,18 @@ if cm.TRITON_AVAILABLE:
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
         cc = tl.arange(0, BC)
         cmask = cc < C
-        jj = tl.arange(0, JP)
-        ss = tl.arange(0, SP)
         dt = out_ptr.dtype.element_ty
-        col = tl.load(col_t + b * JP + jj)
-        jm = col >= 0
-        rows = tl.load(row_t + b * SP + ss)
-        sv = rows >= 0
+        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
         rs = tl.maximum(rows, 0).to(tl.int64)
         rm = sv[:, None] & cmask[None, :]
-        m2 = sv[:, None] & jm[None, :]
-        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-        if LAYOUT == BAND_CODE:
-            off = ia * sra
-        else:
-            off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        off = ia * sra + ib * srb
         rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
         if ATTN:  # statistics of the stats pass, per channel (every lane of a head the same)
             hc = cc // HD
             mx = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
             sm = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-            if dt == tl.float32:  # IEEE reciprocal (fp32 "/" is approximate on NVIDIA)
-                inv = tl.div_rn(tl.full((BC,), 1.0, dt), sm)
-            else:
-                inv = 1.0 / sm
+            inv = div_ieee(tl.full((BC,), 1.0, dt), sm)
         else:
             sn = tl.load(s_ptr + n)
         acc = tl.full((JP, BC), 0.0, dt)
@@ -247,25 +234,13 @@ if cm.TRITON_AVAILABLE:
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
         cc = tl.arange(0, BC)
         cmask = cc < C
-        jj = tl.arange(0, JP)
-        ss = tl.arange(0, SP)
         dt = gy_ptr.dtype.element_ty
-        col = tl.load(col_t + b * JP + jj)
-        jm = col >= 0
-        rows = tl.load(row_t + b * SP + ss)
-        sv = rows >= 0
+        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
         rs = tl.maximum(rows, 0).to(tl.int64)
         rm = sv[:, None] & cmask[None, :]
-        m2 = sv[:, None] & jm[None, :]
-        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-        if LAYOUT == BAND_CODE:
-            off = ia * sra
-            goff = ia * soa
-        else:
-            ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
-            off = ia * sra + ib * srb
-            goff = ia * soa + ib * sob
+        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        off = ia * sra + ib * srb
+        goff = ia * soa + ib * sob
         rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
         g = tl.load(
             gout_ptr + n * sgo0 + col.to(tl.int64)[:, None] * sgo1 + cc[None, :] * sgo2,
@@ -277,10 +252,7 @@ if cm.TRITON_AVAILABLE:
             hc = cc // HD
             mxc = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
             smc = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-            if dt == tl.float32:  # IEEE reciprocal (fp32 "/" is approximate on NVIDIA)
-                invc = tl.div_rn(tl.full((BC,), 1.0, dt), smc)
-            else:
-                invc = 1.0 / smc
+            invc = div_ieee(tl.full((BC,), 1.0, dt), smc)
             hh = tl.arange(0, HP)
             hm = hh < H
             onehot = (hc[None, :] == hh[:, None]) & cmask[None, :]

@@ -159,7 +159,7 @@ def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, 
 # Storage entries are addressed only through storage.kernel_tables (a, b index pairs).
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    BAND_CODE = cm.BAND_CODE
+    block_tables, entry_index = cm.block_tables, cm.entry_index
     SUM = cm.SUM
 
     @triton.jit
@@ -174,29 +174,19 @@ if cm.TRITON_AVAILABLE:
         e = tl.program_id(0).to(tl.int64)
         cc = tl.arange(0, BC)
         cmask = cc < C
-        jj = tl.arange(0, JP)
         ss = tl.arange(0, SP)
         tt = tl.arange(0, LP)
         node = tl.load(src_ptr + e).to(tl.int64)
         y3 = tl.full((SP, LP, BC), 0.0, y_ptr.dtype.element_ty)
         for b in tl.static_range(NB):
-            col = tl.load(col_t + b * JP + jj)
-            jm = col >= 0
+            col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
             xb = tl.load(
                 x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
                 mask=jm[:, None] & cmask[None, :],
                 other=0.0,
             )
-            rows = tl.load(row_t + b * SP + ss)
-            sv = rows >= 0
-            m2 = sv[:, None] & jm[None, :]
-            tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-            ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-            if LAYOUT == BAND_CODE:
-                off = ia * sra
-            else:
-                off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
-            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+            coef = tl.load(rot_ptr + e * sr0 + (ia * sra + ib * srb), mask=m2, other=0.0)
             xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
             if MIX:
                 kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
@@ -236,7 +226,6 @@ if cm.TRITON_AVAILABLE:
         pid = tl.program_id(0).to(tl.int64)
         cc = tl.arange(0, BC)
         cmask = cc < C
-        jj = tl.arange(0, JP)
         ss = tl.arange(0, SP)
         tt = tl.arange(0, LP)
         qq = tl.arange(0, RP)
@@ -256,26 +245,14 @@ if cm.TRITON_AVAILABLE:
                     other=0.0,
                 )
             for b in tl.static_range(NB):
-                col = tl.load(col_t + b * JP + jj)
-                jm = col >= 0
+                col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
                 xb = tl.load(
                     x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
                     mask=jm[:, None] & cmask[None, :],
                     other=0.0,
                 )
-                rows = tl.load(row_t + b * SP + ss)
-                sv = rows >= 0
-                m2 = sv[:, None] & jm[None, :]
-                tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-                ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-                if LAYOUT == BAND_CODE:
-                    off = ia * sra
-                    goff = ia * soa
-                else:
-                    ib = tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64)
-                    off = ia * sra + ib * srb
-                    goff = ia * soa + ib * sob
-                coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+                ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+                coef = tl.load(rot_ptr + e * sr0 + (ia * sra + ib * srb), mask=m2, other=0.0)
                 xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
                 if MIX:
                     kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
@@ -320,7 +297,7 @@ if cm.TRITON_AVAILABLE:
                         grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gr * xl, mask=rm
                     )
                 grt = tl.reduce(xb[None, :, :] * gxl[:, None, :], 2, SUM)
-                tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
+                tl.store(grot_ptr + e * so0 + (ia * soa + ib * sob), grt, mask=m2)
         if MIX:
             tl.store(
                 gbp_ptr + pid * sp0 + qq[:, None] * sp1 + cc[None, :] * sp2,
@@ -345,23 +322,13 @@ if cm.TRITON_AVAILABLE:
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
         cc = tl.arange(0, BC)
         cmask = cc < C
-        jj = tl.arange(0, JP)
-        ss = tl.arange(0, SP)
         dt = gx_ptr.dtype.element_ty
         b = tl.program_id(1)  # one degree block per program (4x the parallelism at L = 3)
-        col = tl.load(col_t + b * JP + jj)
-        jm = col >= 0
-        rows = tl.load(row_t + b * SP + ss)
-        sv = rows >= 0
+        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
         rs = tl.maximum(rows, 0).to(tl.int64)
         rm = sv[:, None] & cmask[None, :]
-        m2 = sv[:, None] & jm[None, :]
-        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
-        ia = tl.load(ea_t + tix, mask=m2, other=0).to(tl.int64)
-        if LAYOUT == BAND_CODE:
-            off = ia * sra
-        else:
-            off = ia * sra + tl.load(eb_t + tix, mask=m2, other=0).to(tl.int64) * srb
+        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        off = ia * sra + ib * srb
         acc = tl.full((JP, BC), 0.0, dt)
         for i in range(beg, end):
             e = tl.load(perm_ptr + i).to(tl.int64)

@@ -69,7 +69,7 @@ def zonal_embed_bwd_reference(gout, rot, layout, rot_lmax, lmax, radial, dst, s)
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    BAND_CODE = cm.BAND_CODE
+    entry_index = cm.entry_index
     SUM = cm.SUM
 
     @triton.jit
@@ -99,12 +99,8 @@ if cm.TRITON_AVAILABLE:
         for b in tl.static_range(1, NB):
             col = tl.load(col_t + b * JP + jj)
             jm = col >= 0
-            tix = (b * SP) * JP + jj  # slot 0: the m = 0 row
-            ia = tl.load(ea_t + tix, mask=jm, other=0).to(tl.int64)
-            if LAYOUT == BAND_CODE:
-                off = ia * sra
-            else:
-                off = ia * sra + tl.load(eb_t + tix, mask=jm, other=0).to(tl.int64) * srb
+            ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)  # slot 0: m = 0
+            off = ia * sra + ib * srb
             acc = tl.full((JP, BC), 0.0, dt)
             for i in range(beg, end):
                 e = tl.load(perm_ptr + i).to(tl.int64)
@@ -141,15 +137,9 @@ if cm.TRITON_AVAILABLE:
             for b in tl.static_range(1, NB):
                 col = tl.load(col_t + b * JP + jj)
                 jm = col >= 0
-                tix = (b * SP) * JP + jj
-                ia = tl.load(ea_t + tix, mask=jm, other=0).to(tl.int64)
-                if LAYOUT == BAND_CODE:
-                    off = ia * sra
-                    goff = ia * soa
-                else:
-                    ib = tl.load(eb_t + tix, mask=jm, other=0).to(tl.int64)
-                    off = ia * sra + ib * srb
-                    goff = ia * soa + ib * sob
+                ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)
+                off = ia * sra + ib * srb
+                goff = ia * soa + ib * sob
                 g = tl.load(
                     gout_ptr + n * sg0 + col.to(tl.int64)[:, None] * sg1 + cc[None, :] * sg2,
                     mask=jm[:, None] & cmask[None, :],
