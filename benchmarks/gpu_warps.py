@@ -1,9 +1,9 @@
-"""Warps per program of the per-edge / per-node kernels (rotate_mix, aggregate) on one GPU.
+"""Warps per program of the rotate_mix kernels (``rotate_mix.WARPS``) on one GPU.
 
     python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096]
 
 Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
-warps per program, band storage, L = 3, C = 64, one attention head, mixer rank 1, and checks
+warps per program, band storage, L = 3, C = 64, mixer rank 1, and checks
 that every launch agrees with the module's default to 1e-5 relative. Prints one line per setting.
 """
 
@@ -16,7 +16,6 @@ import torch
 
 import benchmarks.gpu_kernels as gk
 from mdband.kernels import _common as cm
-from mdband.kernels import aggregate as ag
 from mdband.kernels import rotate_mix as rm
 from mdband.so3 import storage as st
 
@@ -41,44 +40,28 @@ def main(argv=None):
     E, N, C, L = args.edges, args.nodes, 64, 3
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=1, H=1, R=1), torch.float32)
     scsr = cm.csr(c["src"], N)
-    perm, ptr = cm.csr(c["dst"], N)
     rot = c["storage"][st.RotationLayout.BAND]
     code = st.LAYOUT_CODE[st.RotationLayout.BAND]
-    rho = st.rotate_inv_rescale(L, torch.float32, dev)
-    lg, z = c["logits"][:, :1].contiguous(), c["z"][:1].contiguous()
     x, src, k, b = c["x"], c["src"], c["k"], c["basis"]
 
-    def agg():
-        return torch.ops.mdband.aggregate(
-            c["y"], rot, code, L, L, rho, c["dst"], perm, ptr, c["env"], lg, z, None
-        )
-
     ops = {
-        "rotate_mix fwd": (rm, lambda: torch.ops.mdband.rotate_mix(
-            x, src, rot, code, L, L, k, b, None, *scsr)),
-        "rotate_mix bwd": (rm, lambda: torch.ops.mdband.rotate_mix_bwd(
-            c["gy"], x, src, rot, code, L, L, k, b, None, *scsr)),
-        "aggregate fwd": (ag, agg),
+        "rotate_mix fwd": lambda: torch.ops.mdband.rotate_mix(
+            x, src, rot, code, L, L, k, b, None, *scsr),
+        "rotate_mix bwd": lambda: torch.ops.mdband.rotate_mix_bwd(
+            c["gy"], x, src, rot, code, L, L, k, b, None, *scsr),
     }  # fmt: skip
-    with cm.force_backend("triton"):
-        out, stats = agg()
-    ops["aggregate bwd"] = (ag, lambda: torch.ops.mdband.aggregate_bwd(
-        c["gout"], out, stats, c["y"], rot, code, L, L, rho, c["dst"], perm, ptr, c["env"], lg,
-        z, None))  # fmt: skip
     ok = True
     with cm.force_backend("triton"):
-        for name, (mod, fn) in ops.items():
-            if not hasattr(mod, "WARPS"):
-                continue
-            default = dict(mod.WARPS)
+        for name, fn in ops.items():
+            default = dict(rm.WARPS)
             ref = fn()
             for w in (1, 2, 4, 8):
-                mod.WARPS.update({key: w for key in mod.WARPS})
+                rm.WARPS.update({key: w for key in rm.WARPS})
                 ms = gk.bench(fn, dev)[0]
                 same = close(fn(), ref)
                 ok &= same
                 print(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
-            mod.WARPS.update(default)
+            rm.WARPS.update(default)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

@@ -53,41 +53,6 @@ def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
 
 
 @triton.jit
-def lin_pre(xh_ptr, xl_ptr, res_ptr, wh_ptr, wl_ptr, y_ptr, E,
-            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
-    """x pre-split in global memory (xh may be the raw x), w pre-split: three plain tf32 dots."""
-    DM: tl.constexpr = 3 * L + 1
-    NK: tl.constexpr = 2 * L
-    j = tl.program_id(0)
-    f = tl.program_id(2).to(tl.int64)
-    e0 = tl.program_id(1).to(tl.int64) * BE
-    el = tl.arange(0, BE)
-    em = (el < E - e0)[:, None]
-    c = tl.arange(0, C)
-    tile = (f * E + e0) * (DM * C)
-    xo = el[:, None] * (DM * C) + c[None, :]
-    acc = tl.zeros((BE, C), tl.float32)
-    m0 = j <= L
-    nk = tl.where(m0, L + 1, 2 * L)
-    xr0 = tl.where(m0, 0, L + 1)
-    wbase = (f * DM + j) * (NK * C * C)
-    wo = c[None, :] * C + c[:, None]
-    for k in range(nk):
-        xo_k = tile + (xo + (xr0 + k) * C)
-        wi = wbase + k * (C * C) + wo
-        xl = tl.load(xl_ptr + xo_k, mask=em, other=0.0)
-        wh = tl.load(wh_ptr + wi)
-        acc = tl.dot(xl, wh, acc, input_precision="tf32")
-        xh = tl.load(xh_ptr + xo_k, mask=em, other=0.0)
-        wl = tl.load(wl_ptr + wi)
-        acc = tl.dot(xh, wl, acc, input_precision="tf32")
-        acc = tl.dot(xh, wh, acc, input_precision="tf32")
-    if RES:
-        acc += tl.load(res_ptr + tile + (xo + j * C), mask=em, other=0.0)
-    tl.store(y_ptr + tile + (xo + j * C), acc, mask=em)
-
-
-@triton.jit
 def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
             L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
             BUILTIN: tl.constexpr, XSPLIT: tl.constexpr = False):  # fmt: skip
@@ -201,9 +166,6 @@ def main():
         grid = (DM, triton.cdiv(E, be), F)
         report("uni " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_uni[grid](
             x, x, wp, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa,
-            num_stages=stg), y)  # fmt: skip
-        report("pre " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_pre[grid](
-            xh, xl, x, wh, wl, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa,
             num_stages=stg), y)  # fmt: skip
     from triton.tools.tensor_descriptor import TensorDescriptor
 
