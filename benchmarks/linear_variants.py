@@ -98,24 +98,6 @@ def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
     y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
 
 
-def pack(w0, wm, F, L, C, transpose=False):
-    """(F, Dm, 2L, C_out, C_in) tiles: row j, k-step k → the block W[k-rows, j-cols]ᵀ."""
-    W0, pq = ss._pack_weights(w0, wm, F, L, C, transpose)  # (F,K0,K0), (F,2,2,KM,KM)
-    DM = 3 * L + 1
-    out = W0.new_zeros(F, DM, 2 * L, C, C)
-    for j in range(L + 1):
-        for a in range(L + 1):
-            out[:, j, a] = W0[:, a * C : (a + 1) * C, j * C : (j + 1) * C].transpose(1, 2)
-    for j in range(L + 1, DM):
-        plus = int(j > 2 * L)
-        lo = j - L - L * plus
-        for kb in range(2 * L):
-            q, kk = divmod(kb, L)
-            blk = pq[:, plus, q, kk * C : (kk + 1) * C, (lo - 1) * C : lo * C]
-            out[:, j, kb] = blk.transpose(1, 2)
-    return out.contiguous()
-
-
 def split_host(t):
     hi = (t.view(torch.int32) & -8192).view(torch.float32)
     return hi, t - hi
@@ -133,7 +115,7 @@ def main():
     ne = min(E, 20000)
     ref = ss.linear_reference(x[:, :ne].double(), w0.double(), wm.double(), L)
     ref = ref + x[:, :ne].double()
-    wp = pack(w0, wm, F, L, C)
+    wp = ss._weight_tiles(w0, wm, F, L, C, False)
     wh, wl = split_host(wp)
     xh, xl = split_host(x)
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F

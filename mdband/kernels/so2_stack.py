@@ -305,11 +305,11 @@ def _split_tf32(t):
     return hi, lo.view(torch.float32)
 
 
-def _pack_weights(w0, wm, F, L, C, transpose):
-    """Kernel weight tiles (wh, wl), each (F·Dm·2L·C, C): tile (f, j, k) = the block of W from
-    input row k of row j's k-list to row j, stored [c_out][c_in]; rows j ≤ L (m = 0) read
-    x rows 0..L through W0, rows m = ∓1 read x₋ then x₊ through the (P, Q) pair of
-    :func:`_oriented`: P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 2 MB at L = 3, C = 64)."""
+def _weight_tiles(w0, wm, F, L, C, transpose):
+    """Kernel weight tiles (F·Dm·2L·C, C): tile (f, j, k) = the block of W from input row k of
+    row j's k-list to row j, stored [c_out][c_in]; rows j ≤ L (m = 0) read x rows 0..L through
+    W0, rows m = ∓1 read x₋ then x₊ through the (P, Q) pair of :func:`_oriented`: P₋ = Wu,
+    Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 1 MB at L = 3, C = 64)."""
     W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
     K = 2 * L
     # W0 (F, (L+1)C, (L+1)C) -> [f, j, k, c_out, c_in], k-list padded to 2L steps
@@ -317,8 +317,12 @@ def _pack_weights(w0, wm, F, L, C, transpose):
     t0 = torch.nn.functional.pad(t0, (0, 0, 0, 0, 0, K - (L + 1)))
     pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)  # (F,2,2,LC,LC)
     tm = pq.reshape(F, 2, 2, L, C, L, C).permute(0, 1, 5, 2, 3, 6, 4).reshape(F, K, K, C, C)
-    tiles = torch.cat([t0, tm], 1).reshape(-1, C).contiguous()
-    return _split_tf32(tiles)
+    return torch.cat([t0, tm], 1).reshape(-1, C).contiguous()
+
+
+def _pack_weights(w0, wm, F, L, C, transpose):
+    """The kernel's weights: :func:`_weight_tiles` split into TF32 pairs (wh, wl)."""
+    return _split_tf32(_weight_tiles(w0, wm, F, L, C, transpose))
 
 
 _PACKED: dict = {}  # (id(w0), id(wm), transpose) -> (ref w0, ref wm, versions, tiles)
