@@ -450,15 +450,10 @@ def _aggregate_bwd_op(
         JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
         LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]),
     )  # fmt: skip
-    # deterministic epilogue: the blocks' partials summed in a fixed order (b = 0, 1, ...)
-    q = qp[0]
-    for b in range(1, NB):
-        q = q + qp[b]
+    # epilogue: the blocks' partials summed by torch reductions (no atomics: deterministic)
+    q = qp.sum(0)
     if not attn:
-        gs = gsp[0]
-        for b in range(1, NB):
-            gs = gs + gsp[b]
-        return gy, grot, s[dst] * q[:, 0], y.new_zeros(0), y.new_zeros(0), gs
+        return gy, grot, s[dst] * q[:, 0], y.new_zeros(0), y.new_zeros(0), gsp.sum(0)
     inv = torch.reciprocal(S)
     d = torch.exp(logits - M[dst]) * inv[dst] * (q - Q[dst])
     glog = (env * env)[:, None] * d
