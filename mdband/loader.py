@@ -62,6 +62,7 @@ def load_model(
     kernels: str | None = None,
     recompute: str | bool | None = None,
     stack_precision: str | None = None,
+    cuda_graphs: str | bool | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -86,6 +87,10 @@ def load_model(
         Products of the fused SO(2) mixing layers on CUDA (float32): three TF32 tensor-core
         products per fp32 product (default, about fp32 rounding; on GPUs with TMA, compute
         capability 9.0+, older ones use the exact path) or exact fp32 cuBLAS GEMMs.
+    cuda_graphs : {"auto", "off"} or bool, optional
+        ``"auto"`` (default) replays captured CUDA graphs for repeated evaluations on CUDA
+        (edge list padded to a size bucket with edges beyond the cutoff, which contribute
+        exactly zero); ``"off"`` launches every kernel from Python.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     options = {
@@ -93,6 +98,7 @@ def load_model(
         "kernels": kernels,
         "recompute": recompute,
         "stack_precision": stack_precision,
+        "cuda_graphs": cuda_graphs,
     }
     spath = str(path)
     if spath.startswith("builtin:"):

@@ -120,6 +120,13 @@ class Potential:
         }
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
         self._hash: str | None = self.metadata.get("model_hash")
+        self._steps = None
+        settings = getattr(self.model, "settings", None)
+        if getattr(self.model, "zero_beyond_cutoff", False) and self.device.type == "cuda":
+            if settings is not None and settings.cuda_graphs == "auto":
+                from mdband.step_graph import StepGraphs
+
+                self._steps = StepGraphs(self)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -139,6 +146,19 @@ class Potential:
     @property
     def rotation_layout_reason(self) -> str:
         return str(getattr(self.model, "rotation_layout_reason", ""))
+
+    @property
+    def cuda_graphs(self) -> str:
+        """``"on"`` when evaluations replay CUDA graphs, else ``"off (reason)"``."""
+        if self._steps is None:
+            if self.device.type != "cuda":
+                return "off (not on CUDA)"
+            if not getattr(self.model, "zero_beyond_cutoff", False):
+                return f"off (model kind {self.kind!r} cannot pad its edge list)"
+            return "off (cuda_graphs=off)"
+        if self._steps.disabled_reason:
+            return f"off (capture failed: {self._steps.disabled_reason})"
+        return "on"
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -226,33 +246,42 @@ class Potential:
             raise MdbandError(f"{pos.shape[0]} positions but {types.shape[0]} species")
         if graph is None:
             graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
-        dev = self.device
-        pos_t = torch.as_tensor(pos, device=dev)
-        cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-        edge_vec = graph.edge_vectors(pos_t, cell_t)
-        src = torch.as_tensor(graph.src, device=dev)
-        dst = torch.as_tensor(graph.dst, device=dev)
-        out = self.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, edge_vec)
-        if pos_t.is_cuda:
-            # deterministic CSR reduction with float64 accumulation (no atomics)
-            from mdband.kernels.force_assembly import force_assembly
-
-            forces, virial = force_assembly(out.edge_grad, edge_vec.detach(), src, dst, len(pos))
+        if self._steps is not None and graph.n_edges > 0:
+            atom_e, forces, virial = self._steps.run(
+                types, graph.src, graph.dst, graph.shifts, pos, cell_np
+            )
         else:
-            g = out.edge_grad.to(torch.float64)
-            forces = torch.zeros_like(pos_t)
-            forces.index_add_(0, dst, g)
-            forces.index_add_(0, src, -g)
-            virial = -(g.T @ edge_vec.detach())
+            dev = self.device
+            pos_t = torch.as_tensor(pos, device=dev)
+            cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
+            edge_vec = graph.edge_vectors(pos_t, cell_t)
+            src = torch.as_tensor(graph.src, device=dev)
+            dst = torch.as_tensor(graph.dst, device=dev)
+            out = self.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, edge_vec)
+            forces, virial = self.assemble(out.edge_grad, edge_vec.detach(), src, dst, len(pos))
+            atom_e = out.atom_energy
         if not compute_virial:
             virial = torch.zeros_like(virial)
-        atom_e = out.atom_energy
         return Result(
             energy=float(atom_e.sum()),
             forces=forces.cpu().numpy(),
             virial=virial.cpu().numpy(),
             atom_energy=atom_e.cpu().numpy(),
         )
+
+    @staticmethod
+    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int):
+        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3)."""
+        if edge_grad.is_cuda:
+            # deterministic CSR reduction with float64 accumulation (no atomics)
+            from mdband.kernels.force_assembly import force_assembly
+
+            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms)
+        g = edge_grad.to(torch.float64)
+        forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
+        forces.index_add_(0, dst, g)
+        forces.index_add_(0, src, -g)
+        return forces, -(g.T @ edge_vec.to(torch.float64))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

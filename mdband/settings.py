@@ -20,6 +20,12 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             (about fp32 rounding; GPUs with TMA, sm90+,
                                             else exact cuBLAS) | ieee: exact fp32 cuBLAS
                                             products
+cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edge list
+                                            to a size bucket with edges beyond the
+                                            cutoff (exactly zero contribution) and
+                                            replay one captured CUDA graph per bucket
+                                            from its second use | off: launch every
+                                            kernel from Python, edges unpadded
 =================  =======================  ==========================================
 """
 
@@ -33,12 +39,14 @@ ENV = {
     "kernels": "MDBAND_KERNELS",
     "recompute": "MDBAND_RECOMPUTE",
     "stack_precision": "MDBAND_STACK_PRECISION",
+    "cuda_graphs": "MDBAND_CUDA_GRAPHS",
 }
 _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
     "kernels": ("auto", "ops", "torch"),
     "recompute": ("off", "stack", "all"),
     "stack_precision": ("tf32x3", "ieee"),
+    "cuda_graphs": ("auto", "off"),
 }
 _BOOL = {
     "1": True,
@@ -58,6 +66,7 @@ class EngineSettings:
     kernels: str = "auto"
     recompute: str = "off"
     stack_precision: str = "tf32x3"
+    cuda_graphs: str = "auto"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -80,6 +89,8 @@ class EngineSettings:
             value = str(value).strip().lower() if not isinstance(value, bool) else value
             if name == "recompute":
                 value = {True: "all", False: "off"}.get(_BOOL.get(value, value), value)
+            if name == "cuda_graphs":
+                value = {True: "auto", False: "off"}.get(_BOOL.get(value, value), value)
             if value not in _CHOICES[name]:
                 raise ValueError(f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}")
             kw[name] = value

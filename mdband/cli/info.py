@@ -36,6 +36,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "rotation_layout_reason": pot.rotation_layout_reason,
         "rotation_layout_requested": settings.rotation_layout,
         "settings": settings.to_dict(),
+        "cuda_graphs": pot.cuda_graphs,
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
         "config": pot.config,
@@ -53,6 +54,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         f"{info['rotation_layout_requested']}, {ENV['rotation_layout']} may override): "
         f"{info['rotation_layout_reason']}"
     )
+    click.echo(f"cuda graphs      {info['cuda_graphs']}")
     click.echo(f"model hash       {pot.model_hash[:16]}")
     click.echo(
         "settings         "

@@ -73,6 +73,10 @@ class FittingNet(nn.Module):
 class SeZMEnergyModel(nn.Module):
     """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies."""
 
+    #: edges with r ≥ rcut contribute exactly zero (envelope 0 with zero gradient), so an edge
+    #: list may be padded with such edges (see :mod:`mdband.step_graph`)
+    zero_beyond_cutoff = True
+
     def __init__(
         self,
         cfg: SeZMConfig,

@@ -18,6 +18,7 @@ as the reference the band is tested against; the dense *layout* embeds the close
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 
@@ -27,10 +28,23 @@ from mdband.so3.quadrature import sphere_rule
 from mdband.so3.storage import RotationLayout, RotationStorage, dim_of, tables
 
 
+@lru_cache(maxsize=32)
 def _ladder(lmax: int, dtype, device) -> torch.Tensor:
     """sqrt(2/(l(l+1))) for the packed columns of degrees 1..lmax, shape (D−1,)."""
     vals = [math.sqrt(2.0 / (l * (l + 1))) for l in range(1, lmax + 1) for _ in range(2 * l + 1)]
     return torch.tensor(vals, dtype=dtype, device=device)
+
+
+@lru_cache(maxsize=32)
+def _dense_rule(lmax: int, dtype, device):
+    """Quadrature points (G, 3), weights (G,), Y at the points (G, D) and the (D, D) block mask
+    scaled by 2l+1, on ``device`` (cached: no host copies inside a captured CUDA graph)."""
+    pts, w = sphere_rule(2 * lmax)
+    pts = pts.to(dtype=dtype, device=device)
+    w = w.to(dtype=dtype, device=device)
+    deg = tables(lmax, device)["deg"]
+    mask = (deg[:, None] == deg[None, :]).to(dtype) * (2 * deg + 1).to(dtype)[:, None]
+    return pts, w, spherical_harmonics(lmax, pts), mask
 
 
 def band_from_unit(u: torch.Tensor, lmax: int) -> torch.Tensor:
@@ -54,17 +68,11 @@ def rotation_matrices(u: torch.Tensor) -> torch.Tensor:
 def dense_from_unit(u: torch.Tensor, lmax: int) -> torch.Tensor:
     """Dense block-diagonal Wigner-D (E, D, D) by exact quadrature projection."""
     R = rotation_matrices(u)
-    pts, w = sphere_rule(2 * lmax)
-    pts = pts.to(dtype=u.dtype, device=u.device)
-    w = w.to(dtype=u.dtype, device=u.device)
-    Yp = spherical_harmonics(lmax, pts)  # (G, D)
+    pts, w, Yp, mask = _dense_rule(lmax, u.dtype, u.device)
     Yrp = spherical_harmonics(lmax, torch.einsum("eij,gj->egi", R, pts))  # (E, G, D)
     D = dim_of(lmax)
-    deg = torch.tensor([l for l in range(lmax + 1) for _ in range(2 * l + 1)], device=u.device)
     full = torch.einsum("egi,gj->eij", Yrp * w[None, :, None], Yp)
-    mask = (deg[:, None] == deg[None, :]).to(u.dtype)
-    scale = (2 * deg + 1).to(u.dtype)[:, None]
-    return (full * scale * mask).reshape(-1, D, D)
+    return (full * mask).reshape(-1, D, D)
 
 
 def dense_with_band(u: torch.Tensor, lmax: int, band: torch.Tensor) -> torch.Tensor:

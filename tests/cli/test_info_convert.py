@@ -22,6 +22,8 @@ def test_info_reports_layout_and_config():
     assert "type map         O H" in res.output
     assert "rotation layout  band" in res.output
     assert "MDBAND_ROTATION_LAYOUT" in res.output
+    assert "cuda_graphs=auto ($MDBAND_CUDA_GRAPHS)" in res.output
+    assert "cuda graphs      off (not on CUDA)" in res.output
     res = CliRunner().invoke(main, ["info", str(WATER), "--json", "--rotation-layout", "dense"])
     info = json.loads(res.output)
     assert info["rotation_layout"] == "dense" and info["rotation_layout_requested"] == "dense"

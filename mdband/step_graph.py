@@ -1,0 +1,214 @@
+"""StepGraphs: padded edge lists and CUDA-graph replay of one evaluation.
+
+A call of :meth:`Potential.evaluate` launches over a thousand kernels; below a few thousand atoms
+the GPU finishes them faster than Python issues them. On CUDA, ``StepGraphs`` captures the whole
+device step (edge vectors, energy model, ∂E/∂edge_vec, force and virial assembly) in a CUDA
+graph and replays it.
+
+A graph has fixed shapes, while the edge count changes from step to step. The edge list is
+therefore padded to a capacity bucket (:func:`edge_capacity`, at most 0.8 % above the edge count)
+with edges ``k → k`` (k = 0, 1, … mod N) whose vector is :data:`PAD_DIRECTION` · 1.5 rcut. SeZM
+gives edges with r ≥ rcut exactly zero weight everywhere (envelope 0, zero gradient), so the
+padding changes results only by rounding (the attention's max-shift sees the padded logits).
+A model opts in with ``zero_beyond_cutoff = True``.
+
+Results are a deterministic function of (positions, cell, edge list): the capacity depends on the
+edge count alone, and the first call of a bucket runs the same padded step eagerly that later
+calls replay, so a restart reproduces a run bit for bit.
+
+Policy: the first call of a bucket runs eagerly (on the capture stream, which warms it up), the
+second captures and replays, later calls replay. At most :data:`MAX_GRAPHS` buckets are kept
+(least recently used dropped); their graphs share one memory pool, so they cost about the peak
+memory of one step. A capture that fails (an operation not allowed in a graph) switches graphs
+off for this potential with a :class:`RuntimeWarning`; weights edited in place drop the graphs.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+#: unit direction of the padding edges (generic: no axis, no special frame)
+PAD_DIRECTION = (0.36, 0.48, 0.8)
+#: padding edges sit at this multiple of the cutoff
+PAD_DISTANCE = 1.5
+#: captured buckets kept per potential
+MAX_GRAPHS = 8
+#: smallest capacity step (edges)
+MIN_GRANULE = 64
+
+
+def edge_capacity(n_edges: int) -> int:
+    """Padded edge count for ``n_edges``: the next multiple of ``next_pow2(n_edges) / 256``.
+
+    Pure function of the edge count (0 for 0). Buckets are 0.4–0.8 % of the edge count wide
+    (≥ 64 edges), so the padding is < 0.8 % of the edges or < 64 edges.
+    """
+    if n_edges <= 0:
+        return 0
+    granule = max(MIN_GRANULE, (1 << (int(n_edges) - 1).bit_length()) // 256)
+    return -(-int(n_edges) // granule) * granule
+
+
+def pad_edges(src: np.ndarray, dst: np.ndarray, shifts: np.ndarray, n_atoms: int, capacity: int):
+    """Edge arrays padded to ``capacity``: (src, dst, shifts float64, is_pad bool)."""
+    n = int(src.shape[0])
+    extra = capacity - n
+    if extra < 0:
+        raise ValueError(f"capacity {capacity} is below the edge count {n}")
+    fill = np.arange(extra, dtype=np.int64) % max(n_atoms, 1)
+    src_p = np.concatenate([np.asarray(src, dtype=np.int64), fill])
+    dst_p = np.concatenate([np.asarray(dst, dtype=np.int64), fill])
+    sh_p = np.zeros((capacity, 3), dtype=np.float64)
+    sh_p[:n] = shifts
+    is_pad = np.zeros(capacity, dtype=bool)
+    is_pad[n:] = True
+    return src_p, dst_p, sh_p, is_pad
+
+
+class DeviceStep:
+    """Static device buffers of one (n_atoms, capacity) bucket and its captured graph."""
+
+    def __init__(self, potential, n_atoms: int, capacity: int) -> None:
+        dev = potential.device
+        self.n_atoms, self.capacity = n_atoms, capacity
+        i64, f64 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.float64, device=dev)
+        self.types = torch.zeros(n_atoms, **i64)
+        self.src = torch.zeros(capacity, **i64)
+        self.dst = torch.zeros(capacity, **i64)
+        self.shifts = torch.zeros(capacity, 3, **f64)
+        self.is_pad = torch.zeros(capacity, dtype=torch.bool, device=dev)
+        self.positions = torch.zeros(n_atoms, 3, **f64)
+        self.cell = torch.zeros(3, 3, **f64)
+        pad = torch.tensor(PAD_DIRECTION, **f64)
+        self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.outputs: tuple[torch.Tensor, ...] | None = None
+        self.calls = 0
+
+    def load(self, types, src, dst, shifts, positions, cell) -> None:
+        """Copy one frame (numpy arrays; edges unpadded) into the static buffers."""
+        src_p, dst_p, sh_p, is_pad = pad_edges(src, dst, shifts, self.n_atoms, self.capacity)
+        for buf, arr in (
+            (self.types, types),
+            (self.src, src_p),
+            (self.dst, dst_p),
+            (self.shifts, sh_p),
+            (self.is_pad, is_pad),
+            (self.positions, positions),
+            (self.cell, cell),
+        ):
+            buf.copy_(torch.from_numpy(np.ascontiguousarray(arr)).reshape(buf.shape))
+
+    def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
+        ev = self.positions[self.src] - self.positions[self.dst] + self.shifts @ self.cell
+        ev = torch.where(self.is_pad[:, None], self.pad_vector, ev)
+        out = pot.evaluate_edges(self.types, self.src, self.dst, ev)
+        forces, virial = pot.assemble(out.edge_grad, ev, self.src, self.dst, self.n_atoms)
+        return out.atom_energy, forces, virial
+
+
+def _weights_version(module: torch.nn.Module) -> tuple:
+    return tuple((id(t), t._version) for t in (*module.parameters(), *module.buffers()))
+
+
+class StepGraphs:
+    """Padded, graph-replayed evaluations of one :class:`~mdband.potential.Potential`.
+
+    ``capture`` False (CPU, or to test the padding alone) runs every call eagerly. Holds the
+    potential weakly (the potential owns it: no reference cycle keeps GPU memory alive).
+    """
+
+    def __init__(self, potential, capture: bool = True) -> None:
+        self._potential = weakref.ref(potential)
+        self.device = potential.device
+        self.capture = bool(capture) and potential.device.type == "cuda"
+        self.steps: OrderedDict[tuple[int, int], DeviceStep] = OrderedDict()
+        self.n_captures = 0
+        self.n_replays = 0
+        self.disabled_reason = ""
+        self._stream = torch.cuda.Stream(self.device) if self.capture else None
+        self._pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self._weights = _weights_version(potential.model)
+
+    @property
+    def potential(self):
+        pot = self._potential()
+        if pot is None:
+            raise RuntimeError("the potential of these step graphs was freed")
+        return pot
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _step(self, pot, n_atoms: int, capacity: int) -> DeviceStep:
+        key = (n_atoms, capacity)
+        step = self.steps.pop(key, None)
+        if step is None:
+            step = DeviceStep(pot, n_atoms, capacity)
+            while len(self.steps) >= MAX_GRAPHS:
+                self.steps.popitem(last=False)
+        self.steps[key] = step  # most recently used last
+        return step
+
+    def _check_weights(self) -> None:
+        version = _weights_version(self.potential.model)
+        if version != self._weights:  # captured graphs would replay stale weight packings
+            self.steps.clear()
+            self._weights = version
+
+    # ------------------------------------------------------------------ evaluation
+    def run(self, types, src, dst, shifts, positions, cell):
+        """Device (atom energies, forces, virial) of one frame; numpy inputs, unpadded edges."""
+        self._check_weights()
+        pot = self.potential
+        n_atoms = int(positions.shape[0])
+        step = self._step(pot, n_atoms, edge_capacity(int(src.shape[0])))
+        step.load(types, src, dst, shifts, positions, cell)
+        step.calls += 1
+        if not self.capture:
+            return step.compute(pot)
+        if step.graph is not None:
+            step.graph.replay()
+            self.n_replays += 1
+            return step.outputs
+        if step.calls >= 2 and not self.disabled_reason:
+            try:
+                self._capture(step, pot)
+            except Exception as exc:  # an op that cannot be captured: stay eager from now on
+                self._give_up(exc)
+            else:
+                step.graph.replay()
+                self.n_replays += 1
+                return step.outputs
+        return self._on_stream(lambda: step.compute(pot))
+
+    def _on_stream(self, fn):
+        cur = torch.cuda.current_stream(self.device)
+        self._stream.wait_stream(cur)
+        with torch.cuda.stream(self._stream):
+            out = fn()
+        cur.wait_stream(self._stream)
+        return out
+
+    def _capture(self, step: DeviceStep, pot) -> None:
+        graph = torch.cuda.CUDAGraph()
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
+            outputs = step.compute(pot)
+        step.graph, step.outputs = graph, outputs
+        self.n_captures += 1
+
+    def _give_up(self, exc: Exception) -> None:
+        self.disabled_reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        self.steps.clear()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        warnings.warn(
+            f"CUDA graph capture failed ({self.disabled_reason}); evaluating without graphs",
+            RuntimeWarning,
+            stacklevel=3,
+        )

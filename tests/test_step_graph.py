@@ -1,0 +1,216 @@
+"""Padded edge lists and the CUDA-graph replay policy (the capture itself is checked on the GPU
+by ``benchmarks/gpu_model.py``)."""
+
+import gc
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from ase.build import bulk
+
+from mdband import step_graph as sg
+from mdband.config import SeZMConfig
+from mdband.graph import build_edge_graph
+from mdband.model.factory import random_potential
+from mdband.settings import EngineSettings
+
+SMALL = dict(
+    type_map=("H", "C", "O"),
+    rcut=4.0,
+    channels=8,
+    n_radial=6,
+    l_schedule=(2, 2),
+    mixing_layers=2,
+    n_focus=1,
+    n_atten_head=1,
+    radial_so2_mode="degree_channel",
+    radial_so2_rank=1,
+)
+
+
+def frame(seed=4):
+    a = bulk("C", "diamond", a=3.6, cubic=True)
+    a.rattle(0.08, seed=seed)
+    sym = a.get_chemical_symbols()
+    sym[1], sym[5] = "O", "H"
+    a.set_chemical_symbols(sym)
+    return a
+
+
+def potential(**kw):
+    cfg = SeZMConfig.from_dict({**SMALL, **kw}).to_dict()
+    return random_potential(cfg, seed=3, gain=0.5, dtype="float64")
+
+
+def frame_arrays(pot, atoms):
+    g = build_edge_graph(atoms.positions, atoms.cell.array, atoms.pbc, pot.cutoff)
+    types = pot.types_of(atoms.get_chemical_symbols())
+    return g, (types, g.src, g.dst, g.shifts, atoms.positions, atoms.cell.array)
+
+
+# ---------------------------------------------------------------------- capacity and padding
+@pytest.mark.parametrize("n", [1, 5, 63, 64, 65, 1000, 8191, 8192, 8193, 81_234, 647_154])
+def test_edge_capacity(n):
+    cap = sg.edge_capacity(n)
+    assert cap >= n
+    assert sg.edge_capacity(cap) == cap  # a full bucket stays in its bucket
+    assert cap - n < max(sg.MIN_GRANULE, 0.008 * n)
+    assert sg.edge_capacity(n + 1) >= cap  # monotone
+
+
+def test_edge_capacity_zero_and_pad_arrays():
+    assert sg.edge_capacity(0) == 0
+    src, dst = np.array([1, 2, 0]), np.array([0, 0, 1])
+    shifts = np.array([[0, 0, 1], [1, 0, 0], [0, 0, 0]])
+    s, d, sh, pad = sg.pad_edges(src, dst, shifts, 3, 8)
+    assert s.tolist() == [1, 2, 0, 0, 1, 2, 0, 1] and d.tolist() == [0, 0, 1, 0, 1, 2, 0, 1]
+    assert sh.dtype == np.float64 and sh[:3].tolist() == shifts.tolist() and not sh[3:].any()
+    assert pad.tolist() == [False] * 3 + [True] * 5
+    with pytest.raises(ValueError, match="capacity"):
+        sg.pad_edges(src, dst, shifts, 3, 2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"n_atten_head": 0}, {"n_atten_head": 2, "use_env_seed": False}, {"l_schedule": (3, 1)}],
+)
+def test_padding_changes_nothing(options):
+    """fp64: padded evaluation equals the plain one; padding edges get exactly zero gradient."""
+    pot = potential(**options)
+    atoms = frame()
+    g, arrays = frame_arrays(pot, atoms)
+    ref = pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+    runner = sg.StepGraphs(pot, capture=False)
+    atom_e, forces, virial = runner.run(*arrays)
+    assert runner.steps[(len(atoms), sg.edge_capacity(g.n_edges))].capacity > g.n_edges
+    np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(virial.numpy(), ref.virial, rtol=0, atol=1e-11)
+
+    step = next(iter(runner.steps.values()))
+    ev = step.positions[step.src] - step.positions[step.dst] + step.shifts @ step.cell
+    ev = torch.where(step.is_pad[:, None], step.pad_vector, ev)
+    out = pot.evaluate_edges(step.types, step.src, step.dst, ev)
+    assert torch.count_nonzero(out.edge_grad[step.is_pad]) == 0
+    assert torch.count_nonzero(out.edge_grad[~step.is_pad]) > 0
+
+
+def test_padding_with_fused_ops_float32(monkeypatch):
+    """The Triton ops (interpreted on CPU) see padded edges too: same numbers to fp32 rounding."""
+    pot_ref = potential(l_schedule=(1,), mixing_layers=1)
+    from mdband.model.factory import build_sezm
+    from mdband.potential import Potential
+
+    model = build_sezm(pot_ref.config, pot_ref.model.state_dict(), {"kernels": "ops"})
+    pot = Potential(model, kind="sezm", type_map=pot_ref.type_map, cutoff=pot_ref.cutoff,
+                    config=pot_ref.config, dtype="float32")  # fmt: skip
+    atoms = frame()[:4]
+    atoms.pbc = False
+    atoms.positions *= 0.6
+    g, arrays = frame_arrays(pot, atoms)
+    ref = pot_ref.evaluate(atoms.positions, None, False, atoms.get_chemical_symbols())
+    atom_e, forces, _ = sg.StepGraphs(pot, capture=False).run(*arrays)
+    assert g.n_edges > 0
+    np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-4)
+
+
+# ---------------------------------------------------------------------- replay policy
+class FakeGraph:
+    def __init__(self, step, pot):
+        self.step, self.pot, self.replays = step, pot, 0
+
+    def replay(self):
+        self.replays += 1
+        self.step.outputs = self.step.compute(self.pot)
+
+
+def policy_runner(pot, fail=False):
+    runner = sg.StepGraphs(pot, capture=False)
+    runner.capture = True  # exercise the policy on CPU with a fake graph
+    runner._on_stream = lambda fn: fn()
+
+    def capture(step, pot):
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        step.graph, step.outputs = FakeGraph(step, pot), None
+        runner.n_captures += 1
+
+    runner._capture = capture
+    return runner
+
+
+def test_capture_on_second_use_then_replay_and_lru(monkeypatch):
+    pot = potential()
+    atoms = frame()
+    _, arrays = frame_arrays(pot, atoms)
+    runner = policy_runner(pot)
+    first = runner.run(*arrays)
+    assert runner.n_captures == 0 and runner.n_replays == 0
+    second = runner.run(*arrays)
+    assert runner.n_captures == 1 and runner.n_replays == 1
+    third = runner.run(*arrays)
+    assert runner.n_captures == 1 and runner.n_replays == 2
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert torch.equal(first[1], third[1])
+    # other buckets (other edge counts) evict the least recently used one
+    monkeypatch.setattr(sg, "MAX_GRAPHS", 2)
+    for extra in (1000, 2000):
+        monkeypatch.setattr(sg, "edge_capacity", lambda n, e=extra: n + e)
+        runner.run(*arrays)
+    assert len(runner.steps) == 2 and all(c > 1000 for _, c in runner.steps)
+
+
+def test_weight_edit_drops_graphs():
+    pot = potential()
+    _, arrays = frame_arrays(pot, frame())
+    runner = policy_runner(pot)
+    runner.run(*arrays)
+    e0 = runner.run(*arrays)[0].sum().item()
+    with torch.no_grad():
+        pot.model.fitting_net.bias_atom_e.add_(1.0)
+    assert not runner.steps or runner._weights != sg._weights_version(pot.model)
+    e1 = runner.run(*arrays)[0].sum().item()
+    assert runner.n_captures == 1  # the stale graph was dropped, the new bucket runs eagerly
+    assert e1 == pytest.approx(e0 + 8.0, abs=1e-9)
+
+
+def test_failed_capture_warns_and_stays_eager():
+    pot = potential()
+    _, arrays = frame_arrays(pot, frame())
+    runner = policy_runner(pot, fail=True)
+    ref = runner.run(*arrays)
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture failed"):
+        again = runner.run(*arrays)
+    assert "stream is capturing" in runner.disabled_reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        third = runner.run(*arrays)
+    assert torch.equal(ref[1], again[1]) and torch.equal(ref[1], third[1])
+
+
+def test_step_graphs_do_not_keep_their_potential_alive():
+    pot = potential()
+    pot._steps = sg.StepGraphs(pot, capture=False)
+    pot._steps.run(*frame_arrays(pot, frame())[1])
+    ref = weakref.ref(pot)
+    gc.disable()
+    try:
+        del pot
+        assert ref() is None  # freed by reference counting: no cycle holds GPU memory
+    finally:
+        gc.enable()
+
+
+def test_potential_reports_graphs_off_on_cpu(monkeypatch):
+    pot = potential()
+    assert pot.cuda_graphs == "off (not on CUDA)" and pot._steps is None
+    monkeypatch.setenv("MDBAND_CUDA_GRAPHS", "0")
+    assert EngineSettings.resolve().cuda_graphs == "off"
+    monkeypatch.setenv("MDBAND_CUDA_GRAPHS", "sometimes")
+    with pytest.raises(ValueError, match="MDBAND_CUDA_GRAPHS"):
+        EngineSettings.resolve()
+    assert EngineSettings.resolve(cuda_graphs="auto").cuda_graphs == "auto"
