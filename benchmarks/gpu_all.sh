@@ -2,8 +2,9 @@
 # Every GPU check and timing of mdband in one device call (about 9 minutes on an H200):
 #   1. the fused SO(2) mixing layer: checks against float64 and the launch sweep (gpu_stack.py)
 #   2. every other kernel: checks against its reference, band vs dense bitwise, timings
-#   3. the model end to end: forces vs float64, band vs dense, ms/call and peak memory at 512 and
-#      4,096 atoms, the largest cell, a profile (gpu_model.py, using the sweep's best launch)
+#   3. the model end to end: forces vs float64, band vs dense, CUDA-graph replays vs eager calls,
+#      ms/call and peak memory at 512 and 4,096 atoms with and without graphs, an MD-like
+#      sequence, the largest cell, a profile (gpu_model.py, using the sweep's best launch)
 # Results go to $OUT/{stack,kernels,model}/*.json and logs to $OUT/*.log.
 #
 # On the device (repository root; .whl/ carried with the ase and vesin wheels, see gpu_lammps.sh):
@@ -25,9 +26,9 @@ OUT=$OUT/kernels timeout 180 python3 benchmarks/gpu_kernels.py --no-reference \
 grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log"
 timeout 60 python3 benchmarks/gpu_warps.py >"$OUT/warps.log" 2>&1 || status=1
 cat "$OUT/warps.log"
-OUT=$OUT/model timeout 230 python3 benchmarks/gpu_model.py \
+OUT=$OUT/model timeout 300 python3 benchmarks/gpu_model.py \
     --stack-config "$OUT/stack/gpu_stack.json" --sizes 4 8 --largest 12 14 \
-    --largest-variants band --variants band dense band-recompute-stack band-recompute \
-    --repeat 3 --quick >"$OUT/model.log" 2>&1 || status=1
+    --largest-variants band --variants band band-eager dense dense-eager band-recompute-stack \
+    band-recompute --repeat 3 --quick >"$OUT/model.log" 2>&1 || status=1
 sed -n '/== checks ==/,$p' "$OUT/model.log"
 exit $status

@@ -4,7 +4,8 @@ Model: deepmd-kit's default DPA4 config (channels 64, lmax 3, 3 blocks, 4 mixing
 random weights); system: a rattled diamond cell of 8·n³ atoms. For every variant (rotation layout
 band/dense, kernels auto/torch, recompute on/off) it reports median ms per call (neighbour list
 prebuilt, timed separately) and peak GPU memory, checks float32 GPU forces against a float64 CPU
-reference and band against dense, finds the largest cell that fits, and profiles one call.
+reference, band against dense and CUDA-graph replays against eager calls, finds the largest cell
+that fits, and profiles one eager call.
 
     python benchmarks/gpu_model.py [--sizes 4 8] [--largest 12 14 16 18 20 22 24] [--quick]
 
@@ -53,10 +54,13 @@ def call(pot, atoms, graph):
 
 
 def timed(pot, atoms, graph, repeat):
-    for _ in range(2):
-        call(pot, atoms, graph)
+    """Median ms per call after two warm-up calls (with CUDA graphs: the eager first call and
+    the capture), peak allocated GB over all calls (the capture's pool included) and the GB
+    reserved at the end."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    for _ in range(2):
+        call(pot, atoms, graph)
     ts = []
     for _ in range(repeat):
         torch.cuda.synchronize()
@@ -64,12 +68,15 @@ def timed(pot, atoms, graph, repeat):
         call(pot, atoms, graph)
         torch.cuda.synchronize()
         ts.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(ts), torch.cuda.max_memory_allocated() / 2**30
+    gb = torch.cuda.max_memory_allocated() / 2**30
+    return 1e3 * statistics.median(ts), gb, torch.cuda.memory_reserved() / 2**30
 
 
 VARIANTS = {
     "band": dict(rotation_layout="band"),
+    "band-eager": dict(rotation_layout="band", cuda_graphs="off"),
     "dense": dict(rotation_layout="dense"),
+    "dense-eager": dict(rotation_layout="dense", cuda_graphs="off"),
     "band-torch": dict(rotation_layout="band", kernels="torch"),
     "dense-torch": dict(rotation_layout="dense", kernels="torch"),
     "band-recompute": dict(rotation_layout="band", recompute="all"),
@@ -87,6 +94,10 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--stack-config", help="gpu_stack.json whose best launch configs to use")
     ap.add_argument("--variants", nargs="*", help="subset of the variants to time")
+    ap.add_argument("--profile-size", type=int, default=8, help="cell of the profile (n)")
+    ap.add_argument("--md-variants", nargs="*", default=["band", "band-eager"])
+    ap.add_argument("--md-size", type=int, default=4, help="cell of the MD-like sequence (n)")
+    ap.add_argument("--md-steps", type=int, default=40)
     args = ap.parse_args()
     if args.stack_config and os.path.exists(args.stack_config):
         from mdband.kernels import so2_stack
@@ -133,9 +144,31 @@ def main() -> None:
         out["checks"]["band_repeat_bitwise"] = bool(
             np.array_equal(again.forces, res["band"].forces)
         )
+    if "band" in res:  # CUDA graphs: eager first call, capture on the second, replays after
+        pot = make(sd, "cuda", "float32", **VARIANTS["band"])
+        runs = [call(pot, small, g) for _ in range(3)]
+        out["checks"]["graphs_status"] = pot.cuda_graphs
+        out["checks"]["graphs_captures_replays"] = [pot._steps.n_captures, pot._steps.n_replays]
+        out["checks"]["graphs_replay_vs_eager_bitwise"] = all(
+            np.array_equal(r.forces, runs[0].forces) and r.energy == runs[0].energy
+            for r in runs[1:]
+        )
+        moved = small.copy()  # a new frame replayed in the old bucket vs a fresh eager call
+        moved.rattle(0.01, seed=5)
+        gm = build_edge_graph(moved.positions, moved.cell.array, True, 6.0)
+        replay = call(pot, moved, gm)
+        fresh = call(make(sd, "cuda", "float32", **VARIANTS["band"]), moved, gm)
+        out["checks"]["graphs_new_frame_same_bucket"] = bool(
+            pot._steps.steps and gm.n_edges <= next(reversed(pot._steps.steps))[1]
+        )
+        out["checks"]["graphs_new_frame_replay_vs_fresh_bitwise"] = bool(
+            np.array_equal(replay.forces, fresh.forces) and replay.energy == fresh.energy
+        )
     fscale = float(np.abs(r64.forces).max())
     out["checks"]["force_scale"] = fscale
-    for a, b in (("band", "dense"), ("band-torch", "dense-torch"), ("band", "band-torch")):
+    pairs = (("band", "dense"), ("band-eager", "dense-eager"), ("band", "band-eager"),
+             ("band-torch", "dense-torch"), ("band", "band-torch"))  # fmt: skip
+    for a, b in pairs:
         if a not in res or b not in res:
             continue
         out["checks"][f"{a}_vs_{b}_force_maxabs"] = float(
@@ -160,14 +193,16 @@ def main() -> None:
                 continue
             if args.variants and name not in args.variants:
                 continue
+            graphs = "n/a"
             try:
                 pot = make(sd, "cuda", "float32", **opt)
-                ms, gb = timed(pot, atoms, graph, args.repeat)
+                ms, gb, reserved = timed(pot, atoms, graph, args.repeat)
+                graphs = pot.cuda_graphs
             except torch.OutOfMemoryError:
-                ms, gb = float("nan"), float("nan")
+                ms, gb, reserved = float("nan"), float("nan"), float("nan")
             except Exception as exc:
                 print(name, "FAILED", exc, flush=True)
-                ms, gb = float("nan"), float("nan")
+                ms, gb, reserved = float("nan"), float("nan"), float("nan")
             pot = None
             torch.cuda.empty_cache()
             row = {
@@ -176,10 +211,44 @@ def main() -> None:
                 "variant": name,
                 "ms_per_call": ms,
                 "peak_gb": gb,
+                "reserved_gb": reserved,
                 "neighbour_list_ms": nl_ms,
+                "cuda_graphs": graphs,
             }
             out["timing"].append(row)
             print(row, flush=True)
+
+    # ---- MD-like sequence: atoms move, the neighbour list is rebuilt every call (new edge
+    # counts, so several capacity buckets are captured); evaluation time only
+    for name in args.md_variants:
+        atoms = diamond(args.md_size)
+        pot = make(sd, "cuda", "float32", **VARIANTS[name])
+        rng = np.random.default_rng(7)
+        ts, edges = [], []
+        for _ in range(args.md_steps):
+            atoms.positions += rng.normal(scale=0.01, size=atoms.positions.shape)
+            graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
+            edges.append(graph.n_edges)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            call(pot, atoms, graph)
+            torch.cuda.synchronize()
+            ts.append(1e3 * (time.perf_counter() - t0))
+        steps = pot._steps
+        row = {
+            "variant": name,
+            "n_atoms": len(atoms),
+            "calls": args.md_steps,
+            "edges_min_max": [min(edges), max(edges)],
+            "median_ms": statistics.median(ts),
+            "mean_ms": statistics.fmean(ts),
+            "captures": None if steps is None else steps.n_captures,
+            "replays": None if steps is None else steps.n_replays,
+        }
+        out.setdefault("md_like", []).append(row)
+        print("md-like", row, flush=True)
+        pot = None
+        torch.cuda.empty_cache()
 
     # ---- largest cell that fits (band, with and without recompute)
     for name in args.largest_variants:
@@ -189,8 +258,9 @@ def main() -> None:
             graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
             try:
                 pot = make(sd, "cuda", "float32", **VARIANTS[name])
-                ms, gb = timed(pot, atoms, graph, 1)
-                best = {"n_atoms": len(atoms), "ms_per_call": ms, "peak_gb": gb}
+                ms, gb, reserved = timed(pot, atoms, graph, 1)
+                best = {"n_atoms": len(atoms), "ms_per_call": ms, "peak_gb": gb,
+                        "reserved_gb": reserved}  # fmt: skip
                 print(name, best, flush=True)
             except torch.OutOfMemoryError:
                 out["largest"][name + "_first_oom"] = len(atoms)
@@ -203,10 +273,10 @@ def main() -> None:
                 torch.cuda.empty_cache()
         out["largest"][name] = best
 
-    # ---- where the time goes (band, N = 8·8³)
-    atoms = diamond(args.sizes[-1])
+    # ---- where the time goes (band, launched eagerly so the profiler sees every kernel)
+    atoms = diamond(args.profile_size)
     graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
-    pot = make(sd, "cuda", "float32", rotation_layout="band")
+    pot = make(sd, "cuda", "float32", **VARIANTS["band-eager"])
     call(pot, atoms, graph)
     from torch.profiler import ProfilerActivity, profile
 
@@ -235,10 +305,12 @@ def main() -> None:
     for r in out["timing"]:
         print(
             f"{r['n_atoms']:6d} atoms {r['n_edges']:8d} edges {r['variant']:15s} "
-            f"{r['ms_per_call']:9.1f} ms {r['peak_gb']:7.2f} GB "
-            f"(NL {r['neighbour_list_ms']:.0f} ms)"
+            f"{r['ms_per_call']:9.1f} ms {r['peak_gb']:7.2f} GB ({r['reserved_gb']:.2f} reserved) "
+            f"(NL {r['neighbour_list_ms']:.0f} ms; graphs {r['cuda_graphs']})"
         )
     print("== largest ==", json.dumps(out["largest"]))
+    for r in out.get("md_like", []):
+        print("== md-like ==", json.dumps(r))
     print(f"== profile (band, self CUDA time, {out.get('profile_total_ms', 0):.1f} ms in all) ==")
     for p in out["profile"]:
         print(f"{p['cuda_ms']:9.2f} ms {p['calls']:5d}  {p['name']}")
@@ -247,6 +319,7 @@ def main() -> None:
         bool(errs)
         and max(errs) <= FORCE_TOL
         and not any(k.endswith("_error") for k in out["checks"])
+        and out["checks"].get("graphs_status", "on") == "on"
     )
     print(f"float32 forces within {FORCE_TOL} eV/Å of float64:", "ALL CHECKS PASSED" if ok else
           "CHECKS FAILED")  # fmt: skip
