@@ -29,6 +29,6 @@ cat "$OUT/warps.log"
 OUT=$OUT/model timeout 300 python3 benchmarks/gpu_model.py \
     --stack-config "$OUT/stack/gpu_stack.json" --sizes 4 8 --largest 12 14 \
     --largest-variants band --variants band band-eager dense dense-eager band-recompute-stack \
-    band-recompute --repeat 3 --quick >"$OUT/model.log" 2>&1 || status=1
+    band-recompute --repeat 3 --quick --switch-size 12 >"$OUT/model.log" 2>&1 || status=1
 sed -n '/== checks ==/,$p' "$OUT/model.log"
 exit $status

@@ -98,6 +98,7 @@ def main() -> None:
     ap.add_argument("--md-variants", nargs="*", default=["band", "band-eager"])
     ap.add_argument("--md-size", type=int, default=4, help="cell of the MD-like sequence (n)")
     ap.add_argument("--md-steps", type=int, default=40)
+    ap.add_argument("--switch-size", type=int, default=0, help="bucket-switch check cell (n)")
     args = ap.parse_args()
     if args.stack_config and os.path.exists(args.stack_config):
         from mdband.kernels import so2_stack
@@ -250,6 +251,46 @@ def main() -> None:
         pot = None
         torch.cuda.empty_cache()
 
+    # ---- bucket switches near the memory limit: the graphs' pool holds about one step, so a
+    # new bucket's eager first call runs out of memory, drops the graphs and runs again
+    if args.switch_size:
+        base = diamond(args.switch_size)
+        torch.cuda.reset_peak_memory_stats()
+        pot = make(sd, "cuda", "float32", **VARIANTS["band"])
+        seq = []
+        for scale in (1.0, 1.0, 0.97, 0.97, 1.0, 1.0):
+            atoms = base.copy()
+            atoms.set_cell(base.cell.array * scale, scale_atoms=True)
+            graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
+            try:
+                r = call(pot, atoms, graph)
+                seq.append({"scale": scale, "edges": graph.n_edges, "energy": r.energy,
+                            "forces": r.forces})  # fmt: skip
+            except torch.OutOfMemoryError:
+                seq.append({"scale": scale, "edges": graph.n_edges, "error": "out of memory"})
+                break
+        steps = pot._steps
+        out["bucket_switch"] = {
+            "n_atoms": len(base),
+            "edges": [x["edges"] for x in seq],
+            "errors": [x.get("error") for x in seq],
+            "captures": steps.n_captures,
+            "replays": steps.n_replays,
+            "releases": steps.n_releases,
+            "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+        }
+        if len(seq) == 6 and "error" not in seq[-1]:
+            out["checks"]["bucket_switch_ok"] = True
+            out["checks"]["bucket_switch_repeat_bitwise"] = bool(
+                np.array_equal(seq[0]["forces"], seq[5]["forces"])
+                and np.array_equal(seq[2]["forces"], seq[3]["forces"])
+            )
+        else:
+            out["checks"]["bucket_switch_error"] = "out of memory"
+        print("bucket switch", out["bucket_switch"], flush=True)
+        pot = seq = None
+        torch.cuda.empty_cache()
+
     # ---- largest cell that fits (band, with and without recompute)
     for name in args.largest_variants:
         best = None
@@ -311,6 +352,8 @@ def main() -> None:
     print("== largest ==", json.dumps(out["largest"]))
     for r in out.get("md_like", []):
         print("== md-like ==", json.dumps(r))
+    if "bucket_switch" in out:
+        print("== bucket switch ==", json.dumps(out["bucket_switch"]))
     print(f"== profile (band, self CUDA time, {out.get('profile_total_ms', 0):.1f} ms in all) ==")
     for p in out["profile"]:
         print(f"{p['cuda_ms']:9.2f} ms {p['calls']:5d}  {p['name']}")

@@ -19,7 +19,8 @@ calls replay, so a restart reproduces a run bit for bit.
 Policy: the first call of a bucket runs eagerly (on the capture stream, which warms it up), the
 second captures and replays, later calls replay. At most :data:`MAX_GRAPHS` buckets are kept
 (least recently used dropped); their graphs share one memory pool, so they cost about the peak
-memory of one step. A capture that fails (an operation not allowed in a graph) switches graphs
+memory of one step. Running out of memory while graphs are held drops them and retries the call
+eagerly. A capture that fails otherwise (an operation not allowed in a graph) switches graphs
 off for this potential with a :class:`RuntimeWarning`; weights edited in place drop the graphs.
 """
 
@@ -131,6 +132,7 @@ class StepGraphs:
         self.steps: OrderedDict[tuple[int, int], DeviceStep] = OrderedDict()
         self.n_captures = 0
         self.n_replays = 0
+        self.n_releases = 0
         self.disabled_reason = ""
         self._stream = torch.cuda.Stream(self.device) if self.capture else None
         self._pool = torch.cuda.graph_pool_handle() if self.capture else None
@@ -160,14 +162,38 @@ class StepGraphs:
             self.steps.clear()
             self._weights = version
 
+    def release(self) -> None:
+        """Drop every bucket and its graph and return their memory pool to the device."""
+        self.steps.clear()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+
     # ------------------------------------------------------------------ evaluation
     def run(self, types, src, dst, shifts, positions, cell):
-        """Device (atom energies, forces, virial) of one frame; numpy inputs, unpadded edges."""
+        """Device (atom energies, forces, virial) of one frame; numpy inputs, unpadded edges.
+
+        Out of memory while graphs are held (their pool keeps about one step's peak, and a new
+        bucket's first call runs outside it): every graph is dropped and the call runs again
+        eagerly, so a large system near the memory limit still runs.
+        """
         self._check_weights()
         pot = self.potential
-        n_atoms = int(positions.shape[0])
-        step = self._step(pot, n_atoms, edge_capacity(int(src.shape[0])))
-        step.load(types, src, dst, shifts, positions, cell)
+        key = (int(positions.shape[0]), edge_capacity(int(src.shape[0])))
+        frame = (types, src, dst, shifts, positions, cell)
+        try:
+            return self._run(pot, key, frame)
+        except torch.OutOfMemoryError:
+            if not any(s.graph is not None for s in self.steps.values()):
+                raise
+        # outside the handler: the failed call's tensors are gone with its traceback
+        self.release()
+        self.n_releases += 1
+        return self._run(pot, key, frame)
+
+    def _run(self, pot, key, frame):
+        step = self._step(pot, *key)
+        step.load(*frame)
         step.calls += 1
         if not self.capture:
             return step.compute(pot)
@@ -178,6 +204,10 @@ class StepGraphs:
         if step.calls >= 2 and not self.disabled_reason:
             try:
                 self._capture(step, pot)
+            except torch.OutOfMemoryError as exc:
+                if any(s.graph is not None for s in self.steps.values()):
+                    raise  # run() frees the other graphs and retries
+                self._give_up(exc)
             except Exception as exc:  # an op that cannot be captured: stay eager from now on
                 self._give_up(exc)
             else:
@@ -204,9 +234,7 @@ class StepGraphs:
 
     def _give_up(self, exc: Exception) -> None:
         self.disabled_reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        self.steps.clear()
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        self.release()
         warnings.warn(
             f"CUDA graph capture failed ({self.disabled_reason}); evaluating without graphs",
             RuntimeWarning,

@@ -192,6 +192,32 @@ def test_failed_capture_warns_and_stays_eager():
     assert torch.equal(ref[1], again[1]) and torch.equal(ref[1], third[1])
 
 
+def test_out_of_memory_with_graphs_held_drops_them_and_retries(monkeypatch):
+    pot = potential()
+    _, arrays = frame_arrays(pot, frame())
+    runner = policy_runner(pot)
+    ref = runner.run(*arrays)
+    runner.run(*arrays)
+    assert runner.n_captures == 1
+    monkeypatch.setattr(sg, "edge_capacity", lambda n: n + 100)  # the next frame: a new bucket
+    real, fails = sg.DeviceStep.compute, []
+
+    def compute(self, p):
+        if not fails:
+            fails.append(1)
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 90.00 GiB")
+        return real(self, p)
+
+    monkeypatch.setattr(sg.DeviceStep, "compute", compute)
+    out = runner.run(*arrays)
+    assert runner.n_releases == 1  # the old bucket's graph was dropped, the new one ran eagerly
+    assert len(runner.steps) == 1 and all(s.graph is None for s in runner.steps.values())
+    np.testing.assert_allclose(out[1].numpy(), ref[1].numpy(), rtol=0, atol=1e-12)
+    fails.clear()  # without graphs held, running out of memory is the caller's to see
+    with pytest.raises(torch.OutOfMemoryError):
+        policy_runner(pot).run(*arrays)
+
+
 def test_step_graphs_do_not_keep_their_potential_alive():
     pot = potential()
     pot._steps = sg.StepGraphs(pot, capture=False)
