@@ -26,6 +26,7 @@ off for this potential with a :class:`RuntimeWarning`; weights edited in place d
 
 from __future__ import annotations
 
+import gc
 import warnings
 import weakref
 from collections import OrderedDict
@@ -227,8 +228,17 @@ class StepGraphs:
     def _capture(self, step: DeviceStep, pot) -> None:
         graph = torch.cuda.CUDAGraph()
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
-            outputs = step.compute(pot)
+        # no garbage collection inside the capture: freeing another object's CUDA graph or
+        # tensors (say an earlier potential kept alive by an atoms <-> calculator cycle) is not
+        # allowed while a stream captures, and fails the capture
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
+                outputs = step.compute(pot)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         step.graph, step.outputs = graph, outputs
         self.n_captures += 1
 

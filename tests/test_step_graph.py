@@ -218,6 +218,43 @@ def test_out_of_memory_with_graphs_held_drops_them_and_retries(monkeypatch):
         policy_runner(pot).run(*arrays)
 
 
+@pytest.mark.parametrize("fail", [False, True])
+def test_no_garbage_collection_during_capture(monkeypatch, fail):
+    """Collecting another potential's graph inside a capture fails it (seen on the H200)."""
+    import contextlib
+
+    seen = []
+
+    @contextlib.contextmanager
+    def graph(g, pool=None, stream=None):
+        seen.append(gc.isenabled())
+        yield
+        if fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    pot = potential()
+    runner = sg.StepGraphs(pot, capture=False)
+    runner._stream = Stream()
+    g, arrays = frame_arrays(pot, frame())
+    step = runner._step(pot, 8, sg.edge_capacity(g.n_edges))
+    step.load(*arrays)
+    assert gc.isenabled()
+    if fail:
+        with pytest.raises(RuntimeError):
+            runner._capture(step, pot)
+    else:
+        runner._capture(step, pot)
+        assert step.graph is not None and runner.n_captures == 1
+    assert seen == [False] and gc.isenabled()
+
+
 def test_step_graphs_do_not_keep_their_potential_alive():
     pot = potential()
     pot._steps = sg.StepGraphs(pot, capture=False)
