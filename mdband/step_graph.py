@@ -56,8 +56,11 @@ def edge_capacity(n_edges: int) -> int:
     return -(-int(n_edges) // granule) * granule
 
 
-def pad_edges(src: np.ndarray, dst: np.ndarray, shifts: np.ndarray, n_atoms: int, capacity: int):
-    """Edge arrays padded to ``capacity``: (src, dst, shifts float64, is_pad bool)."""
+def pad_edges(src: np.ndarray, dst: np.ndarray, rows: np.ndarray, n_atoms: int, capacity: int):
+    """Edge arrays padded to ``capacity``: (src, dst, rows float64 (zero-padded), is_pad bool).
+
+    ``rows`` (E, 3) are the edges' cell shifts or their vectors.
+    """
     n = int(src.shape[0])
     extra = capacity - n
     if extra < 0:
@@ -65,51 +68,66 @@ def pad_edges(src: np.ndarray, dst: np.ndarray, shifts: np.ndarray, n_atoms: int
     fill = np.arange(extra, dtype=np.int64) % max(n_atoms, 1)
     src_p = np.concatenate([np.asarray(src, dtype=np.int64), fill])
     dst_p = np.concatenate([np.asarray(dst, dtype=np.int64), fill])
-    sh_p = np.zeros((capacity, 3), dtype=np.float64)
-    sh_p[:n] = shifts
+    rows_p = np.zeros((capacity, 3), dtype=np.float64)
+    rows_p[:n] = np.asarray(rows).reshape(n, 3)
     is_pad = np.zeros(capacity, dtype=bool)
     is_pad[n:] = True
-    return src_p, dst_p, sh_p, is_pad
+    return src_p, dst_p, rows_p, is_pad
 
 
 class DeviceStep:
-    """Static device buffers of one (n_atoms, capacity) bucket and its captured graph."""
+    """Static device buffers of one bucket and its captured graph.
 
-    def __init__(self, potential, n_atoms: int, capacity: int) -> None:
+    ``mode`` "positions": frames of (types, src, dst, shifts, positions, cell), edge vectors
+    ``r[src] + shift @ cell − r[dst]`` formed on the device; "vectors": frames of
+    (types, src, dst, vectors) with the edge vectors given (LAMMPS).
+    """
+
+    def __init__(self, potential, mode: str, n_atoms: int, capacity: int) -> None:
         dev = potential.device
-        self.n_atoms, self.capacity = n_atoms, capacity
+        self.mode, self.n_atoms, self.capacity = mode, n_atoms, capacity
         i64, f64 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.float64, device=dev)
         self.types = torch.zeros(n_atoms, **i64)
         self.src = torch.zeros(capacity, **i64)
         self.dst = torch.zeros(capacity, **i64)
-        self.shifts = torch.zeros(capacity, 3, **f64)
+        self.edge_rows = torch.zeros(capacity, 3, **f64)  # shifts or vectors
         self.is_pad = torch.zeros(capacity, dtype=torch.bool, device=dev)
-        self.positions = torch.zeros(n_atoms, 3, **f64)
-        self.cell = torch.zeros(3, 3, **f64)
+        if mode == "positions":
+            self.positions = torch.zeros(n_atoms, 3, **f64)
+            self.cell = torch.zeros(3, 3, **f64)
         pad = torch.tensor(PAD_DIRECTION, **f64)
         self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple[torch.Tensor, ...] | None = None
         self.calls = 0
 
-    def load(self, types, src, dst, shifts, positions, cell) -> None:
+    def load(self, types, src, dst, rows, positions=None, cell=None) -> None:
         """Copy one frame (numpy arrays; edges unpadded) into the static buffers."""
-        src_p, dst_p, sh_p, is_pad = pad_edges(src, dst, shifts, self.n_atoms, self.capacity)
-        for buf, arr in (
+        src_p, dst_p, rows_p, is_pad = pad_edges(src, dst, rows, self.n_atoms, self.capacity)
+        pairs = [
             (self.types, types),
             (self.src, src_p),
             (self.dst, dst_p),
-            (self.shifts, sh_p),
+            (self.edge_rows, rows_p),
             (self.is_pad, is_pad),
-            (self.positions, positions),
-            (self.cell, cell),
-        ):
+        ]
+        if self.mode == "positions":
+            pairs += [(self.positions, positions), (self.cell, cell)]
+        for buf, arr in pairs:
             buf.copy_(torch.from_numpy(np.ascontiguousarray(arr)).reshape(buf.shape))
+
+    def edge_vectors(self) -> torch.Tensor:
+        """(capacity, 3) float64 edge vectors, padding edges at ``pad_vector``."""
+        if self.mode == "positions":
+            pos = self.positions
+            ev = pos[self.src] - pos[self.dst] + self.edge_rows @ self.cell
+        else:
+            ev = self.edge_rows
+        return torch.where(self.is_pad[:, None], self.pad_vector, ev)
 
     def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
-        ev = self.positions[self.src] - self.positions[self.dst] + self.shifts @ self.cell
-        ev = torch.where(self.is_pad[:, None], self.pad_vector, ev)
+        ev = self.edge_vectors()
         out = pot.evaluate_edges(self.types, self.src, self.dst, ev)
         forces, virial = pot.assemble(out.edge_grad, ev, self.src, self.dst, self.n_atoms)
         return out.atom_energy, forces, virial
@@ -130,7 +148,7 @@ class StepGraphs:
         self._potential = weakref.ref(potential)
         self.device = potential.device
         self.capture = bool(capture) and potential.device.type == "cuda"
-        self.steps: OrderedDict[tuple[int, int], DeviceStep] = OrderedDict()
+        self.steps: OrderedDict[tuple[str, int, int], DeviceStep] = OrderedDict()
         self.n_captures = 0
         self.n_replays = 0
         self.n_releases = 0
@@ -147,11 +165,11 @@ class StepGraphs:
         return pot
 
     # ------------------------------------------------------------------ bookkeeping
-    def _step(self, pot, n_atoms: int, capacity: int) -> DeviceStep:
-        key = (n_atoms, capacity)
+    def _step(self, pot, mode: str, n_atoms: int, capacity: int) -> DeviceStep:
+        key = (mode, n_atoms, capacity)
         step = self.steps.pop(key, None)
         if step is None:
-            step = DeviceStep(pot, n_atoms, capacity)
+            step = DeviceStep(pot, mode, n_atoms, capacity)
             while len(self.steps) >= MAX_GRAPHS:
                 self.steps.popitem(last=False)
         self.steps[key] = step  # most recently used last
@@ -178,10 +196,17 @@ class StepGraphs:
         bucket's first call runs outside it): every graph is dropped and the call runs again
         eagerly, so a large system near the memory limit still runs.
         """
+        return self._evaluate("positions", (types, src, dst, shifts, positions, cell))
+
+    def run_vectors(self, types, src, dst, vectors):
+        """As :meth:`run` for edge vectors (E, 3) given directly (LAMMPS, one rank: ghost
+        neighbours already mapped to their owners)."""
+        return self._evaluate("vectors", (types, src, dst, vectors))
+
+    def _evaluate(self, mode, frame):
         self._check_weights()
         pot = self.potential
-        key = (int(positions.shape[0]), edge_capacity(int(src.shape[0])))
-        frame = (types, src, dst, shifts, positions, cell)
+        key = (mode, int(frame[0].shape[0]), edge_capacity(int(frame[1].shape[0])))
         try:
             return self._run(pot, key, frame)
         except torch.OutOfMemoryError:

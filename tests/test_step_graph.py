@@ -84,15 +84,13 @@ def test_padding_changes_nothing(options):
     ref = pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
     runner = sg.StepGraphs(pot, capture=False)
     atom_e, forces, virial = runner.run(*arrays)
-    assert runner.steps[(len(atoms), sg.edge_capacity(g.n_edges))].capacity > g.n_edges
+    assert runner.steps[("positions", len(atoms), sg.edge_capacity(g.n_edges))].capacity > g.n_edges
     np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-11)
     np.testing.assert_allclose(virial.numpy(), ref.virial, rtol=0, atol=1e-11)
 
     step = next(iter(runner.steps.values()))
-    ev = step.positions[step.src] - step.positions[step.dst] + step.shifts @ step.cell
-    ev = torch.where(step.is_pad[:, None], step.pad_vector, ev)
-    out = pot.evaluate_edges(step.types, step.src, step.dst, ev)
+    out = pot.evaluate_edges(step.types, step.src, step.dst, step.edge_vectors())
     assert torch.count_nonzero(out.edge_grad[step.is_pad]) == 0
     assert torch.count_nonzero(out.edge_grad[~step.is_pad]) > 0
 
@@ -115,6 +113,21 @@ def test_padding_with_fused_ops_float32(monkeypatch):
     assert g.n_edges > 0
     np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-4)
+
+
+def test_vectors_mode_equals_positions_mode():
+    """run_vectors (edge vectors given, as from LAMMPS) equals run on the same frame, and the two
+    modes keep separate buckets."""
+    pot = potential()
+    atoms = frame()
+    g, arrays = frame_arrays(pot, atoms)
+    runner = sg.StepGraphs(pot, capture=False)
+    a = runner.run(*arrays)
+    vec = atoms.positions[g.src] + g.shifts @ atoms.cell.array - atoms.positions[g.dst]
+    b = runner.run_vectors(arrays[0], g.src, g.dst, vec)
+    assert sorted(k[0] for k in runner.steps) == ["positions", "vectors"]
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(y.numpy(), x.numpy(), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- replay policy
@@ -161,7 +174,7 @@ def test_capture_on_second_use_then_replay_and_lru(monkeypatch):
     for extra in (1000, 2000):
         monkeypatch.setattr(sg, "edge_capacity", lambda n, e=extra: n + e)
         runner.run(*arrays)
-    assert len(runner.steps) == 2 and all(c > 1000 for _, c in runner.steps)
+    assert len(runner.steps) == 2 and all(c > 1000 for _, _, c in runner.steps)
 
 
 def test_weight_edit_drops_graphs():
@@ -243,7 +256,7 @@ def test_no_garbage_collection_during_capture(monkeypatch, fail):
     runner = sg.StepGraphs(pot, capture=False)
     runner._stream = Stream()
     g, arrays = frame_arrays(pot, frame())
-    step = runner._step(pot, 8, sg.edge_capacity(g.n_edges))
+    step = runner._step(pot, "positions", 8, sg.edge_capacity(g.n_edges))
     step.load(*arrays)
     assert gc.isenabled()
     if fail:

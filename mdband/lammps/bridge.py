@@ -8,6 +8,13 @@ Forces are returned for local **and** ghost atoms (the plugin sends ghost forces
 through LAMMPS), the virial of the rank's edges (it sums to the total over ranks) and, when
 asked, per-atom energies (local atoms) and per-atom virials (local + ghost atoms, each edge's
 ``−vec ⊗ g`` shared half and half between its two atoms).
+
+On a single rank every ghost is a periodic image of a local atom. The bridge then asks LAMMPS
+once per call for each ghost's owner (one forward communication of the row indices), maps ghost
+neighbours to their owners and evaluates the local atoms only, like ``Potential.evaluate``: no
+per-layer exchange, no features computed for ghosts, and on CUDA the step replays from a CUDA
+graph (:mod:`mdband.step_graph`). Ghost rows of the force and per-atom virial buffers stay zero.
+Several ranks use the per-layer exchange.
 """
 
 from __future__ import annotations
@@ -110,7 +117,38 @@ class LammpsModel:
         # model type of each LAMMPS type (LAMMPS types start at 1)
         lut = np.concatenate([[0], np.asarray(lammps_types, dtype=np.int64)])
         self._lut = torch.as_tensor(lut, device=potential.device)
+        self._lut_np = lut
         self.last_exchange_calls = 0
+        self.last_path = ""  # "owners" (one rank) or "exchange", for tests and logs
+
+    @property
+    def single_rank(self) -> bool:
+        """True when LAMMPS runs this model on one rank (``nprocs`` from the plugin)."""
+        return int(self.options.get("nprocs", 0)) == 1
+
+    def _backend_now(self) -> Backend | None:
+        if self._backend is not None:
+            return self._backend
+        if self.lammps_handle is None:
+            return None
+        return lammps_backend(self.lammps_handle)
+
+    def owners(self, n_all: int, n_local: int) -> np.ndarray | None:
+        """Local owner index of every row (``owner[i] == i`` for local atoms), found by one
+        forward communication of the row indices; None without LAMMPS or if a ghost's owner
+        is not local (then the per-layer exchange is used)."""
+        backend = self._backend_now()
+        if backend is None:
+            return None
+        rows = np.arange(n_all, dtype=np.float64).reshape(n_all, 1)
+        if n_all > n_local:
+            backend(rows, False)
+        owner = rows[:, 0].astype(np.int64)
+        if not np.array_equal(owner[:n_local], np.arange(n_local)):
+            return None
+        if n_all > n_local and (owner[n_local:].min() < 0 or owner[n_local:].max() >= n_local):
+            return None
+        return owner
 
     def exchange_for(self, n_all: int, n_local: int) -> GhostExchange | None:
         """The ``exchange`` of one evaluation (None outside LAMMPS without a test backend)."""
@@ -128,37 +166,90 @@ class LammpsModel:
         ``vatom`` float64 (n_all, 6) or None; ``out`` float64 (7,): energy of the local atoms,
         then the virial xx yy zz xy xz yz (eV).
         """
+        n_all = nlocal + nghost
+        ltypes = np.frombuffer(types, dtype=np.int32).astype(np.int64)
+        src_np = np.frombuffer(src, dtype=np.int64)
+        dst_np = np.frombuffer(dst, dtype=np.int64)
+        vec_np = np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)
+        owner = self.owners(n_all, nlocal) if self.single_rank else None
+        if owner is not None:
+            if self.last_path != "owners":
+                print(
+                    "pair_style mdband: one rank, ghost atoms mapped to their owners; "
+                    f"CUDA graphs {self.potential.cuda_graphs}",
+                    flush=True,
+                )
+            self.last_path = "owners"
+            self.last_exchange_calls = 1 if n_all > nlocal else 0
+            f, e_local, w6, va = self._compute_owned(
+                self._lut_np[ltypes[:nlocal]], owner[src_np], dst_np, vec_np, vatom is not None
+            )
+        else:
+            self.last_path = "exchange"
+            f, e_local, w6, va = self._compute_exchange(
+                nlocal, n_all, ltypes, src_np, dst_np, vec_np, vatom is not None
+            )
+        head = torch.cat([e_local.sum().reshape(1), w6])
+        np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
+        fv = np.frombuffer(forces, dtype=np.float64).reshape(n_all, 3)
+        fv[: f.shape[0]] = f.cpu().numpy()
+        if eatom is not None:
+            np.frombuffer(eatom, dtype=np.float64)[:] = e_local.cpu().numpy()
+        if vatom is not None:
+            vv = np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)
+            vv[: va.shape[0]] = va.cpu().numpy()
+
+    def _compute_exchange(self, nlocal, n_all, ltypes, src, dst, vec, per_atom_virial):
+        """Local + ghost atoms as nodes, ghost features refreshed by the per-layer exchange."""
         pot = self.potential
         dev = pot.device
-        n_all = nlocal + nghost
-        ltypes = torch.from_numpy(np.frombuffer(types, dtype=np.int32).astype(np.int64))
-        types_t = self._lut[ltypes.to(dev)]
-        src_t = torch.from_numpy(np.frombuffer(src, dtype=np.int64)).to(dev)
-        dst_t = torch.from_numpy(np.frombuffer(dst, dtype=np.int64)).to(dev)
-        vec_t = torch.from_numpy(np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)).to(dev)
+        types_t = self._lut[torch.from_numpy(ltypes).to(dev)]
+        src_t = torch.from_numpy(src).to(dev)
+        dst_t = torch.from_numpy(dst).to(dev)
+        vec_t = torch.from_numpy(vec).to(dev)
         exchange = self.exchange_for(n_all, nlocal)
         res = pot.evaluate_edges(
             types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange, n_local=nlocal
         )
         self.last_exchange_calls = 0 if exchange is None else exchange.calls
+        return self._assemble(res, src_t, dst_t, vec_t, n_all, nlocal, per_atom_virial)
+
+    def _compute_owned(self, types, src, dst, vec, per_atom_virial):
+        """Local atoms only (one rank), neighbours mapped to their owners; on CUDA a replayed
+        graph unless per-atom virials are asked for."""
+        pot = self.potential
+        n = types.shape[0]
+        steps = pot._steps
+        if steps is not None and not per_atom_virial and src.shape[0] > 0:
+            atom_e, f, virial = steps.run_vectors(types, src, dst, vec)
+            # virial[a, b] = −Σ g_a vec_b; LAMMPS' component (a, b) is −Σ vec_a g_b
+            w6 = virial[_VOIGT_B, _VOIGT_A]
+            return f, atom_e, w6, None
+        dev = pot.device
+        src_t = torch.from_numpy(src).to(dev)
+        dst_t = torch.from_numpy(dst).to(dev)
+        vec_t = torch.from_numpy(vec).to(dev)
+        res = pot.evaluate_edges(torch.from_numpy(types).to(dev), src_t, dst_t, vec_t)
+        return self._assemble(res, src_t, dst_t, vec_t, n, n, per_atom_virial)
+
+    @staticmethod
+    def _assemble(res, src_t, dst_t, vec_t, n_rows, nlocal, per_atom_virial):
+        """Forces (n_rows, 3), local atom energies, the six virial components and, if asked,
+        per-atom virials (n_rows, 6), float64 tensors."""
         g = res.edge_grad.to(torch.float64)
-        f = torch.zeros((n_all, 3), dtype=torch.float64, device=dev)
+        dev = g.device
+        f = torch.zeros((n_rows, 3), dtype=torch.float64, device=dev)
         f.index_add_(0, dst_t, g)
         f.index_add_(0, src_t, -g)
         # per-edge virial −vec ⊗ g (the f·r convention LAMMPS uses), in LAMMPS' Voigt order
         w6 = -(vec_t[:, _VOIGT_A] * g[:, _VOIGT_B])
-        e_local = res.atom_energy[:nlocal]
-        head = torch.cat([e_local.sum().reshape(1), w6.sum(0)])
-        np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
-        np.frombuffer(forces, dtype=np.float64).reshape(n_all, 3)[:] = f.cpu().numpy()
-        if eatom is not None:
-            np.frombuffer(eatom, dtype=np.float64)[:] = e_local.cpu().numpy()
-        if vatom is not None:
+        va = None
+        if per_atom_virial:
             half = 0.5 * w6
-            va = torch.zeros((n_all, 6), dtype=torch.float64, device=dev)
+            va = torch.zeros((n_rows, 6), dtype=torch.float64, device=dev)
             va.index_add_(0, dst_t, half)
             va.index_add_(0, src_t, half)
-            np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)[:] = va.cpu().numpy()
+        return f, res.atom_energy[:nlocal], w6.sum(0), va
 
 
 def create(model_file: str, elements, options: dict | None = None) -> LammpsModel:

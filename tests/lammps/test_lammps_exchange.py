@@ -137,3 +137,91 @@ def test_mp2_model_file_roundtrip(tmp_path):
     e1 = pot.evaluate(f.positions, f.cell, True, f.species).energy
     e2 = back.evaluate(f.positions, f.cell, True, f.species).energy
     assert e1 == e2
+
+
+# ---------------------------------------------------------------------- one rank: ghost owners
+def _raw_compute(model, frame, x, owner, src, dst):
+    n, n_all = len(frame.positions), len(x)
+    ltypes = frame.types[owner].astype(np.int32)
+    vec = np.ascontiguousarray(x[src] - x[dst])
+    buffers = dict(forces=np.zeros((n_all, 3)), eatom=np.zeros(n), vatom=np.zeros((n_all, 6)))
+    out = np.zeros(7)
+    model.compute(n, n_all - n, ltypes, src, dst, vec, buffers["forces"], buffers["eatom"],
+                  buffers["vatom"], out)  # fmt: skip
+    return out, buffers
+
+
+def _sezm_potential():
+    from mdband.config import SeZMConfig
+    from mdband.model.factory import random_potential
+
+    cfg = SeZMConfig(type_map=ELEMENTS, rcut=5.0, channels=8, n_radial=6, l_schedule=(2, 2),
+                     mixing_layers=2).to_dict()  # fmt: skip
+    return random_potential(cfg, seed=2, gain=0.5, dtype="float64")
+
+
+@pytest.mark.parametrize("kind", ["mp2", "sezm"])
+def test_one_rank_maps_ghosts_to_owners(kind, frame):
+    """nprocs = 1: ghost neighbours are mapped to their owners (one forward exchange of the row
+    indices) and only local atoms are evaluated; results equal Potential.evaluate and the
+    per-layer exchange path, ghost rows of the buffers stay zero."""
+    if kind == "mp2":
+        pot = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
+    else:
+        pot = _sezm_potential()
+    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    n = len(frame.positions)
+    types = pot.types_of(ELEMENTS)
+    one = bridge.LammpsModel(pot, types, {"nprocs": 1}, backend=owner_backend(owner))
+    out, buf = _raw_compute(one, frame, x, owner, src, dst)
+    assert one.last_path == "owners" and one.last_exchange_calls == 1
+    assert not buf["forces"][n:].any() and not buf["vatom"][n:].any()
+    assert out[0] == pytest.approx(ref.energy, rel=1e-12)
+    np.testing.assert_allclose(buf["forces"][:n], ref.forces, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(buf["eatom"], ref.atom_energy, rtol=0, atol=1e-12)
+    voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
+    np.testing.assert_allclose(out[1:], [ref.virial[a, b] for a, b in voigt], rtol=0, atol=1e-10)
+    # per-atom virials once folded onto owners equal the exchange path's
+    two = bridge.LammpsModel(pot, types, {"nprocs": 2}, backend=owner_backend(owner))
+    out2, buf2 = _raw_compute(two, frame, x, owner, src, dst)
+    assert two.last_path == "exchange"
+    folded = np.zeros((n, 6))
+    np.add.at(folded, owner, buf2["vatom"])
+    np.testing.assert_allclose(buf["vatom"][:n], folded, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(out[1:], out2[1:], rtol=0, atol=1e-10)
+
+
+def test_one_rank_through_step_graphs(frame):
+    """The one-rank path hands edge vectors to StepGraphs (graphs on CUDA; here its eager padded
+    path), with LAMMPS' virial components taken from the transposed assembly."""
+    from mdband.step_graph import StepGraphs
+
+    pot = _sezm_potential()
+    pot._steps = StepGraphs(pot, capture=False)
+    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    n = len(frame.positions)
+    model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), {"nprocs": 1},
+                               backend=owner_backend(owner))  # fmt: skip
+    vec = np.ascontiguousarray(x[src] - x[dst])
+    forces, eatom, out = np.zeros((len(x), 3)), np.zeros(n), np.zeros(7)
+    model.compute(n, len(x) - n, frame.types[owner].astype(np.int32), src, dst, vec, forces,
+                  eatom, None, out)  # fmt: skip
+    assert any(k[0] == "vectors" for k in pot._steps.steps)  # it went through run_vectors
+    voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
+    np.testing.assert_allclose(out[1:], [ref.virial[a, b] for a, b in voigt], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(forces[:n], ref.forces, rtol=0, atol=1e-11)
+    assert not forces[n:].any()
+    np.testing.assert_allclose(eatom, ref.atom_energy, rtol=0, atol=1e-12)
+
+
+def test_one_rank_falls_back_to_the_exchange(frame):
+    """Owners that are not local atoms (a backend that does not fill ghost rows) → exchange."""
+    pot = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), {"nprocs": 1},
+                               backend=lambda rows, rev: None)  # fmt: skip
+    assert model.owners(len(x), len(frame.positions)) is None
+    _raw_compute(model, frame, x, owner, src, dst)
+    assert model.last_path == "exchange"

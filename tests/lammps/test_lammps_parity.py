@@ -115,6 +115,8 @@ def test_single_point_parity(nprocs, frames, models, references, tmp_path):
                 script += _case_script(name, data, models[m], newton, nprocs, c == "slab")
     proc = run_lmp(script, tmp_path, nprocs=nprocs)
     got = results(proc.stdout)
+    # one rank evaluates local atoms only, ghosts mapped to owners; more ranks exchange features
+    assert ("ghost atoms mapped to their owners" in proc.stdout) == (nprocs == 1)
     voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
     for name, m, c in cases:
         res, wa_ref = references[m, c]
