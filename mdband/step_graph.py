@@ -204,6 +204,12 @@ class StepGraphs:
         return self._evaluate("vectors", (types, src, dst, vectors))
 
     def _evaluate(self, mode, frame):
+        if self.device.type == "cuda":
+            with torch.cuda.device(self.device):  # streams, graphs and pool on this GPU
+                return self._evaluate_here(mode, frame)
+        return self._evaluate_here(mode, frame)
+
+    def _evaluate_here(self, mode, frame):
         self._check_weights()
         pot = self.potential
         key = (mode, int(frame[0].shape[0]), edge_capacity(int(frame[1].shape[0])))
