@@ -11,23 +11,10 @@ import torch
 from ase.build import bulk
 
 from mdband import step_graph as sg
-from mdband.config import SeZMConfig
 from mdband.graph import build_edge_graph
 from mdband.model.factory import random_potential
 from mdband.settings import EngineSettings
-
-SMALL = dict(
-    type_map=("H", "C", "O"),
-    rcut=4.0,
-    channels=8,
-    n_radial=6,
-    l_schedule=(2, 2),
-    mixing_layers=2,
-    n_focus=1,
-    n_atten_head=1,
-    radial_so2_mode="degree_channel",
-    radial_so2_rank=1,
-)
+from mdband.testing.sezm import small_config
 
 
 def frame(seed=4):
@@ -40,8 +27,7 @@ def frame(seed=4):
 
 
 def potential(**kw):
-    cfg = SeZMConfig.from_dict({**SMALL, **kw}).to_dict()
-    return random_potential(cfg, seed=3, gain=0.5, dtype="float64")
+    return random_potential(small_config(**kw), seed=3, gain=0.5, dtype="float64")
 
 
 def frame_arrays(pot, atoms):

@@ -152,11 +152,10 @@ def _raw_compute(model, frame, x, owner, src, dst):
 
 
 def _sezm_potential():
-    from mdband.config import SeZMConfig
     from mdband.model.factory import random_potential
+    from mdband.testing.sezm import small_config
 
-    cfg = SeZMConfig(type_map=ELEMENTS, rcut=5.0, channels=8, n_radial=6, l_schedule=(2, 2),
-                     mixing_layers=2).to_dict()  # fmt: skip
+    cfg = small_config(type_map=ELEMENTS, rcut=5.0)
     return random_potential(cfg, seed=2, gain=0.5, dtype="float64")
 
 

@@ -4,7 +4,6 @@ fused ops (Triton or their references) give the same numbers as the torch path."
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
 
 import mdband.kernels.capability as cap
 import mdband.model.block as block
@@ -13,6 +12,7 @@ from mdband.model.factory import build_sezm, initialise_weights
 from mdband.potential import Potential
 from mdband.so3.storage import RotationLayout
 from mdband.testing.sentinel import SentinelStorage
+from mdband.testing.sezm import small_config
 
 POS = np.array([[0.0, 0.0, 0.0], [1.1, 0.2, -0.1], [-0.3, 1.2, 0.4], [0.5, -0.4, 1.3]])
 SYM = ["C", "O", "H", "H"]

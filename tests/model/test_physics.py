@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 from ase.build import bulk, molecule
-from conftest import small_config
 
 from mdband.model.factory import random_potential
+from mdband.testing.sezm import small_config
 
 
 def rotation(seed):
