@@ -91,6 +91,7 @@ class Calculator(_AseCalculator):
         self.skin = skin
         self._reference: NeighbourReference | None = None
         self._full_graph: EdgeGraph | None = None
+        self._shift_vectors: np.ndarray | None = None  # shifts @ cell of the reusable list
         self.n_neighbour_builds = 0
 
     def _check_matches(self, device, dtype) -> None:
@@ -122,6 +123,8 @@ class Calculator(_AseCalculator):
 
     def _build(self, positions, cell, pbc) -> None:
         self._full_graph = build_edge_graph(positions, cell, pbc, self.potential.cutoff + self.skin)
+        # the list is reused only while the cell is unchanged: its image offsets are constant
+        self._shift_vectors = self._full_graph.shifts @ cell
         self._reference = NeighbourReference(positions.copy(), cell.copy(), pbc.copy())
         self.n_neighbour_builds += 1
 
@@ -142,9 +145,11 @@ class Calculator(_AseCalculator):
         if not self._reusable(positions, cell, pbc):
             self._build(positions, cell, pbc)
         full = self._full_graph
-        vec = positions[full.src] - positions[full.dst] + full.shifts @ cell
+        vec = np.take(positions, full.src, axis=0)
+        vec -= np.take(positions, full.dst, axis=0)
+        vec += self._shift_vectors
         r2 = np.einsum("ij,ij->i", vec, vec)
-        keep = r2 < self.potential.cutoff**2
+        keep = np.flatnonzero(r2 < self.potential.cutoff**2)
         return EdgeGraph(full.src[keep], full.dst[keep], full.shifts[keep], full.n_atoms)
 
     # ------------------------------------------------------------------ ASE interface
