@@ -22,11 +22,14 @@ second captures and replays, later calls replay. At most :data:`MAX_GRAPHS` buck
 memory of one step. Running out of memory while graphs are held drops them and retries the call
 eagerly. A capture that fails otherwise (an operation not allowed in a graph) switches graphs
 off for this potential with a :class:`RuntimeWarning`; weights edited in place drop the graphs.
+Calls from several threads are serialised (the static buffers are shared) and get copies of a
+graph's outputs.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 import warnings
 import weakref
 from collections import OrderedDict
@@ -133,6 +136,11 @@ class DeviceStep:
         return out.atom_energy, forces, virial
 
 
+def _copies(outputs):
+    """A graph's outputs are overwritten by its next replay: callers get copies."""
+    return tuple(t.clone() for t in outputs)
+
+
 def _weights_version(module: torch.nn.Module) -> tuple:
     return tuple((id(t), t._version) for t in (*module.parameters(), *module.buffers()))
 
@@ -156,6 +164,7 @@ class StepGraphs:
         self._stream = torch.cuda.Stream(self.device) if self.capture else None
         self._pool = torch.cuda.graph_pool_handle() if self.capture else None
         self._weights = _weights_version(potential.model)
+        self._lock = threading.RLock()
 
     @property
     def potential(self):
@@ -204,10 +213,12 @@ class StepGraphs:
         return self._evaluate("vectors", (types, src, dst, vectors))
 
     def _evaluate(self, mode, frame):
-        if self.device.type == "cuda":
-            with torch.cuda.device(self.device):  # streams, graphs and pool on this GPU
-                return self._evaluate_here(mode, frame)
-        return self._evaluate_here(mode, frame)
+        # one call at a time: the buckets' static buffers are shared by every caller (threads)
+        with self._lock:
+            if self.device.type == "cuda":
+                with torch.cuda.device(self.device):  # streams, graphs and pool on this GPU
+                    return self._evaluate_here(mode, frame)
+            return self._evaluate_here(mode, frame)
 
     def _evaluate_here(self, mode, frame):
         self._check_weights()
@@ -232,7 +243,7 @@ class StepGraphs:
         if step.graph is not None:
             step.graph.replay()
             self.n_replays += 1
-            return step.outputs
+            return _copies(step.outputs)
         if step.calls >= 2 and not self.disabled_reason:
             try:
                 self._capture(step, pot)
@@ -245,7 +256,7 @@ class StepGraphs:
             else:
                 step.graph.replay()
                 self.n_replays += 1
-                return step.outputs
+                return _copies(step.outputs)
         return self._on_stream(lambda: step.compute(pot))
 
     def _on_stream(self, fn):

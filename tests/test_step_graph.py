@@ -276,3 +276,18 @@ def test_potential_reports_graphs_off_on_cpu(monkeypatch):
     with pytest.raises(ValueError, match="MDBAND_CUDA_GRAPHS"):
         EngineSettings.resolve()
     assert EngineSettings.resolve(cuda_graphs="auto").cuda_graphs == "auto"
+
+
+def test_concurrent_calls_are_serialised():
+    """Threads sharing a potential never interleave in the static buffers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pot = potential()
+    frames = [frame(seed) for seed in range(4)]
+    runner = sg.StepGraphs(pot, capture=False)
+    arrays = [frame_arrays(pot, f)[1] for f in frames]
+    expected = [runner.run(*a)[1].clone() for a in arrays]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda a: runner.run(*a)[1].clone(), arrays * 3))
+    for k, g in enumerate(got):
+        assert torch.equal(g, expected[k % 4])
