@@ -248,7 +248,7 @@ def main() -> None:
         }
         out.setdefault("md_like", []).append(row)
         print("md-like", row, flush=True)
-        pot = None
+        pot = steps = None  # the step graphs hold their memory pool
         torch.cuda.empty_cache()
 
     # ---- bucket switches near the memory limit: the graphs' pool holds about one step, so a
@@ -288,7 +288,7 @@ def main() -> None:
         else:
             out["checks"]["bucket_switch_error"] = "out of memory"
         print("bucket switch", out["bucket_switch"], flush=True)
-        pot = seq = None
+        pot = seq = steps = None  # the step graphs hold their memory pool
         torch.cuda.empty_cache()
 
     # ---- largest cell that fits (band, with and without recompute)
