@@ -19,9 +19,10 @@ calls replay, so a restart reproduces a run bit for bit.
 Policy: the first call of a bucket runs eagerly (on the capture stream, which warms it up), the
 second captures and replays, later calls replay. At most :data:`MAX_GRAPHS` buckets are kept
 (least recently used dropped); their graphs share one memory pool, so they cost about the peak
-memory of one step. Running out of memory while graphs are held drops them and retries the call
-eagerly. A capture that fails otherwise (an operation not allowed in a graph) switches graphs
-off for this potential with a :class:`RuntimeWarning`; weights edited in place drop the graphs.
+memory of one step. Running out of memory drops them (and unreachable potentials' graphs) and
+retries the call once, eagerly. A capture that fails otherwise (an operation not allowed in a
+graph) switches graphs off for this potential with a :class:`RuntimeWarning`; weights edited in
+place drop the graphs.
 Calls from several threads are serialised (the static buffers are shared) and get copies of a
 graph's outputs.
 """
@@ -191,8 +192,10 @@ class StepGraphs:
             self._weights = version
 
     def release(self) -> None:
-        """Drop every bucket and its graph and return their memory pool to the device."""
+        """Drop every bucket and its graph and return their memory pool to the device (with
+        the pools of unreachable potentials: garbage is collected first)."""
         self.steps.clear()
+        gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
@@ -201,9 +204,10 @@ class StepGraphs:
     def run(self, types, src, dst, shifts, positions, cell):
         """Device (atom energies, forces, virial) of one frame; numpy inputs, unpadded edges.
 
-        Out of memory while graphs are held (their pool keeps about one step's peak, and a new
-        bucket's first call runs outside it): every graph is dropped and the call runs again
-        eagerly, so a large system near the memory limit still runs.
+        Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
+        call runs outside it): every graph is dropped, garbage collected, and the call runs
+        once more eagerly, so a large system near the memory limit still runs; a second
+        out-of-memory error is raised.
         """
         return self._evaluate("positions", (types, src, dst, shifts, positions, cell))
 
@@ -227,9 +231,10 @@ class StepGraphs:
         try:
             return self._run(pot, key, frame)
         except torch.OutOfMemoryError:
-            if not any(s.graph is not None for s in self.steps.values()):
-                raise
-        # outside the handler: the failed call's tensors are gone with its traceback
+            pass
+        # outside the handler (the failed call's tensors went with its traceback): drop this
+        # potential's graphs, collect unreachable ones (a potential kept only by an atoms <->
+        # calculator cycle still holds its pool) and run the call once more, eagerly
         self.release()
         self.n_releases += 1
         return self._run(pot, key, frame)

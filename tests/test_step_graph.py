@@ -212,9 +212,13 @@ def test_out_of_memory_with_graphs_held_drops_them_and_retries(monkeypatch):
     assert runner.n_releases == 1  # the old bucket's graph was dropped, the new one ran eagerly
     assert len(runner.steps) == 1 and all(s.graph is None for s in runner.steps.values())
     np.testing.assert_allclose(out[1].numpy(), ref[1].numpy(), rtol=0, atol=1e-12)
-    fails.clear()  # without graphs held, running out of memory is the caller's to see
+    # out of memory again on the retry: the caller sees it
+    monkeypatch.setattr(sg.DeviceStep, "compute", lambda self, p: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory")))  # fmt: skip
+    fresh = policy_runner(pot)
     with pytest.raises(torch.OutOfMemoryError):
-        policy_runner(pot).run(*arrays)
+        fresh.run(*arrays)
+    assert fresh.n_releases == 1
 
 
 @pytest.mark.parametrize("fail", [False, True])
