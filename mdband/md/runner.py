@@ -189,7 +189,8 @@ class _Run:
         lines = [
             f"mdband {__version__}: {c.ensemble}, {n} atoms, dt {c.timestep} fs, "
             f"steps {self.p.start_step} -> {c.steps}",
-            f"Model: {pot.kind} {pot.model_hash[:12]} on {pot.device} ({str(pot.dtype)[6:]})",
+            f"Model: {pot.kind} {pot.model_hash[:12]} on {pot.device} ({str(pot.dtype)[6:]})"
+            + (f", CUDA graphs {pot.cuda_graphs}" if pot.device.type == "cuda" else ""),
         ]
         lines += self.p.notes
         outs = [

@@ -1,0 +1,23 @@
+"""The run header names the device and, on CUDA, whether evaluations replay CUDA graphs."""
+
+from types import SimpleNamespace
+
+import torch
+
+from mdband.md.runner import _Run
+
+
+def intro(device: str) -> list[str]:
+    run = object.__new__(_Run)
+    run.c = SimpleNamespace(ensemble="nve", timestep=1.0, steps=10, trajectory=None,
+                            checkpoint=None, log=None)  # fmt: skip
+    pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
+                          dtype=torch.float32, cuda_graphs="on")  # fmt: skip
+    run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
+    run.atoms = [0] * 4
+    return run._intro()
+
+
+def test_intro_reports_cuda_graphs_on_cuda_only():
+    assert intro("cuda")[1] == "Model: sezm abababababab on cuda (float32), CUDA graphs on"
+    assert intro("cpu")[1] == "Model: sezm abababababab on cpu (float32)"
