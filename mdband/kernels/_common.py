@@ -95,6 +95,15 @@ def select_backend(device, dtype, triton_ok: bool = True) -> str:
     return "reference"
 
 
+def chosen_backend(op: str, decision: tuple[str | None, str]) -> str:
+    """The backend name of an op's ``backend(...)`` decision; ValueError naming ``op`` when no
+    backend applies (the decision's reason says why)."""
+    name, why = decision
+    if name is None:
+        raise ValueError(f"{op}: {why}")
+    return name
+
+
 def has_no_items(n) -> bool:
     """True for a concrete zero size (never guards a symbolic size)."""
     return type(n) is int and n == 0

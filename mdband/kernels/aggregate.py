@@ -326,10 +326,9 @@ def backend(
 
 def _dispatch(y, lmax, logits) -> str:
     H = 0 if logits is None else logits.shape[1]
-    name, why = backend(y.device, y.dtype, lmax=lmax, channels=y.shape[2], n_heads=H)
-    if name is None:
-        raise ValueError(f"aggregate: {why}")
-    return name
+    return cm.chosen_backend(
+        "aggregate", backend(y.device, y.dtype, lmax=lmax, channels=y.shape[2], n_heads=H)
+    )
 
 
 @torch.library.triton_op(OP, mutates_args=())

@@ -544,10 +544,7 @@ def _launch(v, lmax, out, gband=None):
 
 
 def _dispatch(v, lmax) -> str:
-    name, why = backend(v.device, v.dtype, lmax=lmax)
-    if name is None:
-        raise ValueError(f"band_producer: {why}")
-    return name
+    return cm.chosen_backend("band_producer", backend(v.device, v.dtype, lmax=lmax))
 
 
 @torch.library.triton_op(OP, mutates_args=())

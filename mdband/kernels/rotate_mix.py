@@ -376,7 +376,7 @@ def backend(device, dtype, *, lmax: int, mmax: int = 1, mixer: str = "degree_cha
 
 
 def _dispatch(x, lmax, k) -> str:
-    name, why = backend(
+    decision = backend(
         x.device,
         x.dtype,
         lmax=lmax,
@@ -384,9 +384,7 @@ def _dispatch(x, lmax, k) -> str:
         rank=1 if k is None else k.shape[2],
         channels=x.shape[2],
     )
-    if name is None:
-        raise ValueError(f"rotate_mix: {why}")
-    return name
+    return cm.chosen_backend("rotate_mix", decision)
 
 
 def _rot_tables(rot, layout, rot_lmax, lmax):

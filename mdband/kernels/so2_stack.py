@@ -292,10 +292,9 @@ def backend(device, dtype, *, lmax: int, channels: int) -> tuple[str | None, str
 
 
 def _dispatch(x, lmax) -> str:
-    name, why = backend(x.device, x.dtype, lmax=lmax, channels=x.shape[3])
-    if name is None:
-        raise ValueError(f"so2_mix_layer: {why}")
-    return name
+    return cm.chosen_backend(
+        "so2_mix_layer", backend(x.device, x.dtype, lmax=lmax, channels=x.shape[3])
+    )
 
 
 def _split_tf32(t):

@@ -166,10 +166,9 @@ def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[s
 
 
 def _dispatch(radial, lmax) -> str:
-    name, why = backend(radial.device, radial.dtype, lmax=lmax, channels=radial.shape[2])
-    if name is None:
-        raise ValueError(f"zonal_embed: {why}")
-    return name
+    return cm.chosen_backend(
+        "zonal_embed", backend(radial.device, radial.dtype, lmax=lmax, channels=radial.shape[2])
+    )
 
 
 @torch.library.triton_op(OP, mutates_args=())
