@@ -60,6 +60,13 @@ _BOOL = {
 }
 
 
+#: what a boolean means for the settings that accept one
+_BOOL_MEANS = {
+    "recompute": {True: "all", False: "off"},
+    "cuda_graphs": {True: "auto", False: "off"},
+}
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     rotation_layout: str = "auto"
@@ -87,10 +94,8 @@ class EngineSettings:
             if value is None:
                 continue
             value = str(value).strip().lower() if not isinstance(value, bool) else value
-            if name == "recompute":
-                value = {True: "all", False: "off"}.get(_BOOL.get(value, value), value)
-            if name == "cuda_graphs":
-                value = {True: "auto", False: "off"}.get(_BOOL.get(value, value), value)
+            if name in _BOOL_MEANS and _BOOL.get(value, value) in (True, False):
+                value = _BOOL_MEANS[name][_BOOL.get(value, value)]
             if value not in _CHOICES[name]:
                 raise ValueError(f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}")
             kw[name] = value
