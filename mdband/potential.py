@@ -257,9 +257,8 @@ class Potential:
             edge_vec = graph.edge_vectors(pos_t, cell_t)
             src = torch.as_tensor(graph.src, device=dev)
             dst = torch.as_tensor(graph.dst, device=dev)
-            out = self.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, edge_vec)
-            forces, virial = self.assemble(out.edge_grad, edge_vec.detach(), src, dst, len(pos))
-            atom_e = out.atom_energy
+            types_t = torch.as_tensor(types, device=dev)
+            atom_e, forces, virial = self.forces_from_vectors(types_t, src, dst, edge_vec)
         if not compute_virial:
             virial = torch.zeros_like(virial)
         return Result(
@@ -268,6 +267,29 @@ class Potential:
             virial=virial.cpu().numpy(),
             atom_energy=atom_e.cpu().numpy(),
         )
+
+    def evaluate_vectors(self, types, src, dst, vectors):
+        """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
+        from numpy edge arrays whose atoms are all local (N = len(types); ``vectors`` (E, 3) Å).
+
+        On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
+        """
+        if self._steps is not None and len(src) > 0:
+            return self._steps.run_vectors(types, src, dst, vectors)
+        dev = self.device
+
+        def t(a):
+            return torch.as_tensor(np.ascontiguousarray(a), device=dev)
+
+        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
+
+    def forces_from_vectors(self, types, src, dst, edge_vec):
+        """(atom energies, forces, virial), float64, of one evaluation from device tensors."""
+        out = self.evaluate_edges(types, src, dst, edge_vec)
+        forces, virial = self.assemble(
+            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0])
+        )
+        return out.atom_energy, forces, virial
 
     @staticmethod
     def assemble(edge_grad, edge_vec, src, dst, n_atoms: int):

@@ -131,10 +131,7 @@ class DeviceStep:
 
     def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
-        ev = self.edge_vectors()
-        out = pot.evaluate_edges(self.types, self.src, self.dst, ev)
-        forces, virial = pot.assemble(out.edge_grad, ev, self.src, self.dst, self.n_atoms)
-        return out.atom_energy, forces, virial
+        return pot.forces_from_vectors(self.types, self.src, self.dst, self.edge_vectors())
 
 
 def _copies(outputs):

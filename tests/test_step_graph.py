@@ -295,3 +295,16 @@ def test_concurrent_calls_are_serialised():
         got = list(pool.map(lambda a: runner.run(*a)[1].clone(), arrays * 3))
     for k, g in enumerate(got):
         assert torch.equal(g, expected[k % 4])
+
+
+def test_potential_evaluate_vectors_equals_evaluate():
+    """The public entry for given edge vectors (LAMMPS, one rank) matches evaluate (CPU: eager)."""
+    pot = potential()
+    atoms = frame()
+    g, arrays = frame_arrays(pot, atoms)
+    ref = pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+    vec = atoms.positions[g.src] + g.shifts @ atoms.cell.array - atoms.positions[g.dst]
+    atom_e, forces, virial = pot.evaluate_vectors(arrays[0], g.src, g.dst, vec)
+    np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(virial.numpy(), ref.virial, rtol=0, atol=1e-10)

@@ -215,13 +215,12 @@ class LammpsModel:
         return self._assemble(res, src_t, dst_t, vec_t, n_all, nlocal, per_atom_virial)
 
     def _compute_owned(self, types, src, dst, vec, per_atom_virial):
-        """Local atoms only (one rank), neighbours mapped to their owners; on CUDA a replayed
-        graph unless per-atom virials are asked for."""
+        """Local atoms only (one rank), neighbours mapped to their owners; without per-atom
+        virials through ``Potential.evaluate_vectors`` (a replayed CUDA graph on CUDA)."""
         pot = self.potential
         n = types.shape[0]
-        steps = pot._steps
-        if steps is not None and not per_atom_virial and src.shape[0] > 0:
-            atom_e, f, virial = steps.run_vectors(types, src, dst, vec)
+        if not per_atom_virial:
+            atom_e, f, virial = pot.evaluate_vectors(types, src, dst, vec)
             # virial[a, b] = −Σ g_a vec_b; LAMMPS' component (a, b) is −Σ vec_a g_b
             w6 = virial[_VOIGT_B, _VOIGT_A]
             return f, atom_e, w6, None
