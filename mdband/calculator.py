@@ -1,14 +1,13 @@
 """ASE calculator backed by a :class:`~mdband.potential.Potential`.
 
-The calculator keeps the loaded model between calls and, when ``skin > 0``, reuses the
-neighbour list while every atom stays within ``skin / 2`` of where it was when the list was
-built. The reused list is filtered back to the model's cutoff before every evaluation, so
-the edge set the model sees is exactly the one a fresh list would give.
+The calculator keeps the loaded model between calls and a neighbour list from
+:meth:`Potential.neighbour_list` (on the GPU for CUDA potentials): with ``skin > 0`` it is reused
+while every atom stays within ``skin / 2`` of where it was when the list was built, and filtered
+back to the model's cutoff before every evaluation, so the edge set the model sees is exactly
+the one a fresh list would give.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 from ase.calculators.calculator import Calculator as _AseCalculator
@@ -16,23 +15,12 @@ from ase.calculators.calculator import all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from mdband.errors import MdbandError
-from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.neighbours import NeighbourReference
 from mdband.potential import Potential
 
+__all__ = ["Calculator", "NeighbourReference"]
+
 _MIN_VOLUME = 1e-10
-
-
-@dataclass
-class NeighbourReference:
-    """Where a reusable (cutoff + skin) neighbour list was built.
-
-    Storing it in a checkpoint and calling :meth:`Calculator.restore_neighbours` rebuilds the
-    identical list, so a resumed run sees the same edges in the same order.
-    """
-
-    positions: np.ndarray
-    cell: np.ndarray
-    pbc: np.ndarray
 
 
 class Calculator(_AseCalculator):
@@ -85,14 +73,8 @@ class Calculator(_AseCalculator):
             from mdband.loader import load_model
 
             self.potential = load_model(model, device=device, dtype=dtype or "float32", head=head)
-        skin = float(skin)
-        if not np.isfinite(skin) or skin < 0:
-            raise MdbandError(f"skin must be a finite non-negative length in Å, got {skin}")
-        self.skin = skin
-        self._reference: NeighbourReference | None = None
-        self._full_graph: EdgeGraph | None = None
-        self._shift_vectors: np.ndarray | None = None  # shifts @ cell of the reusable list
-        self.n_neighbour_builds = 0
+        self._neighbours = self.potential.neighbour_list(skin)
+        self.skin = self._neighbours.skin
 
     def _check_matches(self, device, dtype) -> None:
         from mdband.potential import resolve_device, resolve_dtype
@@ -110,47 +92,18 @@ class Calculator(_AseCalculator):
             )
 
     # ------------------------------------------------------------------ neighbour list
+    @property
+    def n_neighbour_builds(self) -> int:
+        """How many neighbour lists this calculator has built."""
+        return self._neighbours.n_builds
+
     def neighbour_reference(self) -> NeighbourReference | None:
         """The positions/cell/pbc the current reusable list was built from (None if none)."""
-        return self._reference
+        return self._neighbours.reference()
 
     def restore_neighbours(self, reference: NeighbourReference | None) -> None:
         """Rebuild the reusable list exactly as it was built from ``reference``."""
-        self._reference = None
-        self._full_graph = None
-        if reference is not None and self.skin > 0:
-            self._build(reference.positions, reference.cell, reference.pbc)
-
-    def _build(self, positions, cell, pbc) -> None:
-        self._full_graph = build_edge_graph(positions, cell, pbc, self.potential.cutoff + self.skin)
-        # the list is reused only while the cell is unchanged: its image offsets are constant
-        self._shift_vectors = self._full_graph.shifts @ cell
-        self._reference = NeighbourReference(positions.copy(), cell.copy(), pbc.copy())
-        self.n_neighbour_builds += 1
-
-    def _reusable(self, positions, cell, pbc) -> bool:
-        ref = self._reference
-        if ref is None or ref.positions.shape != positions.shape:
-            return False
-        if not (np.array_equal(ref.cell, cell) and np.array_equal(ref.pbc, pbc)):
-            return False
-        disp2 = np.einsum("ij,ij->i", positions - ref.positions, positions - ref.positions)
-        return bool(disp2.max(initial=0.0) < (0.5 * self.skin) ** 2)
-
-    def _graph(self, positions, cell, pbc) -> EdgeGraph | None:
-        """The graph to evaluate with, or None to let the potential build a fresh one."""
-        if self.skin <= 0:
-            return None
-        validate_structure(positions, cell, pbc)
-        if not self._reusable(positions, cell, pbc):
-            self._build(positions, cell, pbc)
-        full = self._full_graph
-        vec = np.take(positions, full.src, axis=0)
-        vec -= np.take(positions, full.dst, axis=0)
-        vec += self._shift_vectors
-        r2 = np.einsum("ij,ij->i", vec, vec)
-        keep = np.flatnonzero(r2 < self.potential.cutoff**2)
-        return EdgeGraph(full.src[keep], full.dst[keep], full.shifts[keep], full.n_atoms)
+        self._neighbours.restore(reference)
 
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
@@ -160,8 +113,7 @@ class Calculator(_AseCalculator):
         cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
-        graph = self._graph(positions, cell, pbc)
-        res = self.potential.evaluate(positions, cell, pbc, numbers, graph=graph)
+        res = self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours)
         self.results = {
             "energy": res.energy,
             "free_energy": res.energy,

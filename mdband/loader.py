@@ -50,6 +50,7 @@ def potential_from_parts(
         metadata=meta,
         device=device,
         dtype=dtype,
+        neighbour_list=(options or {}).get("neighbour_list"),
     )
 
 
@@ -63,6 +64,7 @@ def load_model(
     recompute: str | bool | None = None,
     stack_precision: str | None = None,
     cuda_graphs: str | bool | None = None,
+    neighbour_list: str | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -91,6 +93,9 @@ def load_model(
         ``"auto"`` (default) replays captured CUDA graphs for repeated evaluations on CUDA
         (edge list padded to a size bucket with edges beyond the cutoff, which contribute
         exactly zero); ``"off"`` launches every kernel from Python.
+    neighbour_list : {"auto", "cell_list", "vesin"}, optional
+        ``"auto"`` (default): the torch cell list on the GPU for CUDA models, vesin on the CPU
+        for CPU models; ``"cell_list"`` / ``"vesin"`` force one.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     options = {
@@ -99,6 +104,7 @@ def load_model(
         "recompute": recompute,
         "stack_precision": stack_precision,
         "cuda_graphs": cuda_graphs,
+        "neighbour_list": neighbour_list,
     }
     spath = str(path)
     if spath.startswith("builtin:"):

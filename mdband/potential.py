@@ -17,8 +17,9 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers, chemical_symbols
 
-from mdband.errors import MdbandError, UnknownElementError
-from mdband.graph import EdgeGraph, build_edge_graph
+from mdband.errors import MdbandError, StructureError, UnknownElementError
+from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.settings import EngineSettings
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -44,7 +45,11 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @dataclass
 class Result:
-    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,)."""
+    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,).
+
+    numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
+    (energy a 0-d tensor) for tensor input.
+    """
 
     energy: float
     forces: np.ndarray
@@ -63,6 +68,19 @@ class EdgeResult:
     atom_energy: torch.Tensor
     edge_grad: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool) -> Result:
+    if not compute_virial:
+        virial = torch.zeros_like(virial)
+    if not to_numpy:
+        return Result(energy=atom_e.sum(), forces=forces, virial=virial, atom_energy=atom_e)
+    return Result(
+        energy=float(atom_e.sum()),
+        forces=forces.cpu().numpy(),
+        virial=virial.cpu().numpy(),
+        atom_energy=atom_e.cpu().numpy(),
+    )
 
 
 def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
@@ -91,6 +109,9 @@ class Potential:
         Neighbour cutoff in Å.
     config : dict
         JSON-serialisable configuration from which ``model`` is rebuilt.
+    neighbour_list : {"auto", "cell_list", "vesin"}, optional
+        Neighbour-list backend for models without engine settings (the model's
+        ``settings.neighbour_list`` wins; see :class:`mdband.settings.EngineSettings`).
     """
 
     def __init__(
@@ -104,6 +125,7 @@ class Potential:
         metadata: dict | None = None,
         device: str | torch.device | None = "cpu",
         dtype: str | torch.dtype = "float32",
+        neighbour_list: str | None = None,
     ) -> None:
         self.kind = kind
         self.type_map = list(type_map)
@@ -122,8 +144,12 @@ class Potential:
         self._hash: str | None = self.metadata.get("model_hash")
         self._steps = None
         settings = getattr(self.model, "settings", None)
+        if settings is None:  # model kinds without engine settings (test potentials)
+            settings = EngineSettings.resolve(neighbour_list=neighbour_list)
+        #: "cell_list" (torch, on the device) or "vesin" (numpy): see :meth:`neighbour_list`
+        self.neighbour_backend = settings.neighbour_backend(self.device)
         if getattr(self.model, "zero_beyond_cutoff", False) and self.device.type == "cuda":
-            if settings is not None and settings.cuda_graphs == "auto":
+            if settings.cuda_graphs == "auto":
                 from mdband.step_graph import StepGraphs
 
                 self._steps = StepGraphs(self)
@@ -217,6 +243,18 @@ class Potential:
                     g = torch.zeros_like(ev)
         return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach())
 
+    def neighbour_list(self, skin: float = 0.0):
+        """A neighbour list for repeated :meth:`evaluate` calls (``neighbours=``): the torch
+        cell list on this potential's device (default for CUDA potentials) or vesin on numpy
+        (default on the CPU), as :attr:`neighbour_backend` says (setting ``neighbour_list``;
+        see :mod:`mdband.neighbours`). ``skin`` (Å) > 0 reuses it while no atom moved more
+        than ``skin / 2``."""
+        from mdband.neighbours import DeviceNeighbourList, HostNeighbourList
+
+        if self.neighbour_backend == "cell_list":
+            return DeviceNeighbourList(self.cutoff, skin, device=self.device)
+        return HostNeighbourList(self.cutoff, skin)
+
     def evaluate(
         self,
         positions,
@@ -225,48 +263,115 @@ class Potential:
         species=None,
         *,
         graph: EdgeGraph | None = None,
+        neighbours=None,
         compute_virial: bool = True,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
         Parameters
         ----------
-        positions : (N, 3) array_like, Å
-        cell : (3, 3) array_like or None
+        positions : (N, 3) array_like or torch.Tensor, Å
+            A tensor on this potential's device gives a :class:`Result` of tensors on that
+            device (energy a 0-d tensor); numpy in gives numpy out. On CUDA the neighbour list
+            is built on the GPU either way.
+        cell : (3, 3) array_like or tensor, or None
             Rows are the cell vectors (Å); ignored for open boundaries.
         pbc : bool or sequence of 3 bools
         species : sequence of chemical symbols or atomic numbers
         graph : EdgeGraph, optional
             A neighbour list to reuse (must be within this model's cutoff for these positions).
+        neighbours : optional
+            A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         """
-        pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
-        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
-        types = self.types_of(species)
-        if types.shape[0] != pos.shape[0]:
-            raise MdbandError(f"{pos.shape[0]} positions but {types.shape[0]} species")
-        if graph is None:
-            graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
-        if self._steps is not None and graph.n_edges > 0:
-            atom_e, forces, virial = self._steps.run(
-                types, graph.src, graph.dst, graph.shifts, pos, cell_np
+        if isinstance(positions, torch.Tensor):
+            return self._evaluate_tensor(
+                positions, cell, pbc, species, graph, neighbours, compute_virial
             )
-        else:
+        pos = np.asarray(positions, dtype=np.float64)
+        if pos.ndim != 2 or pos.shape[1] != 3:
+            raise StructureError(f"positions must have shape (N, 3), got {pos.shape}")
+        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+        types = self._types_for(species, pos.shape[0])
+        if self.neighbour_backend == "cell_list":
             dev = self.device
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-            edge_vec = graph.edge_vectors(pos_t, cell_t)
-            src = torch.as_tensor(graph.src, device=dev)
-            dst = torch.as_tensor(graph.dst, device=dev)
-            types_t = torch.as_tensor(types, device=dev)
-            atom_e, forces, virial = self.forces_from_vectors(types_t, src, dst, edge_vec)
-        if not compute_virial:
-            virial = torch.zeros_like(virial)
-        return Result(
-            energy=float(atom_e.sum()),
-            forces=forces.cpu().numpy(),
-            virial=virial.cpu().numpy(),
-            atom_energy=atom_e.cpu().numpy(),
-        )
+            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
+            return _result(*out, compute_virial, to_numpy=True)
+        if graph is None:
+            if neighbours is not None:
+                graph = neighbours.edges(pos, cell_np, pbc)
+            else:
+                graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        return _result(*self._run_graph(types, graph, pos, cell_np), compute_virial, True)
+
+    def _run_graph(self, types, graph: EdgeGraph, positions, cell):
+        """(atom energies, forces, virial) float64 tensors on the device for one frame and its
+        edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
+        if self._steps is not None and graph.n_edges > 0:
+            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+        dev = self.device
+        pos_t = torch.as_tensor(positions, device=dev)
+        cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
+        edge_vec = graph.edge_vectors(pos_t, cell_t)
+        src = torch.as_tensor(graph.src, device=dev)
+        dst = torch.as_tensor(graph.dst, device=dev)
+        types_t = torch.as_tensor(types, device=dev)
+        return self.forces_from_vectors(types_t, src, dst, edge_vec)
+
+    def _types_for(self, species, n_atoms: int) -> np.ndarray:
+        if isinstance(species, torch.Tensor):
+            species = species.detach().cpu().numpy()
+        types = self.types_of(species)
+        if types.shape[0] != n_atoms:
+            raise MdbandError(f"{n_atoms} positions but {types.shape[0]} species")
+        return types
+
+    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
+        """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
+        same numbers), tensors on the potential's CUDA device stay there."""
+        if positions.ndim != 2 or positions.shape[1] != 3:
+            raise StructureError(f"positions must have shape (N, 3), got {tuple(positions.shape)}")
+        if positions.device != self.device and positions.device.type != "cpu":
+            raise MdbandError(
+                f"positions are on {positions.device} but the potential is on {self.device}"
+            )
+        if positions.device.type == "cpu" or self.neighbour_backend == "vesin":
+            cell_np = None if cell is None else torch.as_tensor(cell).detach().cpu().numpy()
+            res = self.evaluate(
+                positions.detach().cpu().numpy(), cell_np, pbc, species,
+                graph=graph, neighbours=neighbours, compute_virial=virial,
+            )  # fmt: skip
+            dev = positions.device
+            return Result(
+                energy=torch.tensor(res.energy, dtype=torch.float64, device=dev),
+                forces=torch.from_numpy(res.forces).to(dev),
+                virial=torch.from_numpy(res.virial).to(dev),
+                atom_energy=torch.from_numpy(res.atom_energy).to(dev),
+            )
+        pos_t = positions.detach().to(torch.float64)
+        if cell is None:
+            cell_t = torch.zeros(3, 3, dtype=torch.float64, device=self.device)
+        else:
+            cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
+        cell_np = cell_t.cpu().numpy().reshape(3, 3)
+        types = self._types_for(species, pos_t.shape[0])
+        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
+        return _result(*out, virial, to_numpy=False)
+
+    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
+        """(atom energies, forces, virial) from positions on the potential's device; the
+        neighbour list (torch cell list) is built there, or taken from ``graph`` /
+        ``neighbours``."""
+        pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
+        if not bool(torch.isfinite(pos_t).all()):
+            raise StructureError("positions contain NaN or inf")
+        validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
+        if graph is None:
+            if neighbours is None:
+                neighbours = self.neighbour_list()
+            graph = neighbours.edges(pos_t, cell_t, pbc_np)
+        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t)
 
     def evaluate_vectors(self, types, src, dst, vectors):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``

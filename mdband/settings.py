@@ -26,6 +26,11 @@ cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edg
                                             replay one captured CUDA graph per bucket
                                             from its second use | off: launch every
                                             kernel from Python, edges unpadded
+neighbour_list     MDBAND_NEIGHBOUR_LIST    auto (default): the torch cell list on the
+                                            model's device for CUDA models, vesin on
+                                            numpy for CPU models | cell_list: the torch
+                                            cell list on any device | vesin: vesin on
+                                            the CPU (a CUDA model copies the list over)
 =================  =======================  ==========================================
 """
 
@@ -40,6 +45,7 @@ ENV = {
     "recompute": "MDBAND_RECOMPUTE",
     "stack_precision": "MDBAND_STACK_PRECISION",
     "cuda_graphs": "MDBAND_CUDA_GRAPHS",
+    "neighbour_list": "MDBAND_NEIGHBOUR_LIST",
 }
 _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
@@ -47,6 +53,7 @@ _CHOICES = {
     "recompute": ("off", "stack", "all"),
     "stack_precision": ("tf32x3", "ieee"),
     "cuda_graphs": ("auto", "off"),
+    "neighbour_list": ("auto", "cell_list", "vesin"),
 }
 _BOOL = {
     "1": True,
@@ -74,6 +81,7 @@ class EngineSettings:
     recompute: str = "off"
     stack_precision: str = "tf32x3"
     cuda_graphs: str = "auto"
+    neighbour_list: str = "auto"
 
     def __post_init__(self) -> None:
         for name, choices in _CHOICES.items():
@@ -103,6 +111,12 @@ class EngineSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def neighbour_backend(self, device) -> str:
+        """``"cell_list"`` (torch, on the model's device) or ``"vesin"`` (numpy, CPU)."""
+        if self.neighbour_list == "auto":
+            return "cell_list" if str(device).startswith("cuda") else "vesin"
+        return self.neighbour_list
 
     def ops_on(self, t) -> bool:
         """Whether the fused ops run for tensors like ``t`` (decided per device, not layout)."""

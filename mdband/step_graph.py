@@ -101,24 +101,34 @@ class DeviceStep:
             self.cell = torch.zeros(3, 3, **f64)
         pad = torch.tensor(PAD_DIRECTION, **f64)
         self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
+        self._slot = torch.arange(capacity, **i64)
+        self._fill = self._slot % max(n_atoms, 1)  # padding edges k -> k
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple[torch.Tensor, ...] | None = None
         self.calls = 0
 
     def load(self, types, src, dst, rows, positions=None, cell=None) -> None:
-        """Copy one frame (numpy arrays; edges unpadded) into the static buffers."""
-        src_p, dst_p, rows_p, is_pad = pad_edges(src, dst, rows, self.n_atoms, self.capacity)
-        pairs = [
-            (self.types, types),
-            (self.src, src_p),
-            (self.dst, dst_p),
-            (self.edge_rows, rows_p),
-            (self.is_pad, is_pad),
-        ]
+        """Copy one frame into the static buffers, padding the edges on the device.
+
+        Inputs are numpy arrays or tensors (any device); edges unpadded. The padding equals
+        :func:`pad_edges`: edges ``k → k`` (k = 0, 1, … mod N) with zero rows.
+        """
+        n = int(src.shape[0])
+        extra = self.capacity - n
+        if extra < 0:
+            raise ValueError(f"capacity {self.capacity} is below the edge count {n}")
+        _put(self.types, types)
+        _put(self.src[:n], src)
+        _put(self.dst[:n], dst)
+        _put(self.edge_rows[:n], rows)
+        if extra:
+            self.src[n:].copy_(self._fill[:extra])
+            self.dst[n:].copy_(self._fill[:extra])
+            self.edge_rows[n:].zero_()
+        torch.ge(self._slot, n, out=self.is_pad)
         if self.mode == "positions":
-            pairs += [(self.positions, positions), (self.cell, cell)]
-        for buf, arr in pairs:
-            buf.copy_(torch.from_numpy(np.ascontiguousarray(arr)).reshape(buf.shape))
+            _put(self.positions, positions)
+            _put(self.cell, cell)
 
     def edge_vectors(self) -> torch.Tensor:
         """(capacity, 3) float64 edge vectors, padding edges at ``pad_vector``."""
@@ -132,6 +142,12 @@ class DeviceStep:
     def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
         return pot.forces_from_vectors(self.types, self.src, self.dst, self.edge_vectors())
+
+
+def _put(buf: torch.Tensor, arr) -> None:
+    """``buf[...] = arr`` for a numpy array or a tensor on any device (dtype converted)."""
+    src = arr if isinstance(arr, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(arr))
+    buf.copy_(src.reshape(buf.shape))
 
 
 def _copies(outputs):
@@ -199,7 +215,8 @@ class StepGraphs:
 
     # ------------------------------------------------------------------ evaluation
     def run(self, types, src, dst, shifts, positions, cell):
-        """Device (atom energies, forces, virial) of one frame; numpy inputs, unpadded edges.
+        """Device (atom energies, forces, virial) of one frame from numpy arrays or tensors
+        (unpadded edges).
 
         Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
         call runs outside it): every graph is dropped, garbage collected, and the call runs

@@ -31,6 +31,7 @@ from mdband.md.thermo import observables
 from mdband.potential import Potential
 
 _PS = 1000.0 * units.fs  # ASE time units per ps
+_NEIGHBOUR_NAMES = {"cell_list": "torch cell list on the device", "vesin": "vesin on the CPU"}
 
 
 @dataclass
@@ -191,6 +192,8 @@ class _Run:
             f"steps {self.p.start_step} -> {c.steps}",
             f"Model: {pot.kind} {pot.model_hash[:12]} on {pot.device} ({str(pot.dtype)[6:]})"
             + (f", CUDA graphs {pot.cuda_graphs}" if pot.device.type == "cuda" else ""),
+            f"Neighbours: {_NEIGHBOUR_NAMES.get(pot.neighbour_backend, pot.neighbour_backend)}"
+            + (f", skin {c.skin:g} Å" if c.skin > 0 else ", rebuilt every step (skin 0)"),
         ]
         lines += self.p.notes
         outs = [

@@ -7,12 +7,14 @@ import torch
 from mdband.md.runner import _Run
 
 
-def intro(device: str) -> list[str]:
+def intro(device: str, skin: float = 0.0) -> list[str]:
     run = object.__new__(_Run)
     run.c = SimpleNamespace(ensemble="nve", timestep=1.0, steps=10, trajectory=None,
-                            checkpoint=None, log=None)  # fmt: skip
+                            checkpoint=None, log=None, skin=skin)  # fmt: skip
+    backend = "cell_list" if device == "cuda" else "vesin"
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
-                          dtype=torch.float32, cuda_graphs="on")  # fmt: skip
+                          dtype=torch.float32, cuda_graphs="on",
+                          neighbour_backend=backend)  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
     return run._intro()
@@ -21,3 +23,8 @@ def intro(device: str) -> list[str]:
 def test_intro_reports_cuda_graphs_on_cuda_only():
     assert intro("cuda")[1] == "Model: sezm abababababab on cuda (float32), CUDA graphs on"
     assert intro("cpu")[1] == "Model: sezm abababababab on cpu (float32)"
+
+
+def test_intro_names_the_neighbour_list():
+    assert intro("cuda", 1.0)[2] == "Neighbours: torch cell list on the device, skin 1 Å"
+    assert intro("cpu")[2] == "Neighbours: vesin on the CPU, rebuilt every step (skin 0)"
