@@ -202,6 +202,8 @@ def cmd_mdband(args) -> None:
             torch.cuda.empty_cache()
         res["sizes"][str(n)] = row
         print(json.dumps({args.name: row}), flush=True)
+    if args.profile and dev == "cuda":
+        res["profile"] = profile(pot, diamond(args.profile))
     if args.md_size and args.md_steps:
         atoms = diamond(args.md_size)
         for skin in (0.0, 1.0):
@@ -220,6 +222,26 @@ def cmd_mdband(args) -> None:
         for steps in args.run_steps:
             res["mdband_run"][str(steps)] = mdband_run(args, steps)
     Path(args.json).write_text(json.dumps(res))
+
+
+def profile(pot, atoms, rows: int = 25) -> str:
+    """Self CUDA time per kernel of one eager call (graphs off), neighbour list included."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    steps, pot._steps = pot._steps, None  # eager: the profiler sees every kernel
+    try:
+        a = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+        pot.evaluate(*a)
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            pot.evaluate(*a)
+            torch.cuda.synchronize()
+    finally:
+        pot._steps = steps
+    table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows)
+    print(table, flush=True)
+    return table
 
 
 def mdband_run(args, steps: int) -> dict:
@@ -321,6 +343,7 @@ def cmd_all(args) -> None:
         run_steps = [str(s) for s in args.run_steps]
         sub(["mdband", "--name", name, "--checkpoint", ck, "--sizes", *sizes, *md,
              "--json", str(js), "--repeat", str(args.repeat), "--skin", str(args.skin),
+             "--profile", str(args.profile),
              *(["--run-steps", *run_steps] if run_steps else [])])  # fmt: skip
         if js.exists():
             results[f"mdband-{name}"] = json.loads(js.read_text())
@@ -377,6 +400,7 @@ def main(argv=None) -> None:
     a.add_argument("--repeat", type=int, default=5)
     a.add_argument("--neighbours", type=int, nargs="*", default=[])
     a.add_argument("--no-deepmd", action="store_true")
+    a.add_argument("--profile", type=int, default=0)
     a.add_argument("--deepmd-timeout", type=int, default=400)
     a.add_argument("--mini-json", default=str(MINI_JSON))
     c = sp.add_parser("checkpoints")
@@ -394,6 +418,7 @@ def main(argv=None) -> None:
         s.add_argument("--skin", type=float, default=0.0)
         s.add_argument("--run-steps", type=int, nargs="*", default=[])
         s.add_argument("--device", default="cuda")
+        s.add_argument("--profile", type=int, default=0, help="profile one call at this size")
     n = sp.add_parser("neighbours")
     n.add_argument("--sizes", type=int, nargs="+", required=True)
     n.add_argument("--json", required=True)
