@@ -78,11 +78,34 @@ def median_ms(fn, repeat: int, warmup: int = 2) -> float:
 
 
 # ------------------------------------------------------------------ deepmd-kit side
+#: DPA4-Mini: the model section of deepmd-kit's water example (``input-mini.json`` in
+#: ../shared/data/dpa4-water-smoke, which does not travel to the device), type map ["C"]
+MINI = {
+    "type": "dpa4",
+    "type_map": ["C"],
+    "descriptor": {
+        "rcut": 6.0, "channels": 32, "n_radial": 16, "edge_norm": False, "use_env_seed": True,
+        "lmax": 2, "mmax": 1, "n_blocks": 2, "mixing_layers": 3,
+        "radial_so2_mode": "degree_channel", "radial_so2_rank": 1, "n_focus": 1, "focus_dim": 0,
+        "n_atten_head": 1, "message_node_so3": True, "ffn_neurons": 0, "ffn_so3_grid": True,
+        "grid_mlp": False, "grid_branch": [0, 0, 1], "ffn_blocks": 1, "so3_readout": "mlp",
+        "use_amp": True, "precision": "float32", "seed": 42,
+    },
+    "fitting_net": {"neuron": [0], "precision": "float32", "seed": 42},
+    "use_compile": False,
+    "enable_tf32": True,
+}  # fmt: skip
+
+
 def model_sections(mini_json: Path) -> dict[str, dict]:
     default = {"type": "dpa4", "type_map": ["C"], "descriptor": {"rcut": 6.0}, "fitting_net": {}}
-    mini = json.loads(Path(mini_json).read_text())["model"]
-    mini = copy.deepcopy(mini)
-    mini["type_map"] = ["C"]
+    mini = copy.deepcopy(MINI)
+    if Path(mini_json).is_file():  # the example's own file, when present, must agree
+        shipped = json.loads(Path(mini_json).read_text())["model"]
+        shipped["type_map"] = ["C"]
+        shipped.pop("_comment", None)
+        if shipped != mini:
+            raise SystemExit(f"MINI differs from {mini_json}: update it")
     return {"default": default, "mini": mini}
 
 
@@ -283,7 +306,7 @@ def cmd_neighbours(args) -> None:
     from mdband.cell_list import cell_list_edges
     from mdband.graph import build_edge_graph
 
-    res = {}
+    res = {"cases": neighbour_cases()}
     for n in args.sizes:
         atoms = diamond(n)
         pos = torch.tensor(atoms.positions, device="cuda")
@@ -301,7 +324,7 @@ def cmd_neighbours(args) -> None:
         b = np.c_[d_, s_, k_][key(s_, d_, k_)]
         row["same_as_vesin"] = bool(a.shape == b.shape and np.array_equal(a, b))
         try:
-            from vesin.torch import NeighborList
+            from vesin_torch import NeighborList
 
             vt = NeighborList(cutoff=6.0, full_list=True)
             row["vesin_torch_cuda_ms"] = median_ms(
@@ -312,6 +335,49 @@ def cmd_neighbours(args) -> None:
         res[str(n)] = row
         print(json.dumps(row), flush=True)
     Path(args.json).write_text(json.dumps(res))
+
+
+def neighbour_cases() -> dict:
+    """Edge sets on the GPU (mdband's cell list, vesin-torch) against vesin on the CPU for the
+    boundary cases: cubic, triclinic, a cell thinner than the cutoff, mixed and open."""
+    import torch
+
+    from mdband.cell_list import cell_list_edges
+    from mdband.graph import build_edge_graph
+
+    tri = np.array([[4.0, 0, 0], [1.3, 3.8, 0], [0.7, -0.9, 4.4]])
+    cases = {"cubic": (np.eye(3) * 9.0, [True] * 3), "triclinic": (tri * 2, [True] * 3),
+             "thin": (tri * 0.6, [True] * 3), "mixed": (tri * 2, [True, False, True]),
+             "open": (np.zeros((3, 3)), [False] * 3)}  # fmt: skip
+    rng = np.random.default_rng(0)
+    out = {}
+
+    def key(s, d, k):
+        a = np.c_[np.asarray(d), np.asarray(s), np.asarray(k)]
+        return a[np.lexsort(a.T[::-1])]
+
+    for name, (cell, pbc) in cases.items():
+        pos = rng.random((60, 3)) @ cell if any(pbc) else rng.random((60, 3)) * 9.0
+        ref = build_edge_graph(pos, cell, pbc, 4.0)
+        want = key(ref.src, ref.dst, ref.shifts)
+        pt, ct = torch.tensor(pos, device="cuda"), torch.tensor(cell, device="cuda")
+        s, d, k = (t.cpu().numpy() for t in cell_list_edges(pt, ct, pbc, 4.0))
+        row = {"cell_list": bool(np.array_equal(key(s, d, k), want))}
+        try:
+            from vesin_torch import NeighborList
+
+            nl = NeighborList(cutoff=4.0, full_list=True)
+            per = torch.tensor(pbc, device="cuda")
+            i, j, sh = nl.compute(points=pt, box=ct, periodic=per, quantities="ijS")
+            r = (pt[j] + sh.to(pt.dtype) @ ct - pt[i]).norm(dim=1)
+            keep = (r > 1e-5).cpu().numpy()
+            got = key(j.cpu().numpy()[keep], i.cpu().numpy()[keep], sh.cpu().numpy()[keep])
+            row["vesin_torch"] = bool(np.array_equal(got, want))
+        except Exception as exc:
+            row["vesin_torch"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        out[name] = row
+    print(json.dumps({"cases": out}), flush=True)
+    return out
 
 
 # ------------------------------------------------------------------ orchestration
