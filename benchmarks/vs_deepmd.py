@@ -164,6 +164,7 @@ def cmd_deepmd(args) -> None:
     if args.md_size and args.md_steps:
         atoms = diamond(args.md_size)
         atoms.calc = DP(model=args.checkpoint)
+        atoms.calc.dp = dp  # the DeepPot compiled above (a new one would compile again)
         dyn = Langevin(
             atoms, 1.0 * units.fs, temperature_K=300, friction=0.01, rng=np.random.default_rng(0)
         )

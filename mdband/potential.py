@@ -36,10 +36,12 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise MdbandError("device 'cuda' requested but CUDA is not available")
+    if dev.type == "cuda" and dev.index is None:  # "cuda" means the current GPU: name it
+        dev = torch.device("cuda", torch.cuda.current_device())
     return dev
 
 
