@@ -8,6 +8,7 @@ the edge set the model sees is exactly the one a fresh list would give.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +21,7 @@ from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.potential import Potential
 
 _MIN_VOLUME = 1e-10
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -127,6 +129,12 @@ class Calculator(_AseCalculator):
         self._shift_vectors = self._full_graph.shifts @ cell
         self._reference = NeighbourReference(positions.copy(), cell.copy(), pbc.copy())
         self.n_neighbour_builds += 1
+        logger.debug(
+            "neighbour list rebuilt (#%d): %d edges within cutoff + skin %g Å",
+            self.n_neighbour_builds,
+            len(self._full_graph.src),
+            self.potential.cutoff + self.skin,
+        )
 
     def _reusable(self, positions, cell, pbc) -> bool:
         ref = self._reference
