@@ -8,7 +8,6 @@ writing a checkpoint).
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -131,8 +130,6 @@ def command(ctx, print_config, **params):
         if print_config:
             click.echo(config.resolved().to_toml(), nl=False)
             return
-        if quiet:
-            config = replace(config, progress=False)
         if config.engine == "lammps":
             from mdband.md.lammps_engine import run_lammps
 

@@ -153,7 +153,8 @@ class RunConfig:
         )
 
 
-RunConfig.__doc__ += parameters_doc(RunConfig)
+if RunConfig.__doc__:  # None under python -OO
+    RunConfig.__doc__ += parameters_doc(RunConfig)
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 

@@ -85,7 +85,8 @@ class RelaxConfig:
         return asdict(self)
 
 
-RelaxConfig.__doc__ += parameters_doc(RelaxConfig)
+if RelaxConfig.__doc__:  # None under python -OO
+    RelaxConfig.__doc__ += parameters_doc(RelaxConfig)
 
 
 @dataclass

@@ -20,7 +20,7 @@ def _one_thread():
     torch.set_num_threads(1)
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # only slower (see tests/md/test_relax.py)
+    except ImportError:  # only slower (see tests/md/test_md_relax.py)
         yield
     else:
         with threadpool_limits(1):

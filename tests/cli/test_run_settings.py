@@ -123,10 +123,16 @@ def test_print_config_of_a_resume(tmp_path, monkeypatch):
     first = ["--structure", "ar.xyz", "--model", "lj.pt", "--steps", 4, "--seed", 9]
     res = invoke(*first, "--checkpoint", "c.ckpt", "--no-progress", "--temperature", 40)
     assert res.exit_code == 0, res.output
-    parsed = tomllib.loads(printed("--resume", "--checkpoint", "c.ckpt", "--steps", 8))
+    text = printed("--resume", "--checkpoint", "c.ckpt", "--steps", 8)
+    parsed = tomllib.loads(text)
     assert parsed["resume"] is True and parsed["steps"] == 8
     assert parsed["seed"] == 9 and parsed["temperature"] == 40.0  # from the checkpoint
     assert parsed["checkpoint"] == str(tmp_path / "c.ckpt")
+    # the resume key in TOML: the printed file, or just the two keys, resolve the same
+    (tmp_path / "printed.toml").write_text(text)
+    assert printed("--config", "printed.toml") == text
+    (tmp_path / "keys.toml").write_text('resume = true\ncheckpoint = "c.ckpt"\nsteps = 8\n')
+    assert printed("--config", "keys.toml") == text
 
 
 def test_print_config_loads_and_writes_nothing(tmp_path, monkeypatch):
