@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 
 import torch
@@ -9,6 +11,8 @@ import torch
 from mdband.errors import ModelFileError
 from mdband.io.modelfile import file_sha256, is_model_file, parse_model_file, read_torch_file
 from mdband.potential import Potential, weights_hash
+
+logger = logging.getLogger(__name__)
 
 # kind -> builder(config, state_dict, options) -> torch.nn.Module; options are run-time
 # settings (e.g. rotation_layout) that do not change the model's numbers or its hash.
@@ -56,7 +60,7 @@ def potential_from_parts(
 
 def load_model(
     path,
-    device: str | None = "cpu",
+    device: str | None = "auto",
     dtype: str = "float32",
     head: str | None = None,
     rotation_layout: str | None = None,
@@ -72,7 +76,8 @@ def load_model(
     ----------
     path : str or Path
         ``.pt`` deepmd-kit checkpoint, mdband model file, or ``"builtin:NAME"``.
-    device : {"cpu", "cuda", "auto"} or torch.device
+    device : {"auto", "cpu", "cuda", "cuda:N"} or torch.device
+        ``"auto"`` (default): CUDA when available, else CPU.
     dtype : {"float32", "float64"}
     head : str, optional
         Branch of a multi-task deepmd-kit checkpoint (required when it has several).
@@ -98,6 +103,7 @@ def load_model(
         for CPU models; ``"cell_list"`` / ``"vesin"`` force one.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
+    t0 = time.perf_counter()
     options = {
         "rotation_layout": rotation_layout,
         "kernels": kernels,
@@ -114,7 +120,7 @@ def load_model(
     obj = read_torch_file(path)
     if is_model_file(obj):
         parse_model_file(obj, path)
-        return potential_from_parts(
+        pot = potential_from_parts(
             obj["kind"],
             obj["type_map"],
             obj["cutoff"],
@@ -125,8 +131,26 @@ def load_model(
             dtype,
             options,
         )
+        return _loaded(pot, spath, t0)
     from mdband.io.deepmd import import_deepmd_checkpoint
 
     kind, type_map, cutoff, config, sd = import_deepmd_checkpoint(obj, path, head=head)
     meta = {"source": "deepmd-kit", "source_sha256": file_sha256(path), "head": head}
-    return potential_from_parts(kind, type_map, cutoff, config, sd, meta, device, dtype, options)
+    pot = potential_from_parts(kind, type_map, cutoff, config, sd, meta, device, dtype, options)
+    return _loaded(pot, spath, t0)
+
+
+def _loaded(pot: Potential, source: str, t0: float) -> Potential:
+    logger.info(
+        "loaded model %s: %s %s, types %s, cutoff %g Å, on %s (%s), %s layout, %.2f s",
+        source,
+        pot.kind,
+        pot.model_hash[:12],
+        " ".join(pot.type_map),
+        pot.cutoff,
+        pot.device,
+        str(pot.dtype).replace("torch.", ""),
+        pot.rotation_layout,
+        time.perf_counter() - t0,
+    )
+    return pot

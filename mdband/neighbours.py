@@ -77,7 +77,12 @@ class HostNeighbourList:
         self._shift_vectors = self._full.shifts @ cell
         self._reference = NeighbourReference(positions.copy(), cell.copy(), pbc.copy())
         self.n_builds += 1
-        log.debug("neighbour list built: %d edges", self._full.n_edges)
+        log.debug(
+            "neighbour list rebuilt (#%d): %d edges within cutoff + skin %g Å",
+            self.n_builds,
+            self._full.n_edges,
+            self.cutoff + self.skin,
+        )
 
     def _reusable(self, positions, cell, pbc) -> bool:
         ref = self._reference
@@ -149,7 +154,12 @@ class DeviceNeighbourList:
         self._shift_vectors = shifts.to(torch.float64) @ cell
         self._ref_pos, self._ref_cell, self._ref_pbc = positions.clone(), cell.clone(), pbc
         self.n_builds += 1
-        log.debug("device neighbour list built: %d edges", int(src.shape[0]))
+        log.debug(
+            "device neighbour list rebuilt (#%d): %d edges within cutoff + skin %g Å",
+            self.n_builds,
+            int(src.shape[0]),
+            self.cutoff + self.skin,
+        )
 
     def _rebuild_needed(self, positions, cell, pbc) -> bool:
         ref = self._ref_pos

@@ -35,9 +35,13 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """mdband's one device rule: ``None`` or ``"auto"`` is CUDA when available, else CPU."""
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise MdbandError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise MdbandError("device 'cuda' requested but CUDA is not available")
     if dev.type == "cuda" and dev.index is None:  # "cuda" means the current GPU: name it
@@ -125,7 +129,7 @@ class Potential:
         cutoff: float,
         config: dict,
         metadata: dict | None = None,
-        device: str | torch.device | None = "cpu",
+        device: str | torch.device | None = "auto",
         dtype: str | torch.dtype = "float32",
         neighbour_list: str | None = None,
     ) -> None:

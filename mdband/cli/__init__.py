@@ -15,6 +15,7 @@ _SUBCOMMANDS = {
     "convert": "mdband.cli.convert",
     "run": "mdband.cli.run",
     "fit": "mdband.cli.fit",
+    "relax": "mdband.cli.relax",
 }
 
 
@@ -29,7 +30,20 @@ class _LazyGroup(click.Group):
         return importlib.import_module(mod).command
 
 
-@click.group(cls=_LazyGroup)
-@click.version_option(__version__, prog_name="mdband")
-def main() -> None:
-    """mdband: fast MD with SeZM (DPA4) potentials."""
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="mdband")
+@click.option("-v", "--verbose", count=True, help="Log more on stderr (-v INFO, -vv DEBUG).")
+@click.option("-q", "--quiet", is_flag=True, help="Errors only: no progress, thermo or logs.")
+@click.pass_context
+def main(ctx, verbose, quiet) -> None:
+    """mdband: fast MD with SeZM (DPA4) potentials.
+
+    Devices: every command's --device auto (the default) is CUDA when available, else CPU.
+    """
+    from mdband.cli.common import UserError
+    from mdband.cli.log_setup import configure_logging
+
+    if verbose and quiet:
+        raise UserError("-v and -q exclude each other")
+    ctx.ensure_object(dict).update(verbose=verbose, quiet=quiet)
+    configure_logging(-1 if quiet else verbose)

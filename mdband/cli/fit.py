@@ -105,7 +105,7 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 @click.option("--checkpoint-every", type=int, help="Write the checkpoint every N epochs [5].")
 @click.option("--resume", is_flag=True, default=None, help="Continue from the checkpoint.")
 @click.option("--overwrite", is_flag=True, default=None, help="Replace existing outputs.")
-@click.option("--device", help="cpu, cuda or auto [cpu].")
+@click.option("--device", help="auto (CUDA when available, else CPU), cpu, cuda [auto].")
 @click.option("--dtype", help="Training precision, float32 or float64 [float32].")
 @click.option("--threads", type=int, help="CPU threads for torch.")
 @click.option("--head", help="Head of a multi-task deepmd-kit checkpoint (with --init).")
@@ -126,6 +126,8 @@ def command(ctx, data, output, init, config_file, quiet, type_map, l_schedule, *
 
     def given(name):
         return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+
+    quiet = quiet or bool((ctx.obj or {}).get("quiet"))  # mdband -q fit ...
 
     settings: dict = {}
     if data:

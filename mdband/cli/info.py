@@ -12,7 +12,9 @@ from mdband.cli.common import fail_on_user_error
 @click.command("info")
 @click.argument("model")
 @click.option("--head", default=None, help="Head of a multi-task deepmd-kit checkpoint.")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or auto.")
+@click.option(
+    "--device", default="auto", show_default=True, help="auto (CUDA when available), cpu, cuda."
+)
 @click.option("--dtype", default="float32", show_default=True, help="float32 or float64.")
 @click.option("--rotation-layout", default=None, help="auto (default), band or dense.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")

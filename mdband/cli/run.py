@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from mdband.cli.common import UserError
-from mdband.md.config import ENGINES, ENSEMBLES
+from mdband.cli.setting_options import given_settings, setting_options
+from mdband.md.config import RunConfig
 
 
 class _DivergedError(UserError):
@@ -74,11 +74,7 @@ def _load_toml(path: str) -> dict:
 def _settings(ctx: click.Context, params: dict) -> dict:
     """TOML settings updated by the flags given on the command line."""
     settings = _load_toml(params["config_file"]) if params.get("config_file") else {}
-    for name, value in params.items():
-        if name == "config_file":
-            continue
-        if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
-            settings[name] = value
+    settings.update(given_settings(ctx, RunConfig, params))
     return settings
 
 
@@ -98,42 +94,21 @@ def _config(settings: dict):
 
 @click.command("run", cls=_OneLineCommand)
 @click.option("--config", "config_file", metavar="FILE", help="TOML file of settings.")
-@click.option("--structure", metavar="FILE", help="Starting structure (any ase.io.read format).")
-@click.option("--frame", type=int, help="Image of the structure file to start from [last].")
-@click.option("--model", metavar="PATH", help="Model file (mdband or deepmd-kit SeZM).")
-@click.option("--ensemble", type=click.Choice(ENSEMBLES), help="Ensemble [nve].")
-@click.option("--temperature", type=float, metavar="K", help="Temperature in K [300].")
-@click.option("--pressure", type=float, metavar="GPA", help="Pressure in GPa (npt-mtk) [0].")
-@click.option("--timestep", type=float, metavar="FS", help="Time step in fs [1].")
-@click.option("--steps", type=int, metavar="N", help="Total length in steps [1000].")
-@click.option("--seed", type=int, metavar="N", help="Random seed [drawn and recorded].")
-@click.option("--friction", type=float, metavar="1/PS", help="Langevin friction in ps^-1 [1].")
-@click.option("--tdamp", type=float, metavar="FS", help="Thermostat time in fs [100 dt].")
-@click.option("--pdamp", type=float, metavar="FS", help="Barostat time in fs [1000 dt].")
-@click.option("--trajectory", metavar="FILE.h5", help="H5MD trajectory output.")
-@click.option("--traj-every", type=int, metavar="N", help="Frame and thermo interval [100].")
-@click.option("--checkpoint", metavar="FILE", help="Restart file.")
-@click.option("--checkpoint-every", type=int, metavar="N", help="Checkpoint interval [1000].")
-@click.option("--resume", is_flag=True, help="Continue from --checkpoint until --steps.")
-@click.option("--overwrite", is_flag=True, help="Replace existing output files.")
-@click.option("--device", help="cpu, cuda or auto [auto].")
-@click.option("--dtype", type=click.Choice(["float32", "float64"]), help="Model precision.")
-@click.option("--log", metavar="FILE", help="Also write the thermo table and summary here.")
-@click.option("--min-distance", type=float, metavar="A", help="Closest allowed pair [0.5 Å].")
-@click.option("--threads", type=int, metavar="N", help="CPU threads for torch.")
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@setting_options(RunConfig)
 @click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    help="ase (one process) or lammps (pair_style mdband; mpirun -np N for ranks) [ase].",
+    "--print-config",
+    is_flag=True,
+    help="Print the resolved settings as TOML (loadable with --config) and exit.",
 )
 @click.pass_context
-def command(ctx, **params):
+def command(ctx, print_config, **params):
     """Run molecular dynamics with an mdband / SeZM potential.
 
-    Settings come from --config FILE (TOML, keys named like the flags) and the flags, which
-    override it. --steps is the run's total length: with --resume the run continues from the
-    checkpoint until the step counter reaches it.
+    Settings come from --config FILE (TOML, keys named like the flags: --traj-every is
+    traj_every or traj-every) and the flags, which override it. --print-config prints the
+    resolved settings (seed drawn, paths absolute) and exits without loading anything.
+    --steps is the run's total length: with --resume the run continues from the checkpoint
+    until the step counter reaches it.
 
     --engine lammps integrates with LAMMPS (pair_style mdband, same outputs); start it as
     `mpirun -np N mdband run --engine lammps ...` to split the cell over N ranks.
@@ -144,12 +119,21 @@ def command(ctx, **params):
     from mdband.errors import MdbandError
     from mdband.md import ConfigError, RunInterrupted, SimulationDivergedError, run
 
+    quiet = bool((ctx.obj or {}).get("quiet"))
+    console = None
+    if quiet:
+        from rich.console import Console
+
+        console = Console(quiet=True)
     try:
         config = _config(_settings(ctx, params))
+        if print_config:
+            click.echo(config.resolved().to_toml(), nl=False)
+            return
         if config.engine == "lammps":
             from mdband.md.lammps_engine import run_lammps
 
-            run_lammps(config)
+            run_lammps(config, console=console)
         else:
             from mdband.md.lammps_engine import launcher_rank_size
 
@@ -157,7 +141,7 @@ def command(ctx, **params):
                 raise ConfigError(
                     "--engine ase runs in one process; under mpirun use --engine lammps"
                 )
-            run(config)
+            run(config, console=console)
     except SimulationDivergedError as exc:
         raise _DivergedError(_line(exc)) from None
     except RunInterrupted as exc:

@@ -80,7 +80,7 @@ class FitConfig:
     checkpoint_every: int = 5
     resume: bool = False
     overwrite: bool = False
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     threads: int | None = None
     log: str | None = None

@@ -9,6 +9,8 @@ A checkpoint is a small HDF5 file::
     integrator/<name>    float64 arrays: thermostat chains, barostat and cell momenta, ...
     rng/<name>           attribute "state": JSON of a numpy bit generator's state
     neighbours/          positions, cell, pbc of the reusable neighbour list (if any)
+    attrs: constraints_json  ASE constraints (ase.io.jsonio of their todict()), only when the
+                             run has any; such a checkpoint has format_version 2
 
 Momenta are what ASE's integrators keep, so they are the restart quantity (velocities are
 stored for readers). Positions and momenta are float64 so a resumed run is bitwise exact.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +31,9 @@ from mdband._version import __version__
 from mdband.errors import MdbandError
 from mdband.io.atomic import atomic_path
 
+logger = logging.getLogger(__name__)
 FORMAT = "mdband-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: constraints_json; a checkpoint without constraints is still version 1
 _ARRAYS = ("numbers", "masses", "positions", "momenta", "cell", "pbc")
 
 
@@ -54,6 +58,7 @@ class Checkpoint:
     integrator: dict[str, np.ndarray] = field(default_factory=dict)
     rng: dict[str, dict] = field(default_factory=dict)
     neighbours: dict[str, np.ndarray] | None = None
+    constraints: str = ""  # JSON of the ASE constraints ("" or "[]": none)
 
     @property
     def velocities(self) -> np.ndarray:
@@ -78,7 +83,13 @@ def _digest(ck: Checkpoint) -> str:
         h.update(f"rng/{name}:{json.dumps(ck.rng[name], sort_keys=True)}".encode())
     for name in sorted(ck.neighbours or {}):
         add("neighbours/" + name, ck.neighbours[name])
+    if _has_constraints(ck):
+        h.update(f"constraints:{ck.constraints}".encode())
     return h.hexdigest()
+
+
+def _has_constraints(ck: Checkpoint) -> bool:
+    return ck.constraints not in ("", "[]")
 
 
 def _normalise(ck: Checkpoint) -> Checkpoint:
@@ -98,6 +109,7 @@ def _normalise(ck: Checkpoint) -> Checkpoint:
         neighbours=None
         if ck.neighbours is None
         else {k: np.asarray(v) for k, v in ck.neighbours.items()},
+        constraints=str(ck.constraints or ""),
     )
 
 
@@ -107,13 +119,15 @@ def write_checkpoint(path, ck: Checkpoint) -> None:
     ck = _normalise(ck)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["format"] = FORMAT
-        f.attrs["format_version"] = FORMAT_VERSION
+        f.attrs["format_version"] = FORMAT_VERSION if _has_constraints(ck) else 1
         f.attrs["step"] = ck.step
         f.attrs["time"] = ck.time
         f.attrs["model_hash"] = ck.model_hash
         f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
         f.attrs["mdband_version"] = __version__
         f.attrs["sha256"] = _digest(ck)
+        if _has_constraints(ck):
+            f.attrs["constraints_json"] = ck.constraints
         for name in _ARRAYS:
             f.create_dataset(name, data=getattr(ck, name))
         f.create_dataset("velocities", data=ck.velocities)
@@ -127,6 +141,7 @@ def write_checkpoint(path, ck: Checkpoint) -> None:
             g = f.create_group("neighbours")
             for name, arr in ck.neighbours.items():
                 g.create_dataset(name, data=arr)
+    logger.info("checkpoint written: %s (step %d)", path, ck.step)
 
 
 def read_checkpoint(path) -> Checkpoint:
@@ -154,6 +169,7 @@ def read_checkpoint(path) -> Checkpoint:
                 neighbours=None
                 if "neighbours" not in f
                 else {k: v[()] for k, v in f["neighbours"].items()},
+                constraints=str(f.attrs.get("constraints_json", "")),
                 **{name: f[name][()] for name in _ARRAYS},
             )
             stored = str(f.attrs["sha256"])

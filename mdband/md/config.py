@@ -1,23 +1,28 @@
 """RunConfig: every setting of an MD run, validated once.
 
 Units: timestep, ``tdamp`` and ``pdamp`` in fs; temperature in K; pressure in GPa; friction
-in ps⁻¹; lengths (``min_distance``, ``skin``) in Å.
+in ps⁻¹; lengths (``min_distance``, ``skin``) in Å. A setting is one field declared with
+:func:`~mdband.md.setting_table.setting`: that makes it a TOML key, a ``mdband run`` flag, a
+``--help`` line and a ``--print-config`` line.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from mdband.io.h5md import FORCE_UNITS
 from mdband.md.errors import ConfigError
+from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
 BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
+VELOCITIES = ("auto", "maxwell", "file")
 PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
@@ -39,93 +44,84 @@ PHYSICS_FIELDS = (
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Settings of one ``mdband run``.
+    """Settings of one ``mdband run``; each is a TOML key and a flag (``traj_every`` is
+    ``--traj-every``), declared once below with its help text (:mod:`mdband.md.setting_table`).
 
-    Parameters
-    ----------
-    structure : str
-        Any file :func:`ase.io.read` reads; ``frame`` picks one image (default: the last).
-    model : str
-        Model file for :func:`mdband.load_model`.
-    ensemble : {"nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk"}
-    temperature : float
-        Target (and initial-velocity) temperature in K.
-    pressure : float
-        Target pressure in GPa (``npt-mtk``).
-    timestep : float
-        Time step in fs.
-    steps : int
-        Total length of the run in steps; a resumed run continues until the counter reaches it.
-    seed : int, optional
-        Seed of the initial velocities and of the thermostat noise; drawn at random (and
-        recorded) when not given.
-    friction : float
-        Langevin friction in ps⁻¹.
-    tdamp, pdamp : float, optional
-        Thermostat / barostat time constants in fs (default 100 and 1000 time steps).
-    tchain, pchain, tloop, ploop : int
-        Nosé-Hoover chain lengths and sub-steps (``nvt-nhc``, ``npt-mtk``).
-    barostat : {"isotropic", "full"}
-        ``npt-mtk`` cell fluctuations: volume only, or the full (triclinic) cell.
-    trajectory : str, optional
-        H5MD output; frames every ``traj_every`` steps in ``traj_precision``, forces in
-        ``traj_force_unit`` ("kJ mol-1 Angstrom-1", readable by MDAnalysis, or
-        "eV Angstrom-1").
-    checkpoint : str, optional
-        Restart file, written every ``checkpoint_every`` steps and at the end.
-    resume, overwrite : bool
-        Continue from ``checkpoint`` / replace existing outputs.
-    device, dtype, head
-        Passed to :func:`mdband.load_model`.
-    log : str, optional
-        Plain-text copy of the thermo table and the summary.
-    min_distance : float
-        Refuse structures with two atoms closer than this (Å); 0 disables the check.
-    skin : float
-        Neighbour-list skin in Å (0 rebuilds the list every step).
-    threads : int, optional
-        CPU threads for torch (process-wide; default: torch's choice).
-    progress : bool
-        Show a progress bar.
-    engine : {"ase", "lammps"}
-        Who integrates: ASE in this process, or LAMMPS with ``pair_style mdband`` (runs under
-        ``mpirun``; see :mod:`mdband.md.lammps_engine`).
+    Units: fs, K, GPa, ps⁻¹ and Å, as the help of each setting says. ``device="auto"`` is
+    CUDA when available, else CPU (the rule of every mdband front end).
     """
 
-    structure: str | None = None
-    model: str | None = None
-    frame: int = -1
-    ensemble: str = "nve"
-    temperature: float = 300.0
-    pressure: float = 0.0
-    timestep: float = 1.0
-    steps: int = 1000
-    seed: int | None = None
-    friction: float = 1.0
-    tdamp: float | None = None
-    pdamp: float | None = None
-    tchain: int = 3
-    pchain: int = 3
-    tloop: int = 1
-    ploop: int = 1
-    barostat: str = "isotropic"
-    trajectory: str | None = None
-    traj_every: int = 100
-    traj_precision: str = "float32"
-    traj_force_unit: str = "kJ mol-1 Angstrom-1"
-    checkpoint: str | None = None
-    checkpoint_every: int = 1000
-    resume: bool = False
-    overwrite: bool = False
-    device: str = "auto"
-    dtype: str = "float32"
-    head: str | None = None
-    log: str | None = None
-    min_distance: float = 0.5
-    skin: float = 0.0
-    threads: int | None = None
-    progress: bool = True
-    engine: str = "ase"
+    structure: str | None = setting(
+        None, "Starting structure (any ase.io.read format).", metavar="FILE"
+    )
+    model: str | None = setting(
+        None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
+    )
+    frame: int = setting(-1, "Image of the structure file to start from.", default_text="last")
+    ensemble: str = setting("nve", "Ensemble.", choices=ENSEMBLES)
+    temperature: float = setting(300.0, "Target and initial-velocity temperature.", unit="K")
+    pressure: float = setting(0.0, "Target pressure (npt-mtk).", unit="GPa")
+    timestep: float = setting(1.0, "Time step.", unit="fs")
+    steps: int = setting(1000, "Total length in steps (a resumed run continues until it).")
+    seed: int | None = setting(
+        None,
+        "Seed of the initial velocities and the thermostat noise.",
+        default_text="drawn and recorded",
+    )
+    velocities: str = setting(
+        "auto",
+        "Initial velocities: maxwell (Maxwell-Boltzmann at exactly --temperature, zero total "
+        "momentum, zero rotation for open systems), file (from the structure file; an error "
+        "if it has none) or auto (file when it has them, else maxwell).",
+        choices=VELOCITIES,
+    )
+    friction: float = setting(1.0, "Langevin friction.", unit="ps^-1", metavar="1/PS")
+    tdamp: float | None = setting(
+        None, "Thermostat time constant in fs.", metavar="FS", default_text="100 timesteps"
+    )
+    pdamp: float | None = setting(
+        None, "Barostat time constant in fs.", metavar="FS", default_text="1000 timesteps"
+    )
+    tchain: int = setting(3, "Nose-Hoover thermostat chain length (nvt-nhc, npt-mtk).")
+    pchain: int = setting(3, "Nose-Hoover barostat chain length (npt-mtk).")
+    tloop: int = setting(1, "Thermostat chain sub-steps per step (nvt-nhc, npt-mtk).")
+    ploop: int = setting(1, "Barostat chain sub-steps per step (npt-mtk).")
+    barostat: str = setting(
+        "isotropic", "npt-mtk cell fluctuations: volume only or the full cell.", choices=BAROSTATS
+    )
+    trajectory: str | None = setting(None, "H5MD trajectory output.", metavar="FILE.h5")
+    traj_every: int = setting(100, "Frame and thermo-line interval in steps.")
+    traj_precision: str = setting("float32", "Precision of trajectory frames.", choices=DTYPES)
+    traj_force_unit: str = setting(
+        "kJ mol-1 Angstrom-1",
+        "Unit of trajectory forces (kJ mol-1 Angstrom-1 is what MDAnalysis reads).",
+        choices=FORCE_UNITS,
+    )
+    checkpoint: str | None = setting(None, "Restart file.", metavar="FILE")
+    checkpoint_every: int = setting(1000, "Checkpoint interval in steps (and at the end).")
+    resume: bool = setting(False, "Continue from --checkpoint until --steps.")
+    overwrite: bool = setting(False, "Replace existing output files.")
+    device: str = setting(
+        "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
+    )
+    dtype: str = setting("float32", "Model precision.", choices=DTYPES)
+    head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
+    log: str | None = setting(
+        None, "Also write the thermo table and summary to this file.", metavar="FILE"
+    )
+    min_distance: float = setting(
+        0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
+    )
+    skin: float = setting(0.0, "Neighbour-list skin (0 rebuilds the list every step).", unit="Å")
+    threads: int | None = setting(
+        None, "CPU threads for torch (process-wide).", default_text="torch's choice"
+    )
+    progress: bool = setting(True, "Show a progress bar.")
+    engine: str = setting(
+        "ase",
+        "ase (one process) or lammps (pair_style mdband; mpirun -np N for ranks).",
+        choices=ENGINES,
+    )
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -139,6 +135,14 @@ class RunConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_toml(self) -> str:
+        """The settings as TOML that ``mdband run --config`` (or :meth:`from_mapping` of
+        ``tomllib.loads``) reads back to an equal config; paths become absolute."""
+        from mdband._version import __version__
+
+        header = f"mdband {__version__} run settings; run them with: mdband run --config FILE"
+        return to_toml(self, header, path_fields=PATH_FIELDS)
+
     def resolved(self) -> RunConfig:
         """A copy with the seed and damping times made concrete (what a run records)."""
         return replace(
@@ -149,7 +153,10 @@ class RunConfig:
         )
 
 
+if RunConfig.__doc__:  # None under python -OO
+    RunConfig.__doc__ += parameters_doc(RunConfig)
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
@@ -168,18 +175,9 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
 
 
 def _validate(c: RunConfig) -> None:
-    _types(c)
-    if c.ensemble not in ENSEMBLES:
-        raise ConfigError(f"ensemble must be one of {', '.join(ENSEMBLES)}; got {c.ensemble!r}")
-    if c.engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}; got {c.engine!r}")
-    if c.barostat not in BAROSTATS:
-        raise ConfigError(f"barostat must be one of {', '.join(BAROSTATS)}; got {c.barostat!r}")
-    if c.traj_force_unit not in FORCE_UNITS:
-        raise ConfigError(f"traj_force_unit must be one of {', '.join(map(repr, FORCE_UNITS))}")
-    for name in ("dtype", "traj_precision"):
-        if getattr(c, name) not in DTYPES:
-            raise ConfigError(f"{name} must be float32 or float64; got {getattr(c, name)!r}")
+    check_values(c, ConfigError)  # types and choices, from the settings table
+    if not _DEVICE.fullmatch(c.device):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N; got {c.device!r}")
     _positive(c, "timestep", "steps", "traj_every", "checkpoint_every", "friction")
     _positive(c, "tchain", "pchain", "tloop", "ploop")
     for name in ("tdamp", "pdamp"):
@@ -203,37 +201,6 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
-
-
-_KIND_NAMES = {
-    "bool": "true or false",
-    "int": "an integer",
-    "float": "a finite number",
-    "str": "a string",
-}
-
-
-def _types(c: RunConfig) -> None:
-    for f in fields(c):
-        value = getattr(c, f.name)
-        kind = f.type
-        if value is None and "None" in kind:
-            continue
-        if kind.startswith("bool"):
-            ok = isinstance(value, bool)
-        elif kind.startswith("int"):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        elif kind.startswith("float"):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if ok:
-                ok = math.isfinite(value)
-                if ok:
-                    object.__setattr__(c, f.name, float(value))
-        else:
-            ok = isinstance(value, str)
-        if not ok:
-            what = _KIND_NAMES[kind.split(" |")[0]]
-            raise ConfigError(f"{f.name} must be {what}, got {value!r}")
 
 
 def _positive(c: RunConfig, *names: str) -> None:

@@ -24,6 +24,7 @@ from mdband.errors import MdbandError, StructureError
 from mdband.io.checkpoint import Checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
 from mdband.md.config import RunConfig
+from mdband.md.constraints import constraints_json
 from mdband.md.errors import RunInterrupted, SimulationDivergedError
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
@@ -152,6 +153,7 @@ class _Run:
                 neighbours=None
                 if ref is None
                 else {"positions": ref.positions, "cell": ref.cell, "pbc": ref.pbc},
+                constraints=constraints_json(a),
             ),
         )
         self.last_checkpoint = step

@@ -13,14 +13,11 @@ from mdband.errors import StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.h5md import H5MDReader, TrajectoryError
 from mdband.md.config import RunConfig, merge_for_resume
-from mdband.md.ensembles import Ensemble, thermostat_rng, velocity_rng
+from mdband.md.constraints import carried_constraints, describe, restore_constraints
+from mdband.md.ensembles import Ensemble, thermostat_rng
 from mdband.md.errors import ConfigError, OutputExistsError
-from mdband.md.system import (
-    check_structure,
-    has_velocities,
-    maxwell_boltzmann_momenta,
-    read_structure,
-)
+from mdband.md.system import check_structure, read_structure
+from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
 
 _OUTPUTS = ("trajectory", "checkpoint", "log")
@@ -61,6 +58,7 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
     notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)
+        restore_constraints(atoms, ck.constraints, config, str(config.checkpoint))
         start = ck.step
         notes.append(f"Resuming from {config.checkpoint} at step {ck.step}")
     else:
@@ -132,11 +130,7 @@ def _atoms_from_checkpoint(ck: Checkpoint, potential: Potential, config: RunConf
 
 def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> Atoms:
     src = read_structure(config.structure, config.frame)
-    if src.constraints:
-        raise StructureError(
-            f"structure {config.structure} carries ASE constraints, which mdband run does not "
-            "support; remove them"
-        )
+    constraints = carried_constraints(src.constraints, config, str(config.structure))
     check_structure(src, potential, config.min_distance)
     atoms = Atoms(
         numbers=src.get_atomic_numbers(),
@@ -145,17 +139,10 @@ def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> A
         pbc=src.get_pbc(),
         masses=src.get_masses(),
     )
-    if has_velocities(src):
-        atoms.set_momenta(src.get_momenta(), apply_constraint=False)
-        notes.append("Velocities: taken from the structure file")
-    else:
-        rng = velocity_rng(config.seed)
-        momenta = maxwell_boltzmann_momenta(atoms.get_masses(), config.temperature, rng)
-        atoms.set_momenta(momenta, apply_constraint=False)
-        notes.append(
-            f"Velocities: Maxwell-Boltzmann at {config.temperature} K (seed {config.seed}), "
-            "zero total momentum"
-        )
+    if constraints:
+        atoms.set_constraint(constraints)
+        notes.append(describe(atoms))
+    notes.append(set_initial_velocities(atoms, src, config))
     if not np.all(np.isfinite(atoms.get_momenta())):
         raise StructureError(f"velocities in {config.structure} contain NaN or inf")
     return atoms

@@ -32,7 +32,7 @@ def test_defaults_and_resolution():
         ({"temperature": -1.0}, "temperature must be >= 0"),
         ({"ensemble": "nvt-nhc", "temperature": 0.0}, "needs a temperature > 0"),
         ({"ensemble": "nvt"}, "ensemble must be one of"),
-        ({"barostat": "tri"}, "barostat must be one of"),
+        ({"barostat": "tri"}, "barostat must be isotropic or full"),
         ({"dtype": "float16"}, "dtype must be float32 or float64"),
         ({"traj_every": 0}, "traj_every must be positive"),
         ({"friction": -1.0}, "friction must be positive"),

@@ -1,0 +1,249 @@
+"""Geometry (and cell) relaxation with ASE's optimisers: what ``mdband relax`` calls.
+
+The structure's ASE constraints are kept (ASE's optimisers honour all of them); ``cell``
+relaxes the cell too through ASE's ``FrechetCellFilter`` (to zero stress). The result is
+written atomically (temp file, fsync, rename) and never over an existing file unless
+``overwrite``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from ase import Atoms, units
+from ase.calculators.singlepoint import SinglePointCalculator
+
+from mdband.errors import StructureError
+from mdband.io.atomic import atomic_path
+from mdband.md.errors import ConfigError, OutputExistsError
+from mdband.md.setting_table import check_values, parameters_doc, setting
+from mdband.md.system import check_structure, read_structure
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZERS = ("fire", "bfgs")
+_TRAJECTORY_SUFFIXES = (".traj", ".xyz", ".extxyz")
+
+
+@dataclass(frozen=True)
+class RelaxConfig:
+    """Settings of one ``mdband relax`` (each is a flag: ``fmax`` is ``--fmax``)."""
+
+    structure: str | None = setting(
+        None, "Structure to relax (any ase.io.read format).", metavar="FILE"
+    )
+    frame: int = setting(-1, "Image of the structure file.", default_text="last")
+    model: str | None = setting(
+        None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
+    )
+    output: str | None = setting(
+        None, "Relaxed structure (format from the name, any ase.io.write one).", metavar="FILE"
+    )
+    trajectory: str | None = setting(
+        None, "Every optimiser step, as an ASE .traj or extxyz file.", metavar="FILE"
+    )
+    fmax: float = setting(
+        0.01, "Converged when every force (and, with --cell, stress) is below this.", unit="eV/Å"
+    )
+    cell: bool = setting(False, "Relax the cell too (FrechetCellFilter, to zero stress).")
+    optimizer: str = setting("fire", "ASE optimiser.", choices=OPTIMIZERS)
+    steps: int = setting(1000, "Most optimiser steps.")
+    overwrite: bool = setting(False, "Replace existing output files.")
+    device: str = setting(
+        "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
+    )
+    dtype: str = setting("float64", "Model precision.", choices=("float32", "float64"))
+    head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
+    min_distance: float = setting(
+        0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
+    )
+    threads: int | None = setting(
+        None, "CPU threads for torch (process-wide).", default_text="torch's choice"
+    )
+
+    def __post_init__(self) -> None:
+        check_values(self, ConfigError)
+        if not self.fmax > 0:
+            raise ConfigError(f"fmax must be positive; got {self.fmax}")
+        if self.steps < 1:
+            raise ConfigError(f"steps must be positive; got {self.steps}")
+        if self.min_distance < 0:
+            raise ConfigError("min_distance must be >= 0 Å")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be >= 1; got {self.threads}")
+        for name, flag in (("structure", "--structure"), ("model", "--model")):
+            if not getattr(self, name):
+                raise ConfigError(f"no {name} given ({flag})")
+        if not self.output:
+            raise ConfigError("no output given (--output FILE)")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+if RelaxConfig.__doc__:  # None under python -OO
+    RelaxConfig.__doc__ += parameters_doc(RelaxConfig)
+
+
+@dataclass
+class RelaxResult:
+    """Outcome of :func:`relax`: energy in eV, forces in eV/Å, stress in GPa."""
+
+    atoms: Atoms
+    converged: bool
+    steps: int
+    energy: float
+    max_force: float  # largest atomic force (constraints applied)
+    max_stress: float | None  # largest |stress component| (periodic cells)
+    volume: float | None
+
+
+def output_format(path, what: str = "output") -> str:
+    """The ASE format ``path``'s name asks for; :class:`ConfigError` when none can write it."""
+    from ase.io.formats import filetype, ioformats
+
+    try:
+        fmt = filetype(str(path), read=False)
+    except Exception:  # noqa: BLE001 - ASE raises several kinds for unknown names
+        fmt = None
+    if fmt not in ioformats or not ioformats[fmt].can_write:
+        raise ConfigError(f"cannot tell an ASE format that writes {what} {path} from its name")
+    return fmt
+
+
+def _check_outputs(c: RelaxConfig) -> str:
+    output_format(c.output)
+    paths = {"output": Path(c.output)}
+    if c.trajectory:
+        paths["trajectory"] = Path(c.trajectory)
+        if paths["trajectory"].suffix.lower() not in _TRAJECTORY_SUFFIXES:
+            raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
+        if paths["trajectory"].resolve() == paths["output"].resolve():
+            raise ConfigError("output and trajectory must be different files")
+    for name, path in paths.items():
+        if not path.parent.is_dir():
+            raise ConfigError(f"directory of {name} file {path} does not exist")
+        if path.is_dir():
+            raise ConfigError(f"{name} path {path} is a directory")
+        if path.exists() and not c.overwrite:
+            raise OutputExistsError(f"{name} file {path} exists; use --overwrite to replace it")
+    return output_format(c.output)
+
+
+def _snapshot(atoms: Atoms) -> Atoms:
+    """A copy of ``atoms`` carrying the calculator's latest results (for writing)."""
+    snap = atoms.copy()
+    results = atoms.calc.results
+    keep = {k: results[k] for k in ("energy", "free_energy", "forces", "stress") if k in results}
+    snap.calc = SinglePointCalculator(snap, **keep)
+    return snap
+
+
+class _TrajectoryWriter:
+    """Appends optimiser steps to an ASE .traj (incrementally) or an extxyz file."""
+
+    def __init__(self, path: str, atoms: Atoms) -> None:
+        self.path = Path(path)
+        self.atoms = atoms
+        self.frames = 0
+        self._traj = None
+        if self.path.suffix.lower() == ".traj":
+            from ase.io.trajectory import Trajectory
+
+            self._traj = Trajectory(str(self.path), "w")
+        else:
+            self.path.write_text("")
+
+    def __call__(self) -> None:
+        snap = _snapshot(self.atoms)
+        if self._traj is not None:
+            self._traj.write(snap)
+        else:
+            import ase.io
+
+            ase.io.write(self.path, snap, format="extxyz", append=True)
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._traj is not None:
+            self._traj.close()
+
+
+def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
+    """Relax ``config.structure`` with ``config.model`` and write ``config.output``.
+
+    Parameters
+    ----------
+    config : RelaxConfig
+    potential : Potential, optional
+        An already loaded potential (``config.model`` is then not read).
+    logfile : str or file, optional
+        Where the optimiser prints its step table (ASE's ``logfile``; None: nowhere).
+
+    Raises
+    ------
+    MdbandError
+        Bad input, before anything is written (:class:`ConfigError`, :class:`StructureError`,
+        :class:`OutputExistsError`, model errors).
+    """
+    import ase.io
+    from ase.filters import FrechetCellFilter
+    from ase.optimize import BFGS, FIRE
+
+    from mdband.calculator import Calculator
+
+    fmt = _check_outputs(config)
+    if config.threads is not None:
+        import torch
+
+        torch.set_num_threads(config.threads)
+    if potential is None:
+        from mdband.loader import load_model
+
+        potential = load_model(
+            config.model, device=config.device, dtype=config.dtype, head=config.head
+        )
+    atoms = read_structure(config.structure, config.frame)
+    check_structure(atoms, potential, config.min_distance)
+    if config.cell and not np.all(atoms.get_pbc()):
+        raise StructureError("--cell needs a structure periodic in all three directions")
+    atoms.calc = Calculator(potential)
+    target = FrechetCellFilter(atoms) if config.cell else atoms
+    optimizer = {"fire": FIRE, "bfgs": BFGS}[config.optimizer](target, logfile=logfile)
+    writer = _TrajectoryWriter(config.trajectory, atoms) if config.trajectory else None
+    try:
+        if writer is not None:
+            optimizer.attach(writer, interval=1)
+        converged = bool(optimizer.run(fmax=config.fmax, steps=config.steps))
+    finally:
+        if writer is not None:
+            writer.close()
+    result = _result(atoms, converged, optimizer.nsteps)
+    with atomic_path(config.output, replace=config.overwrite) as tmp:
+        ase.io.write(tmp, _snapshot(atoms), format=fmt)
+    logger.info(
+        "relax: %s after %d steps, energy %.6f eV, max force %.3g eV/Å; wrote %s",
+        "converged" if converged else "not converged",
+        result.steps,
+        result.energy,
+        result.max_force,
+        config.output,
+    )
+    return result
+
+
+def _result(atoms: Atoms, converged: bool, steps: int) -> RelaxResult:
+    forces = atoms.get_forces()
+    max_force = float(np.sqrt((forces**2).sum(axis=1).max())) if len(atoms) else 0.0
+    stress = volume = None
+    if np.all(atoms.get_pbc()):
+        stress = float(np.abs(atoms.get_stress(voigt=False)).max() / units.GPa)
+        volume = float(atoms.get_volume())
+    energy = float(atoms.get_potential_energy())
+    if not math.isfinite(energy):
+        raise StructureError("the relaxation produced a non-finite energy")
+    return RelaxResult(atoms, converged, int(steps), energy, max_force, stress, volume)
