@@ -98,7 +98,11 @@ def _config(settings: dict):
 
 @click.command("run", cls=_OneLineCommand)
 @click.option("--config", "config_file", metavar="FILE", help="TOML file of settings.")
-@click.option("--structure", metavar="FILE", help="Starting structure (any ase.io.read format).")
+@click.option(
+    "--structure",
+    metavar="FILE",
+    help="Starting structure: any ase.io.read file, LAMMPS data (.lmp/.data), deepmd npy dir.",
+)
 @click.option("--frame", type=int, help="Image of the structure file to start from [last].")
 @click.option("--model", metavar="PATH", help="Model file (mdband or deepmd-kit SeZM).")
 @click.option("--ensemble", type=click.Choice(ENSEMBLES), help="Ensemble [nve].")
@@ -118,7 +122,7 @@ def _config(settings: dict):
 @click.option("--overwrite", is_flag=True, help="Replace existing output files.")
 @click.option("--device", help="cpu, cuda or auto [auto].")
 @click.option("--dtype", type=click.Choice(["float32", "float64"]), help="Model precision.")
-@click.option("--log", metavar="FILE", help="Also write the thermo table and summary here.")
+@click.option("--log", metavar="FILE", help="Thermo table and summary copy (CSV rows: .csv).")
 @click.option("--min-distance", type=float, metavar="A", help="Closest allowed pair [0.5 Å].")
 @click.option("--threads", type=int, metavar="N", help="CPU threads for torch.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
@@ -127,6 +131,11 @@ def _config(settings: dict):
     type=click.Choice(ENGINES),
     help="ase (one process) or lammps (pair_style mdband; mpirun -np N for ranks) [ase].",
 )
+@click.option(
+    "--format", metavar="FMT", help="Reader of --structure: lammps-data, deepmd/npy or ASE's."
+)
+@click.option("--type-map", metavar="EL,...", help="Elements of LAMMPS types 1, 2, ... (O,H).")
+@click.option("--final", metavar="FILE", help="Final structure [<trajectory>.final.xyz].")
 @click.pass_context
 def command(ctx, **params):
     """Run molecular dynamics with an mdband / SeZM potential.

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from mdband.io.h5md import FORCE_UNITS
 from mdband.md.errors import ConfigError
+from mdband.md.outputs import default_final
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
 BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
-PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log")
+PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
     "ensemble",
@@ -44,7 +45,14 @@ class RunConfig:
     Parameters
     ----------
     structure : str
-        Any file :func:`ase.io.read` reads; ``frame`` picks one image (default: the last).
+        Any file :func:`ase.io.read` reads, a LAMMPS data file (``.lmp``, ``.data``) or a
+        deepmd-kit npy system directory; ``frame`` picks one image (default: the last).
+    format : str, optional
+        Reader of ``structure``: ``"lammps-data"``, ``"deepmd/npy"`` or an ASE format name
+        (default: from the name, see :mod:`mdband.io.structure`).
+    type_map : str, optional
+        Elements of the LAMMPS types, ``"O,H"``: type 1 is O, type 2 is H (deepmd-kit's
+        term); default: from the data file's ``Masses``, else the model's type map.
     model : str
         Model file for :func:`mdband.load_model`.
     ensemble : {"nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk"}
@@ -78,7 +86,11 @@ class RunConfig:
     device, dtype, head
         Passed to :func:`mdband.load_model`.
     log : str, optional
-        Plain-text copy of the thermo table and the summary.
+        Plain-text copy of the thermo table and the summary; the thermo rows as CSV when
+        the name ends in ``.csv``.
+    final : str, optional
+        Final structure, written atomically at the end and on a clean stop, in the format
+        its name says (default: ``<trajectory or log stem>.final.xyz``, extended XYZ).
     min_distance : float
         Refuse structures with two atoms closer than this (Å); 0 disables the check.
     skin : float
@@ -126,6 +138,9 @@ class RunConfig:
     threads: int | None = None
     progress: bool = True
     engine: str = "ase"
+    format: str | None = None
+    type_map: str | None = None
+    final: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -146,6 +161,7 @@ class RunConfig:
             seed=secrets.randbits(63) if self.seed is None else self.seed,
             tdamp=100 * self.timestep if self.tdamp is None else self.tdamp,
             pdamp=1000 * self.timestep if self.pdamp is None else self.pdamp,
+            final=self.final or default_final(self.trajectory, self.log),
         )
 
 
@@ -160,6 +176,8 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
         name = str(key).replace("-", "_")
         if name not in _FIELD_TYPES:
             raise ConfigError(f"unknown setting {key!r}")
+        if name == "type_map" and isinstance(value, (list, tuple)):  # TOML: ["O", "H"]
+            value = ",".join(map(str, value))
         builtin = name == "model" and str(value).startswith("builtin:")
         if name in PATH_FIELDS and value is not None and base_dir is not None and not builtin:
             value = str(Path(base_dir).resolve() / Path(str(value)).expanduser())
@@ -203,6 +221,7 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
+    _validate_io(c)
 
 
 _KIND_NAMES = {
@@ -211,6 +230,29 @@ _KIND_NAMES = {
     "float": "a finite number",
     "str": "a string",
 }
+
+
+def _validate_io(c: RunConfig) -> None:
+    """``format``, ``type_map`` and ``final`` (see :mod:`mdband.io.structure`)."""
+    from mdband.io.structure import DEEPMD_FORMAT, parse_type_map
+    from mdband.md.outputs import final_format
+
+    if c.format is not None:
+        from ase.io.formats import ioformats
+
+        fmt = ioformats.get(c.format)
+        if c.format != DEEPMD_FORMAT and (fmt is None or not fmt.can_read):
+            raise ConfigError(f"format {c.format!r} is not {DEEPMD_FORMAT!r} or a format ASE reads")
+    if c.type_map is not None:
+        try:
+            parse_type_map(c.type_map)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if c.final:
+        try:
+            final_format(c.final)
+        except ValueError as exc:
+            raise ConfigError(f"final: {exc}") from None
 
 
 def _types(c: RunConfig) -> None:
