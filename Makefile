@@ -13,7 +13,7 @@ $(BIN)/mdband: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,plot]"
 	touch $(BIN)/mdband
 
 lint: install

@@ -15,6 +15,8 @@ _SUBCOMMANDS = {
     "convert": "mdband.cli.convert",
     "run": "mdband.cli.run",
     "fit": "mdband.cli.fit",
+    "export": "mdband.cli.export",
+    "plot": "mdband.cli.plot",
 }
 
 
