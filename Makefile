@@ -13,16 +13,16 @@ $(BIN)/mdband: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[dev,plot]"
 	touch $(BIN)/mdband
 
 lint: install
-	$(BIN)/ruff check mdband tests benchmarks examples
-	$(BIN)/ruff format --check mdband tests benchmarks examples
+	$(BIN)/ruff check mdband mdband_ase_plugin.py tests benchmarks examples
+	$(BIN)/ruff format --check mdband mdband_ase_plugin.py tests benchmarks examples
 
 format: install
-	$(BIN)/ruff format mdband tests benchmarks examples
-	$(BIN)/ruff check --fix mdband tests benchmarks examples
+	$(BIN)/ruff format mdband mdband_ase_plugin.py tests benchmarks examples
+	$(BIN)/ruff check --fix mdband mdband_ase_plugin.py tests benchmarks examples
 
 test: install lint
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -x --durations=15 tests

@@ -16,6 +16,8 @@ _SUBCOMMANDS = {
     "run": "mdband.cli.run",
     "fit": "mdband.cli.fit",
     "relax": "mdband.cli.relax",
+    "export": "mdband.cli.export",
+    "plot": "mdband.cli.plot",
 }
 
 

@@ -40,3 +40,13 @@ def fail_on_user_error(fn):
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
     sys.stderr.flush()
+
+
+class OneLineCommand(click.Command):
+    """A command whose click usage errors (bad flag values) are one line, exit code 2."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            raise UserError(exc.format_message().replace("\n", " ")) from None

@@ -11,6 +11,8 @@ Layout (one particle group, ``all``; MDAnalysis reads only the first one)::
         velocity/       {step -> position/step, time -> position/time, value Å ps-1}
         force/          {step, time (links), value}: kJ mol-1 Angstrom-1 by default, which
                         MDAnalysis reads (it knows no eV-based force unit), or eV Angstrom-1
+        image/          {step, time (links), value (T, N, 3) int32}: position + image @ edges is
+                        the continuous (unwrapped) position; position is folded into the box
         species         (N,) atomic numbers;   mass (N,) u
     observables/<name>/ {step, time (links), value}  (see OBSERVABLES)
     parameters/mdband   attributes: config_json, model_hash, mdband_version, ...
@@ -40,9 +42,11 @@ from mdband.io.h5md_format import (
     OBSERVABLES,
     PARTICLE_UNITS,
     PARTICLES,
+    UNITS_SYSTEM,
     Frame,
     TrajectoryError,
     TrajectoryHeader,
+    wrap_positions,
 )
 from mdband.io.h5md_reader import H5MDReader, _text
 
@@ -89,6 +93,7 @@ def _write_header(f: h5py.File, header: TrajectoryHeader) -> None:
     creator.attrs["name"] = "mdband"
     creator.attrs["version"] = __version__
     root.create_group("modules/units").attrs["version"] = np.asarray([1, 0], dtype=np.int32)
+    root["modules/units"].attrs["system"] = UNITS_SYSTEM
     part = f.create_group(PARTICLES)
     n = header.n_atoms
     part.create_dataset("species", data=np.asarray(header.species, dtype=np.int32))
@@ -107,6 +112,7 @@ def _write_header(f: h5py.File, header: TrajectoryHeader) -> None:
     for name in ("velocity", "force"):
         _timeseries(part.create_group(name), (n, 3), dtype, units_of[name], clock)
     _timeseries(box.create_group("edges"), (3, 3), np.float64, "Angstrom", clock)
+    _timeseries(part.create_group("image"), (n, 3), np.int32, None, clock)
     for name, (unit, shape) in OBSERVABLES.items():
         _timeseries(f.create_group(f"observables/{name}"), shape, np.float64, unit, clock)
     params = f.create_group("parameters/mdband")
@@ -138,6 +144,8 @@ class H5MDWriter:
         self._values = [part[f"{name}/value"] for name in PARTICLE_UNITS]
         self._force_factor = FORCE_UNITS[_text(part["force/value"].attrs["unit"])]
         self._edges = part["box/edges/value"]
+        self._image = part["image/value"]
+        self._pbc = [_text(b) == "periodic" for b in part["box"].attrs["boundary"]]
         self._obs = {name: f[f"observables/{name}/value"] for name in OBSERVABLES}
         f.swmr_mode = True
 
@@ -174,7 +182,9 @@ class H5MDWriter:
             raise TrajectoryError(f"frame step {frame.step} is not after the last step {last}")
         n = self.n_frames
         forces = np.asarray(frame.forces, dtype=np.float64) * self._force_factor
-        arrays = (frame.positions, frame.velocities, forces)
+        wrapped, image = wrap_positions(frame.positions, frame.cell, self._pbc)
+        _put(self._image, n, image)
+        arrays = (wrapped, frame.velocities, forces)
         for ds, arr in zip(self._values, arrays):
             _put(ds, n, arr)
         _put(self._edges, n, frame.cell)
@@ -231,6 +241,10 @@ def _rewrite(path: Path, through_step: int | None) -> h5py.File:
             names += [
                 f"observables/{k}/value" for k in OBSERVABLES if f"observables/{k}" in old.file
             ]
+            if f"{PARTICLES}/image" in old.file:
+                names.append(f"{PARTICLES}/image/value")
+            else:  # a file from before image flags: its positions are continuous
+                f[f"{PARTICLES}/image/value"].resize(n_keep, axis=0)
             for name in names:
                 _copy_rows(old.file[name], f[name], n_keep)
             f.flush()

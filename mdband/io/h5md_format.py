@@ -13,6 +13,9 @@ from ase import units
 from mdband.errors import MdbandError
 
 H5MD_VERSION = (1, 1)
+# h5md/modules/units/@system. Unit strings use MDAnalysis's spellings ("Angstrom" for the
+# SI system's "Ang"), so MDAnalysis converts them.
+UNITS_SYSTEM = "SI"
 LIBVER = ("v110", "v110")  # lowest format with SWMR; readable by HDF5 >= 1.10
 PARTICLES = "particles/all"
 PARTICLE_UNITS = {"position": "Angstrom", "velocity": "Angstrom ps-1", "force": None}
@@ -66,3 +69,22 @@ class Frame:
     forces: np.ndarray
     cell: np.ndarray
     observables: dict = field(default_factory=dict)
+
+
+def wrap_positions(positions, cell, pbc) -> tuple[np.ndarray, np.ndarray]:
+    """Positions folded into the cell along periodic axes, and their H5MD image flags.
+
+    ``positions = wrapped + image @ cell`` (rows of ``cell`` are the edge vectors); the image
+    is 0 along non-periodic axes.
+    """
+    from ase.geometry import complete_cell
+
+    pos = np.asarray(positions, dtype=np.float64)
+    periodic = np.asarray(pbc, dtype=bool)
+    image = np.zeros(pos.shape, dtype=np.int32)
+    if not periodic.any():
+        return pos, image
+    full = complete_cell(np.asarray(cell, dtype=np.float64))
+    frac = np.linalg.solve(full.T, pos.T).T
+    shift = np.where(periodic, np.floor(frac), 0.0)
+    return pos - shift @ full, shift.astype(np.int32)

@@ -1,4 +1,9 @@
-"""Reader of mdband H5MD trajectories (also files left by a killed writer, in SWMR mode)."""
+"""Reader of mdband H5MD trajectories (also files left by a killed writer, in SWMR mode).
+
+Positions come back continuous (unwrapped): the file's folded ``position`` plus its
+``image`` flags times the box edges, i.e. the positions the integrator had. Frames are picked
+by an index, a slice or a list of indices, as in ``ase.io.read``.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +65,8 @@ class H5MDReader:
     def n_frames(self) -> int:
         n = self._part["position/step"].shape[0]
         n = min(n, self._part["position/time"].shape[0])
-        return int(min([n] + [self._part[f"{k}/value"].shape[0] for k in PARTICLE_UNITS]))
+        names = [*PARTICLE_UNITS, *(["image"] if "image" in self._part else [])]
+        return int(min([n] + [self._part[f"{k}/value"].shape[0] for k in names]))
 
     def __len__(self) -> int:
         return self.n_frames
@@ -136,20 +142,35 @@ class H5MDReader:
         """All complete frames of ``observables/<name>``."""
         return self.file[f"observables/{name}/value"][: self.n_frames]
 
-    def frame(self, i: int) -> Frame:
+    def indices(self, index) -> list[int]:
+        """Frame numbers selected by an int, a slice or a sequence of ints."""
+        if isinstance(index, slice):
+            return list(range(*index.indices(self.n_frames)))
+        if isinstance(index, (int, np.integer)):
+            return [self._index(int(index))]
+        return [self._index(int(i)) for i in index]
+
+    def frame(self, i) -> Frame:
+        """Frame ``i`` (an int), or a list of frames for a slice or a list of indices."""
+        if not isinstance(i, (int, np.integer)):
+            return [self.frame(k) for k in self.indices(i)]
         k = self._index(i)
         part = self._part
         obs = {}
         for name in OBSERVABLES:
             if f"observables/{name}" in self.file:
                 obs[name] = self.file[f"observables/{name}/value"][k]
+        cell = self.cell(k)
+        positions = part["position/value"][k]
+        if "image" in part:
+            positions = positions + part["image/value"][k] @ np.asarray(cell, dtype=np.float64)
         return Frame(
             step=int(part["position/step"][k]),
             time=float(part["position/time"][k]),
-            positions=part["position/value"][k],
+            positions=positions,
             velocities=part["velocity/value"][k],
             forces=part["force/value"][k] / self._force_factor,
-            cell=self.cell(k),
+            cell=cell,
             observables=obs,
         )
 
@@ -157,24 +178,20 @@ class H5MDReader:
         for i in range(self.n_frames):
             yield self.frame(i)
 
-    def to_atoms(self, i: int):
-        """Frame ``i`` as :class:`ase.Atoms` (ASE units; forces/energy on a single-point calc)."""
-        from ase import Atoms, units
-        from ase.calculators.singlepoint import SinglePointCalculator
+    def to_atoms(self, index=-1):
+        """Frame ``index`` as :class:`ase.Atoms` (a list for a slice or a list of indices).
 
-        fr = self.frame(i)
-        atoms = Atoms(
-            numbers=self.species,
-            positions=fr.positions,
-            cell=fr.cell,
-            pbc=self.pbc,
-            masses=self.masses,
-        )
-        atoms.set_velocities(np.asarray(fr.velocities, dtype=np.float64) / (1000 * units.fs))
-        energy = fr.observables.get("potential_energy")
-        atoms.calc = SinglePointCalculator(
-            atoms, energy=None if energy is None else float(energy), forces=fr.forces
-        )
+        ASE units; energy and forces on a single-point calculator; ``info`` holds ``step``,
+        ``time`` (ps) and the scalar observables (eV, K, GPa, Å³).
+        """
+        if not isinstance(index, (int, np.integer)):
+            return [self.to_atoms(k) for k in self.indices(index)]
+        fr = self.frame(index)
+        atoms = frame_atoms(self.species, self.masses, self.pbc, fr)
+        atoms.info.update(step=fr.step, time=fr.time)
+        for name, value in fr.observables.items():
+            if np.ndim(value) == 0:
+                atoms.info[name] = float(value)
         return atoms
 
     def close(self) -> None:
@@ -186,6 +203,24 @@ class H5MDReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def frame_atoms(species, masses, pbc, frame):
+    """:class:`ase.Atoms` of a :class:`Frame`-like record (positions, velocities in Å/ps,
+    forces, cell, observables) with energy and forces on a single-point calculator."""
+    from ase import Atoms, units
+    from ase.calculators.singlepoint import SinglePointCalculator
+
+    atoms = Atoms(
+        numbers=species, positions=frame.positions, cell=frame.cell, pbc=pbc, masses=masses
+    )
+    atoms.set_velocities(np.asarray(frame.velocities, dtype=np.float64) / (1000 * units.fs))
+    energy = frame.observables.get("potential_energy")
+    forces = None if frame.forces is None else np.asarray(frame.forces, dtype=np.float64)
+    atoms.calc = SinglePointCalculator(
+        atoms, energy=None if energy is None else float(energy), forces=forces
+    )
+    return atoms
 
 
 def _text(value) -> str:

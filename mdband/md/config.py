@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mdband.io.h5md import FORCE_UNITS
 from mdband.md.errors import ConfigError
+from mdband.md.outputs import default_final
 from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
@@ -23,7 +24,7 @@ BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
 VELOCITIES = ("auto", "maxwell", "file")
-PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log")
+PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
     "ensemble",
@@ -52,7 +53,22 @@ class RunConfig:
     """
 
     structure: str | None = setting(
-        None, "Starting structure (any ase.io.read format).", metavar="FILE"
+        None,
+        "Starting structure: any ase.io.read file, a LAMMPS data file (.lmp, .data) or a "
+        "deepmd-kit npy system directory.",
+        metavar="FILE",
+    )
+    format: str | None = setting(
+        None,
+        "Reader of --structure: lammps-data, deepmd/npy or an ASE format name.",
+        metavar="FORMAT",
+        default_text="from the file name",
+    )
+    type_map: str | None = setting(
+        None,
+        "Elements of the LAMMPS types, e.g. O,H (type 1 is O, type 2 is H).",
+        metavar="EL,EL",
+        default_text="the data file's Masses, else the model's type map",
     )
     model: str | None = setting(
         None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
@@ -107,7 +123,16 @@ class RunConfig:
     dtype: str = setting("float32", "Model precision.", choices=DTYPES)
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
     log: str | None = setting(
-        None, "Also write the thermo table and summary to this file.", metavar="FILE"
+        None,
+        "Also write the thermo table and summary to this file (CSV rows when it ends in .csv).",
+        metavar="FILE",
+    )
+    final: str | None = setting(
+        None,
+        "Final structure, written atomically at the end and on a clean stop (format from its "
+        "name).",
+        metavar="FILE",
+        default_text="<trajectory or log stem>.final.xyz",
     )
     min_distance: float = setting(
         0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
@@ -150,6 +175,7 @@ class RunConfig:
             seed=secrets.randbits(63) if self.seed is None else self.seed,
             tdamp=100 * self.timestep if self.tdamp is None else self.tdamp,
             pdamp=1000 * self.timestep if self.pdamp is None else self.pdamp,
+            final=self.final or default_final(self.trajectory, self.log),
         )
 
 
@@ -167,6 +193,8 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
         name = str(key).replace("-", "_")
         if name not in _FIELD_TYPES:
             raise ConfigError(f"unknown setting {key!r}")
+        if name == "type_map" and isinstance(value, (list, tuple)):  # TOML: ["O", "H"]
+            value = ",".join(map(str, value))
         builtin = name == "model" and str(value).startswith("builtin:")
         if name in PATH_FIELDS and value is not None and base_dir is not None and not builtin:
             value = str(Path(base_dir).resolve() / Path(str(value)).expanduser())
@@ -201,6 +229,30 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
+    _validate_io(c)
+
+
+def _validate_io(c: RunConfig) -> None:
+    """``format``, ``type_map`` and ``final`` (see :mod:`mdband.io.structure`)."""
+    from mdband.io.structure import DEEPMD_FORMAT, parse_type_map
+    from mdband.md.outputs import final_format
+
+    if c.format is not None:
+        from ase.io.formats import ioformats
+
+        fmt = ioformats.get(c.format)
+        if c.format != DEEPMD_FORMAT and (fmt is None or not fmt.can_read):
+            raise ConfigError(f"format {c.format!r} is not {DEEPMD_FORMAT!r} or a format ASE reads")
+    if c.type_map is not None:
+        try:
+            parse_type_map(c.type_map)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if c.final:
+        try:
+            final_format(c.final)
+        except ValueError as exc:
+            raise ConfigError(f"final: {exc}") from None
 
 
 def _positive(c: RunConfig, *names: str) -> None:

@@ -66,8 +66,10 @@ from mdband._version import __version__
 from mdband.errors import MdbandError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
+from mdband.io.h5md_reader import frame_atoms
 from mdband.md.config import RunConfig
 from mdband.md.errors import ConfigError, RunInterrupted, SimulationDivergedError
+from mdband.md.outputs import write_final
 
 _PS = 1000.0 * units.fs  # ASE time units per ps
 _BAR_PER_GPA = 1.0e4
@@ -367,6 +369,7 @@ class _LammpsRun:
                 show_progress=self.c.progress,
                 console=console,
             )
+            self.reporter.plot_source = self.c.trajectory or self.c.log
         self._cache: _State | None = None
         self._started = False
         self.bath_offset = 0.0  # what LAMMPS' fix temp/csvr did not carry over a restart
@@ -695,6 +698,15 @@ class _LammpsRun:
         return lines
 
     # ------------------------------------------------------------------ loop
+    def _final(self, step: int) -> list[str]:
+        """Write the final structure from rank 0 (collective); the summary line."""
+        if not self.c.final:
+            return []
+        state = self._state(step)
+        if self.root:
+            write_final(self.c.final, frame_atoms(self.s.numbers, self.s.masses, True, state))
+        return [f"Final structure: {self.c.final}"]
+
     def _stop_message(self, stop: list[str], step: int) -> str:
         c = self.c
         hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
@@ -746,12 +758,15 @@ class _LammpsRun:
                         self.reporter.advance(step)
                     if self.comm.allreduce(bool(stop), op=MPI.LOR) and step < c.steps:
                         self._checkpoint(step)
+                        self._final(step)
                         raise _all_ranks(RunInterrupted(self._stop_message(stop, step)))
             wall = time.perf_counter() - t0
             final = self._state(step)
+            final_lines = self._final(step)
             summary: list[str] = []
             if self.root:
                 extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
+                extra += final_lines
                 summary = self.reporter.finish(c.steps, self.n, extra)
         except MdbandError as exc:
             if self.root and self._started:

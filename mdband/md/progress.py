@@ -18,6 +18,7 @@ from rich.progress import (
 from rich.text import Text
 
 from mdband.md import thermo
+from mdband.md.outputs import drift_line, open_log
 
 
 class _RateColumn(ProgressColumn):
@@ -45,7 +46,8 @@ class Reporter:
         The step the run starts from and the step it ends at.
     timestep_fs : float
     log : path, optional
-        Appended to when ``append`` is True (a resumed run), otherwise created.
+        Appended to when ``append`` is True (a resumed run), otherwise created; CSV thermo
+        rows when the name ends in ``.csv`` (see :mod:`mdband.md.outputs`).
     show_progress : bool
     console : rich Console, optional
     """
@@ -72,6 +74,7 @@ class Reporter:
         self._task = None
         self._t0 = time.perf_counter()
         self.samples: list[tuple[int, float, dict]] = []
+        self.plot_source = None if log is None else str(log)  # named by the drift line
         if show_progress:
             self._progress = Progress(
                 TextColumn("[progress.description]{task.description}"),
@@ -87,7 +90,7 @@ class Reporter:
     def start(self, lines: list[str]) -> None:
         """Open the log, print the description lines and the thermo header; start the bar."""
         if self._log_path is not None:
-            self._log = open(self._log_path, "a" if self._append else "w")  # noqa: SIM115
+            self._log = open_log(self._log_path, self._append)
         for line in lines:
             self._emit(line)
         self._emit(thermo.header())
@@ -99,6 +102,8 @@ class Reporter:
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
         self.samples.append((step, time_ps, obs))
+        if self._log is not None:
+            self._log.thermo(step, time_ps, obs)
         self._emit(thermo.row(step, time_ps, obs))
 
     def advance(self, step: int) -> None:
@@ -130,7 +135,7 @@ class Reporter:
             cons = [s[2]["conserved_energy"] for s in self.samples]
             drift = thermo.drift_per_atom_ps(times, cons, n_atoms)
             if math.isfinite(drift):
-                lines.append(f"Conserved-energy drift: {drift:.3e} eV/atom/ps")
+                lines.append(drift_line(drift, self.plot_source))
         lines.extend(extra or [])
         for line in lines:
             self._emit(line)
@@ -150,5 +155,4 @@ class Reporter:
     def _emit(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
         if self._log is not None:
-            self._log.write(line + "\n")
-            self._log.flush()
+            self._log.line(line)

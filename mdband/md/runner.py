@@ -26,6 +26,7 @@ from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
 from mdband.md.config import RunConfig
 from mdband.md.constraints import constraints_json
 from mdband.md.errors import RunInterrupted, SimulationDivergedError
+from mdband.md.outputs import write_final
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
 from mdband.md.thermo import observables
@@ -85,6 +86,7 @@ class _Run:
             show_progress=self.c.progress,
             console=console,
         )
+        self.reporter.plot_source = self.c.trajectory or self.c.log
 
     # ------------------------------------------------------------------ helpers
     def _time_ps(self, step: int) -> float:
@@ -158,6 +160,13 @@ class _Run:
         )
         self.last_checkpoint = step
 
+    def _final(self) -> list[str]:
+        """Write the final structure (if configured); the summary line saying so."""
+        if not self.c.final:
+            return []
+        write_final(self.c.final, self.atoms)
+        return [f"Final structure: {self.c.final}"]
+
     def _open_trajectory(self) -> None:
         if not self.c.trajectory:
             return
@@ -227,10 +236,12 @@ class _Run:
                     self.reporter.advance(step)
                     if stop and step < c.steps:
                         self._checkpoint(step)
+                        self._final()
                         hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
                         raise RunInterrupted(f"stopped by {stop[0]} at step {step}{hint}")
             wall = time.perf_counter() - t0
             extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
+            extra += self._final()
             summary = self.reporter.finish(c.steps, len(self.atoms), extra)
         except MdbandError as exc:
             self.reporter.message(f"Stopped: {exc}")

@@ -12,15 +12,17 @@ from mdband.calculator import Calculator, NeighbourReference
 from mdband.errors import StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.h5md import H5MDReader, TrajectoryError
+from mdband.io.structure import read_structure
 from mdband.md.config import RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
 from mdband.md.errors import ConfigError, OutputExistsError
-from mdband.md.system import check_structure, read_structure
+from mdband.md.outputs import default_final
+from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
 
-_OUTPUTS = ("trajectory", "checkpoint", "log")
+_OUTPUTS = ("trajectory", "checkpoint", "log", "final")
 
 
 @dataclass
@@ -78,9 +80,11 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
 
 def _check_paths(c: RunConfig) -> None:
     paths = {name: getattr(c, name) for name in _OUTPUTS if getattr(c, name)}
+    if not c.final and default_final(c.trajectory, c.log):
+        paths["final"] = default_final(c.trajectory, c.log)
     resolved = [Path(p).resolve() for p in paths.values()]
     if len(set(resolved)) != len(resolved):
-        raise ConfigError("trajectory, checkpoint and log must be different files")
+        raise ConfigError("trajectory, checkpoint, log and final must be different files")
     for name, p in paths.items():
         path = Path(p)
         if not path.parent.is_dir():
@@ -129,7 +133,14 @@ def _atoms_from_checkpoint(ck: Checkpoint, potential: Potential, config: RunConf
 
 
 def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> Atoms:
-    src = read_structure(config.structure, config.frame)
+    src = read_structure(
+        config.structure,
+        config.frame,
+        format=config.format,
+        type_map=config.type_map,
+        default_type_map=potential.type_map,
+        notes=notes,
+    )
     constraints = carried_constraints(src.constraints, config, str(config.structure))
     check_structure(src, potential, config.min_distance)
     atoms = Atoms(

@@ -2,34 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import vesin
 from ase import Atoms, units
 
 from mdband.errors import StructureError
 from mdband.graph import validate_structure
+from mdband.io.structure import read_structure  # noqa: F401 - its home before io/structure.py
 from mdband.potential import Potential
-
-
-def read_structure(path, frame: int = -1) -> Atoms:
-    """``ase.io.read(path, index=frame)`` with a :class:`StructureError` on any failure."""
-    import ase.io
-
-    path = Path(path)
-    if not path.is_file():
-        raise StructureError(f"structure file {path} does not exist")
-    try:
-        atoms = ase.io.read(path, index=frame)
-    except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
-        detail = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise StructureError(f"cannot read structure {path}: {detail}") from None
-    if isinstance(atoms, list):  # a slice-like frame selected several images
-        raise StructureError(f"frame {frame!r} of {path} selects {len(atoms)} images, not one")
-    if len(atoms) == 0:
-        raise StructureError(f"structure {path} has no atoms")
-    return atoms
 
 
 def check_structure(atoms: Atoms, potential: Potential, min_distance: float) -> None:

@@ -21,7 +21,7 @@ from mdband.testing.lj import lennard_jones_potential
 SPECS = {spec.name: spec for spec in table(RunConfig)}
 # values the generic rule below would get wrong (validated formats); resume needs a real
 # checkpoint and has its own test
-SPECIAL = {"device": "cuda:1"}
+SPECIAL = {"device": "cuda:1", "format": "lammps-data", "type_map": "O,H", "final": "end.extxyz"}
 OWN_TEST = {"resume"}
 
 

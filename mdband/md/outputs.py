@@ -1,0 +1,153 @@
+"""What a run leaves beside its trajectory and checkpoint: the final structure and the log.
+
+* The final structure (``RunConfig.final``; default ``<trajectory or log stem>.final.xyz``)
+  is written atomically (temporary file, fsync, rename) at the end and on a clean stop, in
+  any format ASE writes (extended XYZ by default: cell, pbc, masses, velocities, energy and
+  forces), so ``mdband run --structure`` can start from it and MDAnalysis can take it as
+  the topology of the H5MD trajectory.
+* The log (``RunConfig.log``) is a plain-text copy of the thermo table and summary, or,
+  when its name ends in ``.csv``, the thermo rows as CSV (one header line, full precision).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from ase import Atoms
+
+FINAL_SUFFIX = ".final.xyz"
+# CSV column -> key of :func:`mdband.md.thermo.observables` (None: step and time)
+CSV_COLUMNS = {
+    "step": None,
+    "time_ps": None,
+    "potential_energy_eV": "potential_energy",
+    "kinetic_energy_eV": "kinetic_energy",
+    "total_energy_eV": "total_energy",
+    "conserved_energy_eV": "conserved_energy",
+    "temperature_K": "temperature",
+    "pressure_GPa": "pressure",
+    "volume_A3": "volume",
+}
+
+
+def default_final(trajectory: str | None, log: str | None) -> str | None:
+    """``<stem>.final.xyz`` beside the trajectory, else beside the log, else None."""
+    base = trajectory or log
+    if not base:
+        return None
+    p = Path(base)
+    return str(p.with_name(p.stem + FINAL_SUFFIX))
+
+
+def final_format(path) -> str:
+    """The ASE format that ``path``'s name asks for (ValueError if ASE cannot write it)."""
+    from ase.io.formats import UnknownFileTypeError, filetype, ioformats
+
+    try:
+        name = filetype(str(path), read=False)
+    except UnknownFileTypeError:
+        name = None
+    fmt = ioformats.get(name) if name else None
+    if fmt is None or not fmt.can_write:
+        raise ValueError(f"ASE cannot write a structure file named {Path(path).name}")
+    return fmt.name
+
+
+def write_final(path, atoms: Atoms) -> None:
+    """Write ``atoms`` (positions, cell, velocities, masses, energy, forces) atomically."""
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from ase.io import write
+
+    path = Path(path)
+    out = Atoms(
+        numbers=atoms.get_atomic_numbers(),
+        positions=atoms.get_positions(),
+        cell=atoms.get_cell(),
+        pbc=atoms.get_pbc(),
+        masses=atoms.get_masses(),
+    )
+    out.set_momenta(atoms.get_momenta(), apply_constraint=False)
+    results = getattr(atoms.calc, "results", None) or {}
+    kept = {k: results[k] for k in ("energy", "forces", "stress") if k in results}
+    if kept:
+        out.calc = SinglePointCalculator(out, **kept)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp, out, format=final_format(path))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def drift_line(drift: float, source: str | None) -> str:
+    """The summary's drift line, with the command that plots the series it came from."""
+    line = f"Conserved-energy drift: {drift:.3e} eV/atom/ps"
+    return line + (f" (plot: mdband plot {source} -o thermo.png)" if source else "")
+
+
+class _TextLog:
+    """Every line the run prints (thermo table and summary)."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        self._fh = open(path, "a" if append else "w")  # noqa: SIM115
+
+    def line(self, text: str) -> None:
+        self._fh.write(text + "\n")
+        self._fh.flush()
+
+    def thermo(self, step: int, time_ps: float, obs: dict) -> None:
+        """The table row arrives through :meth:`line`."""
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class _CsvLog:
+    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        fresh = not append or not path.exists() or path.stat().st_size == 0
+        self._fh = open(path, "a" if append else "w", newline="")  # noqa: SIM115
+        self._csv = csv.writer(self._fh)
+        if fresh:
+            self._csv.writerow(CSV_COLUMNS)
+            self._fh.flush()
+
+    def line(self, text: str) -> None:
+        """Descriptions and the summary stay on the console."""
+
+    def thermo(self, step: int, time_ps: float, obs: dict) -> None:
+        row = [step, repr(float(time_ps))]
+        row += [repr(float(obs.get(k, math.nan))) for k in list(CSV_COLUMNS.values())[2:]]
+        self._csv.writerow(row)
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def open_log(path, append: bool):
+    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``."""
+    path = Path(path)
+    return (_CsvLog if path.suffix.lower() == ".csv" else _TextLog)(path, append)
+
+
+def read_csv_log(path) -> dict[str, np.ndarray]:
+    """Columns of a CSV thermo log by name (floats; ``step`` as int)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or rows[0][:2] != ["step", "time_ps"]:
+        raise ValueError(f"{path} is not an mdband CSV thermo log")
+    body = np.array(rows[1:], dtype=np.float64).reshape(-1, len(rows[0]))
+    out = {name: body[:, k] for k, name in enumerate(rows[0])}
+    out["step"] = out["step"].astype(np.int64)
+    return out
