@@ -152,6 +152,11 @@ class Calculator(_AseCalculator):
         keep = np.flatnonzero(r2 < self.potential.cutoff**2)
         return EdgeGraph(full.src[keep], full.dst[keep], full.shifts[keep], full.n_atoms)
 
+    def _evaluate(self, positions, cell, pbc, numbers):
+        """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook)."""
+        graph = self._graph(positions, cell, pbc)
+        return self.potential.evaluate(positions, cell, pbc, numbers, graph=graph)
+
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
         super().calculate(atoms, properties, system_changes)
@@ -160,8 +165,7 @@ class Calculator(_AseCalculator):
         cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
-        graph = self._graph(positions, cell, pbc)
-        res = self.potential.evaluate(positions, cell, pbc, numbers, graph=graph)
+        res = self._evaluate(positions, cell, pbc, numbers)
         self.results = {
             "energy": res.energy,
             "free_energy": res.energy,
