@@ -79,6 +79,11 @@ def _settings(ctx: click.Context, params: dict) -> dict:
             continue
         if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
             settings[name] = value
+    if isinstance(settings.get("model"), tuple):  # --model given (repeated: a committee)
+        from mdband.md.config import split_models
+
+        settings.pop("committee", None)
+        settings.update(split_models(settings["model"]))
     return settings
 
 
@@ -100,7 +105,12 @@ def _config(settings: dict):
 @click.option("--config", "config_file", metavar="FILE", help="TOML file of settings.")
 @click.option("--structure", metavar="FILE", help="Starting structure (any ase.io.read format).")
 @click.option("--frame", type=int, help="Image of the structure file to start from [last].")
-@click.option("--model", metavar="PATH", help="Model file (mdband or deepmd-kit SeZM).")
+@click.option(
+    "--model",
+    metavar="PATH",
+    multiple=True,
+    help="Model file (mdband or deepmd-kit SeZM); repeat it for a committee (first drives).",
+)
 @click.option("--ensemble", type=click.Choice(ENSEMBLES), help="Ensemble [nve].")
 @click.option("--temperature", type=float, metavar="K", help="Temperature in K [300].")
 @click.option("--pressure", type=float, metavar="GPA", help="Pressure in GPa (npt-mtk) [0].")
@@ -122,6 +132,9 @@ def _config(settings: dict):
 @click.option("--min-distance", type=float, metavar="A", help="Closest allowed pair [0.5 Å].")
 @click.option("--threads", type=int, metavar="N", help="CPU threads for torch.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@click.option("--model-devi", metavar="FILE", help="Committee deviations (model_devi.out layout).")
+@click.option("--model-devi-every", type=int, metavar="N", help="Model deviation interval [100].")
+@click.option("--model-devi-atomic", is_flag=True, help="Per-atom force deviations in each row.")
 @click.option(
     "--engine",
     type=click.Choice(ENGINES),

@@ -18,7 +18,7 @@ ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
 BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
-PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log")
+PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "model_devi")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
     "ensemble",
@@ -45,8 +45,10 @@ class RunConfig:
     ----------
     structure : str
         Any file :func:`ase.io.read` reads; ``frame`` picks one image (default: the last).
-    model : str
-        Model file for :func:`mdband.load_model`.
+    model : str or list of str
+        Model file for :func:`mdband.load_model`; it drives the dynamics. A list is a committee:
+        ``model = ["a.pt", "b.pt", "c.pt"]`` means ``model = "a.pt"`` and
+        ``committee = ["b.pt", "c.pt"]``.
     ensemble : {"nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk"}
     temperature : float
         Target (and initial-velocity) temperature in K.
@@ -90,6 +92,13 @@ class RunConfig:
     engine : {"ase", "lammps"}
         Who integrates: ASE in this process, or LAMMPS with ``pair_style mdband`` (runs under
         ``mpirun``; see :mod:`mdband.md.lammps_engine`).
+    committee : list of str
+        Further models evaluated on the same frames as ``model`` for the model deviation
+        (deepmd-kit's definitions); they never change the dynamics. Needs ``model_devi``.
+    model_devi : str, optional
+        Model-deviation output in deepmd-kit's ``model_devi.out`` layout, a row every
+        ``model_devi_every`` steps (and the same numbers as H5MD observables in every frame);
+        ``model_devi_atomic`` appends the per-atom force deviations to each row.
     """
 
     structure: str | None = None
@@ -126,8 +135,14 @@ class RunConfig:
     threads: int | None = None
     progress: bool = True
     engine: str = "ase"
+    committee: tuple[str, ...] = ()
+    model_devi: str | None = None
+    model_devi_every: int = 100
+    model_devi_atomic: bool = False
 
     def __post_init__(self) -> None:
+        for name, value in split_models(self.model, self.committee).items():
+            object.__setattr__(self, name, value)
         _validate(self)
 
     # ------------------------------------------------------------------ construction
@@ -152,6 +167,17 @@ class RunConfig:
 _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
 
 
+def split_models(model, committee=()) -> dict:
+    """``model`` and ``committee`` from a model given as a list (TOML array, repeated
+    ``--model``): the first entry drives the dynamics, the others form the committee."""
+    if not isinstance(model, (list, tuple)):
+        return {"model": model, "committee": committee}
+    if committee:
+        raise ConfigError("give the committee either as a list of models or as committee")
+    model = list(model)
+    return {"model": model[0] if model else None, "committee": tuple(model[1:])}
+
+
 def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
     """Check keys (``traj-every`` and ``traj_every`` both accepted), coerce numbers, and make
     relative paths absolute against ``base_dir``."""
@@ -160,11 +186,22 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
         name = str(key).replace("-", "_")
         if name not in _FIELD_TYPES:
             raise ConfigError(f"unknown setting {key!r}")
-        builtin = name == "model" and str(value).startswith("builtin:")
-        if name in PATH_FIELDS and value is not None and base_dir is not None and not builtin:
-            value = str(Path(base_dir).resolve() / Path(str(value)).expanduser())
+        if base_dir is not None and name in (*PATH_FIELDS, "committee") and value is not None:
+            if isinstance(value, (list, tuple)):
+                value = [_path(v, base_dir) for v in value]
+            else:
+                value = _path(value, base_dir)
         out[name] = value
+    if isinstance(out.get("model"), (list, tuple)):
+        out.update(split_models(out["model"], out.get("committee", ())))
     return out
+
+
+def _path(value, base_dir) -> str:
+    """``value`` made absolute against ``base_dir`` (``builtin:NAME`` models stay as they are)."""
+    if str(value).startswith("builtin:"):
+        return str(value)
+    return str(Path(base_dir).resolve() / Path(str(value)).expanduser())
 
 
 def _validate(c: RunConfig) -> None:
@@ -203,6 +240,16 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
+    _positive(c, "model_devi_every")
+    if c.committee and not c.model_devi:
+        raise ConfigError("a committee of models needs a model deviation file (--model-devi)")
+    if c.model_devi and not c.committee:
+        raise ConfigError("model_devi needs a committee: give two or more models (--model)")
+    if c.committee and c.engine == "lammps":
+        raise ConfigError(
+            "a committee is not available with engine lammps; use engine ase, or pair_style "
+            "mdband a.pt b.pt ... out_freq N out_file FILE in a LAMMPS input"
+        )
 
 
 _KIND_NAMES = {
@@ -210,6 +257,7 @@ _KIND_NAMES = {
     "int": "an integer",
     "float": "a finite number",
     "str": "a string",
+    "tuple[str, ...]": "a list of strings",
 }
 
 
@@ -219,7 +267,11 @@ def _types(c: RunConfig) -> None:
         kind = f.type
         if value is None and "None" in kind:
             continue
-        if kind.startswith("bool"):
+        if kind.startswith("tuple"):
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+            if ok:
+                object.__setattr__(c, f.name, tuple(value))
+        elif kind.startswith("bool"):
             ok = isinstance(value, bool)
         elif kind.startswith("int"):
             ok = isinstance(value, int) and not isinstance(value, bool)
