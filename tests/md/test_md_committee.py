@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from mdband import UnknownElementError
-from mdband.committee import Committee, read_model_devi
+from mdband.committee import Committee, model_devi_frames, read_model_devi
+from mdband.committee.frames import read_frames
 from mdband.io.h5md import H5MDReader
 from mdband.md import ConfigError, OutputExistsError, RunConfig, run
 from mdband.md.config import normalise_mapping
@@ -78,6 +79,13 @@ def test_committee_leaves_dynamics_bitwise_and_writes_deviations(
                 obs = [fb.observables[name] for name in DEVI]
                 np.testing.assert_allclose(row[1:], obs, rtol=6e-7)
     assert rows[:, 4].min() > 1e-4  # the models disagree
+    # mdband model-devi's reader: the trajectory's frames with their own steps
+    frames, steps = read_frames(tmp_path / "multi.h5")
+    again = model_devi_frames(committee, frames, steps=steps)
+    assert [s for s, _ in again] == list(range(0, 21, 5))
+    for step, devi in again:
+        if step % 2 == 0:
+            np.testing.assert_allclose(devi.row(), rows[rows[:, 0] == step][0, 1:], rtol=6e-7)
 
 
 @pytest.mark.parametrize("atomic", [False, True])
