@@ -11,11 +11,13 @@ A header line, then one row per evaluated step: the step as ``%12d`` and the six
 ``atomic`` the per-atom force deviations follow in atom order (column ``atm_devi_f(N)``).
 
 Every row is written with one ``write`` call and flushed, so after a crash the file holds whole
-rows (and at worst one partial last row, which :meth:`ModelDeviWriter.resume` drops).
+rows (and at worst one partial last row, which :meth:`ModelDeviWriter.resume` drops). A writer
+holds an exclusive ``flock`` on its file: a second writer is refused.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -48,6 +50,18 @@ def format_row(step: int, devi: ModelDeviation, atomic: bool = False) -> str:
     return f"{int(step):12d}" + "".join(f" {v:18.6e}" for v in values) + "\n"
 
 
+def _locked(path: Path, mode: str):
+    """``open(path, mode)`` holding an exclusive lock, or ModelDeviFileError if another
+    process writes the file."""
+    fh = open(path, mode, buffering=1, encoding="ascii")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise ModelDeviFileError(f"{path} is being written by another process") from None
+    return fh
+
+
 def read_model_devi(path) -> np.ndarray:
     """All rows of a model-deviation file as a float64 array (rows, columns), by numpy.loadtxt."""
     return np.loadtxt(path, ndmin=2)
@@ -68,11 +82,12 @@ class ModelDeviWriter:
         """Start ``path`` with the header; an existing file is refused unless ``overwrite``."""
         path = Path(path)
         try:
-            fh = open(path, "w" if overwrite else "x", buffering=1, encoding="ascii")
+            fh = _locked(path, "a" if overwrite else "x")
         except FileExistsError:
             raise ModelDeviFileError(f"model deviation file {path} exists") from None
         except OSError as exc:
             raise ModelDeviFileError(f"cannot create {path}: {exc.strerror}") from None
+        fh.truncate(0)
         fh.write(header(atomic))
         fh.flush()
         return cls(path, fh, atomic, None)
@@ -84,6 +99,7 @@ class ModelDeviWriter:
         path = Path(path)
         if not path.exists():
             return cls.create(path, atomic)
+        _locked(path, "a").close()  # refuse a file that another process is writing
         try:
             text = path.read_text(encoding="ascii")
         except (OSError, UnicodeDecodeError) as exc:
@@ -112,8 +128,7 @@ class ModelDeviWriter:
             last = step
         with atomic_path(path) as tmp:
             tmp.write_text("".join(kept), encoding="ascii")
-        fh = open(path, "a", buffering=1, encoding="ascii")
-        return cls(path, fh, atomic, last)
+        return cls(path, _locked(path, "a"), atomic, last)
 
     def write(self, step: int, devi: ModelDeviation) -> bool:
         """Append the row of ``step`` and flush it; False (nothing written) if the file already

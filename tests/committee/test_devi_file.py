@@ -79,3 +79,14 @@ def test_resume_refuses_another_layout(tmp_path):
     path.write_text("not a model deviation file\n")
     with pytest.raises(ModelDeviFileError):
         ModelDeviWriter.resume(path, 0)
+
+
+def test_second_writer_is_refused(tmp_path):
+    path = tmp_path / "model_devi.out"
+    with ModelDeviWriter.create(path):
+        with pytest.raises(ModelDeviFileError, match="another process"):
+            ModelDeviWriter.create(path, overwrite=True)
+        with pytest.raises(ModelDeviFileError, match="another process"):
+            ModelDeviWriter.resume(path, 0)
+    assert path.read_text() == DEEPMD_HEADER
+    ModelDeviWriter.resume(path, 0).close()
