@@ -4,6 +4,7 @@ from mdband import fit  # a callable package: mdband.fit(...)
 from mdband._version import __version__
 from mdband.builtin import builtin_models
 from mdband.calculator import Calculator
+from mdband.committee import Committee, CommitteeCalculator
 from mdband.errors import (
     MdbandError,
     ModelFileError,
@@ -17,6 +18,8 @@ from mdband.potential import Potential, Result
 __all__ = [
     "__version__",
     "Calculator",
+    "Committee",
+    "CommitteeCalculator",
     "load_model",
     "fit",
     "builtin_models",

@@ -105,6 +105,10 @@ class Calculator(_AseCalculator):
         """Rebuild the reusable list exactly as it was built from ``reference``."""
         self._neighbours.restore(reference)
 
+    def _evaluate(self, positions, cell, pbc, numbers):
+        """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook)."""
+        return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours)
+
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
         super().calculate(atoms, properties, system_changes)
@@ -113,7 +117,7 @@ class Calculator(_AseCalculator):
         cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
-        res = self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours)
+        res = self._evaluate(positions, cell, pbc, numbers)
         self.results = {
             "energy": res.energy,
             "free_energy": res.energy,

@@ -325,6 +325,21 @@ class Potential:
         types_t = torch.as_tensor(types, device=dev)
         return self.forces_from_vectors(types_t, src, dst, edge_vec)
 
+    def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
+        """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
+        device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise."""
+        pos = np.asarray(positions, dtype=np.float64)
+        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+        if self.neighbour_backend == "cell_list":
+            nl = neighbours if neighbours is not None else self.neighbour_list()
+            dev = self.device
+            return nl.edges(
+                torch.as_tensor(pos, device=dev), torch.as_tensor(cell_np, device=dev), pbc
+            )
+        if neighbours is not None:
+            return neighbours.edges(pos, cell_np, pbc)
+        return build_edge_graph(pos, cell_np, pbc, self.cutoff)
+
     def _types_for(self, species, n_atoms: int) -> np.ndarray:
         if isinstance(species, torch.Tensor):
             species = species.detach().cpu().numpy()

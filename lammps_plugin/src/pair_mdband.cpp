@@ -227,6 +227,12 @@ PairMdband::PairMdband(LAMMPS *lmp) : Pair(lmp)
   ncalls = 0;
   t_edges = t_python = t_post = 0.0;
   std::fill(out, out + 7, 0.0);
+  out_freq = 100;
+  out_atomic = 0;
+  devi_trigger = 0;
+  out_file = "model_devi.out";
+  out_mode = "new";
+  last_devi_step = -1;
 }
 
 PairMdband::~PairMdband()
@@ -259,19 +265,60 @@ void PairMdband::allocate()
     for (int j = 0; j < n; j++) setflag[i][j] = 0;
 }
 
-// pair_style mdband MODEL [dtype float32|float64] [device cpu|cuda|auto] [head NAME]
+// pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
+//                   [head NAME] [out_freq N] [out_file FILE] [atomic] [append|overwrite]
 void PairMdband::settings(int narg, char **arg)
 {
-  if (narg < 1 || narg % 2 == 0)
-    error->all(FLERR, "Illegal pair_style mdband command: expected 'pair_style mdband MODEL "
-                      "[dtype float32|float64] [device cpu|cuda|auto] [head NAME]'");
-  model_file = arg[0];
+  static const char *usage = "expected 'pair_style mdband MODEL [MODEL2 ...] [dtype "
+                             "float32|float64] [device cpu|cuda|auto] [head NAME] [out_freq N] "
+                             "[out_file FILE] [atomic] [append|overwrite]'";
+  const std::vector<std::string> valued = {"dtype", "device", "head", "out_freq", "out_file"};
+  const std::vector<std::string> flags = {"atomic", "append", "overwrite"};
+  auto is_key = [&](const std::string &w) {
+    return std::find(valued.begin(), valued.end(), w) != valued.end() ||
+        std::find(flags.begin(), flags.end(), w) != flags.end();
+  };
+  model_files.clear();
+  int k = 0;
+  while (k < narg && !is_key(arg[k])) model_files.emplace_back(arg[k++]);
+  if (model_files.empty()) error->all(FLERR, "Illegal pair_style mdband command: {}", usage);
+  model_file = model_files[0];
   dtype = "float32";
   device = "auto";
   head.clear();
-  for (int k = 1; k < narg; k += 2) {
-    const std::string key = arg[k], value = arg[k + 1];
-    if (key == "dtype") {
+  out_freq = 100;
+  out_file = "model_devi.out";
+  out_atomic = 0;
+  out_mode = "new";
+  last_devi_step = -1;
+  bool committee_keys = false;
+  for (; k < narg; k += 2) {
+    const std::string key = arg[k];
+    if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
+      committee_keys = true;
+      if (key == "atomic") {
+        out_atomic = 1;
+      } else {
+        if (out_mode != "new" && out_mode != key)
+          error->all(FLERR, "pair_style mdband: 'append' and 'overwrite' exclude each other");
+        out_mode = key;
+      }
+      k -= 1;    // a flag takes no value
+      continue;
+    }
+    if (!is_key(key))
+      error->all(FLERR, "pair_style mdband: unknown keyword '{}' (model files come first; "
+                 "keywords: dtype device head out_freq out_file atomic append overwrite)", key);
+    if (k + 1 >= narg) error->all(FLERR, "pair_style mdband: keyword '{}' needs a value", key);
+    const std::string value = arg[k + 1];
+    if (key == "out_freq") {
+      out_freq = utils::inumeric(FLERR, value, false, lmp);
+      if (out_freq < 0) error->all(FLERR, "pair_style mdband: out_freq must be >= 0, not {}", value);
+      committee_keys = true;
+    } else if (key == "out_file") {
+      out_file = value;
+      committee_keys = true;
+    } else if (key == "dtype") {
       if (value != "float32" && value != "float64")
         error->all(FLERR, "pair_style mdband: dtype must be float32 or float64, not '{}'", value);
       dtype = value;
@@ -282,11 +329,11 @@ void PairMdband::settings(int narg, char **arg)
       device = value;
     } else if (key == "head") {
       head = value;
-    } else {
-      error->all(FLERR, "pair_style mdband: unknown keyword '{}' (expected dtype, device or head)",
-                 key);
     }
   }
+  if (committee_keys && model_files.size() < 2)
+    error->all(FLERR, "pair_style mdband: out_freq, out_file, atomic, append and overwrite need "
+                      "two or more models (a committee)");
 }
 
 // pair_coeff * * El1 El2 ... (one element per LAMMPS type)
@@ -324,11 +371,22 @@ void PairMdband::coeff(int narg, char **arg)
       PyObject *elist = PyList_New(ntypes);
       for (int i = 0; i < ntypes; i++)
         PyList_SET_ITEM(elist, i, PyUnicode_FromString(elements[i].c_str()));
-      PyObject *opts = Py_BuildValue("{s:s,s:s,s:s,s:i,s:i,s:i,s:i}", "dtype", dtype.c_str(),
-                                     "device", device.c_str(), "head", head.c_str(), "rank",
-                                     comm->me, "nprocs", comm->nprocs, "local_rank", local_rank,
-                                     "local_size", local_size);
-      made = PyObject_CallMethod(mod, "create", "sOO", model_file.c_str(), elist, opts);
+      PyObject *opts = Py_BuildValue(
+          "{s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s,s:L}", "dtype", dtype.c_str(), "device",
+          device.c_str(), "head", head.c_str(), "rank", comm->me, "nprocs", comm->nprocs,
+          "local_rank", local_rank, "local_size", local_size, "out_file", out_file.c_str(),
+          "out_freq", out_freq, "atomic", out_atomic, "mode", out_mode.c_str(), "step",
+          static_cast<long long>(update->ntimestep));
+      PyObject *models;
+      if (model_files.size() == 1) {
+        models = PyUnicode_FromString(model_file.c_str());
+      } else {
+        models = PyList_New(static_cast<Py_ssize_t>(model_files.size()));
+        for (size_t m = 0; m < model_files.size(); m++)
+          PyList_SET_ITEM(models, m, PyUnicode_FromString(model_files[m].c_str()));
+      }
+      made = PyObject_CallMethod(mod, "create", "OOO", models, elist, opts);
+      Py_DECREF(models);
       Py_DECREF(elist);
       Py_XDECREF(opts);
       Py_DECREF(mod);
@@ -378,6 +436,24 @@ void PairMdband::coeff(int narg, char **arg)
   if (nok == 0) error->all(FLERR, "pair_coeff mdband: {}", why);
   if (!ok) error->one(FLERR, "pair_coeff mdband (rank {}): {}", comm->me, why);
 
+  // committee: rank 0 opens the model-deviation file; every rank stops if it cannot
+  if (model_files.size() > 1 && out_freq > 0) {
+    int opened = 1;
+    if (comm->me == 0) {
+      PyGILState_STATE gil = PyGILState_Ensure();
+      PyObject *r = PyObject_CallMethod(bridge, "open_output", nullptr);
+      if (!r) {
+        why = python_error();
+        opened = 0;
+      }
+      Py_XDECREF(r);
+      PyGILState_Release(gil);
+    }
+    MPI_Bcast(&opened, 1, MPI_INT, 0, world);
+    if (!opened) error->all(FLERR, "pair_coeff mdband: {}", why);
+  }
+  last_devi_step = -1;
+
   // every rank declares the same communication width, so buffers are sized alike
   int cmax = chunk;
   MPI_Allreduce(&chunk, &cmax, 1, MPI_INT, MPI_MAX, world);
@@ -391,6 +467,10 @@ void PairMdband::coeff(int narg, char **arg)
   if (comm->me == 0)
     utils::logmesg(lmp, "mdband: model {} ({}, device {} on rank 0), cutoff {} A, {} rank(s)\n",
                    model_file, dtype, device_used, cutoff, comm->nprocs);
+  if (comm->me == 0 && model_files.size() > 1)
+    utils::logmesg(lmp, "mdband: committee of {} models (the first drives the dynamics); model "
+                   "deviation every {} steps -> {}{}\n", model_files.size(), out_freq,
+                   out_freq > 0 ? out_file : "(no file)", out_atomic ? " with per-atom columns" : "");
 }
 
 void PairMdband::init_style()
@@ -447,6 +527,15 @@ void PairMdband::compute(int eflag, int vflag)
     }
   }
   fbuf.assign(3 * static_cast<size_t>(nall), 0.0);
+  // committee: this step's row (once per step) and/or a deviation asked for by fix pair
+  const bool committee = model_files.size() > 1;
+  const long long step = static_cast<long long>(update->ntimestep);
+  const bool write_row = committee && out_freq > 0 && step % out_freq == 0 && step != last_devi_step;
+  const bool devi_now = committee && (write_row || devi_trigger);
+  if (committee) {
+    devi_buf.assign(3 + 9 * model_files.size(), 0.0);
+    devi_atom.assign(std::max(nlocal, 1), 0.0);    // never empty: fix pair needs a pointer
+  }
   if (eflag_atom) eabuf.assign(nlocal, 0.0);
   if (vflag_atom) vabuf.assign(6 * static_cast<size_t>(nall), 0.0);
   std::fill(out, out + 7, 0.0);
@@ -465,8 +554,23 @@ void PairMdband::compute(int eflag, int vflag)
   PyObject *a_out = view(out, sizeof(out), true);
   if (!eflag_atom) Py_INCREF(Py_None);
   if (!vflag_atom) Py_INCREF(Py_None);
-  PyObject *res = PyObject_CallMethod(bridge, "compute", "iiOOOOOOOO", nlocal, nall - nlocal,
-                                      a_type, a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out);
+  PyObject *res;
+  if (committee) {
+    PyObject *a_dv = devi_now ? view(devi_buf.data(), sizeof(double) * devi_buf.size(), true)
+                              : Py_None;
+    PyObject *a_da = devi_now ? view(devi_atom.data(), sizeof(double) * nlocal, true) : Py_None;
+    if (!devi_now) {
+      Py_INCREF(Py_None);
+      Py_INCREF(Py_None);
+    }
+    res = PyObject_CallMethod(bridge, "compute", "iiOOOOOOOOOO", nlocal, nall - nlocal, a_type,
+                              a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out, a_dv, a_da);
+    Py_XDECREF(a_dv);
+    Py_XDECREF(a_da);
+  } else {
+    res = PyObject_CallMethod(bridge, "compute", "iiOOOOOOOO", nlocal, nall - nlocal, a_type,
+                              a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out);
+  }
   for (PyObject *o : {a_type, a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out}) Py_XDECREF(o);
   if (!res) {
     const std::string msg = python_error();
@@ -475,6 +579,7 @@ void PairMdband::compute(int eflag, int vflag)
   }
   Py_DECREF(res);
   PyGILState_Release(gil);
+  if (devi_now) reduce_deviation(step, write_row, nlocal);
   const double t2 = wall_time();
 
   // ---- forces, per-atom virial: ghost contributions go to their owners
@@ -512,6 +617,83 @@ void PairMdband::compute(int eflag, int vflag)
   t_edges += t1 - t0;
   t_python += t2 - t1;
   t_post += t3 - t2;
+}
+
+// ---- committee: deviations reduced over the ranks, written by rank 0 -----------------------
+
+void PairMdband::reduce_deviation(long long step, bool write_row, int nlocal)
+{
+  const int nv = 9 * static_cast<int>(model_files.size());
+  double fmax = 0.0, fmin = 0.0, fsum = 0.0;
+  std::vector<double> vir(nv, 0.0);
+  MPI_Reduce(&devi_buf[0], &fmax, 1, MPI_DOUBLE, MPI_MAX, 0, world);
+  MPI_Reduce(&devi_buf[1], &fmin, 1, MPI_DOUBLE, MPI_MIN, 0, world);
+  MPI_Reduce(&devi_buf[2], &fsum, 1, MPI_DOUBLE, MPI_SUM, 0, world);
+  MPI_Reduce(&devi_buf[3], vir.data(), nv, MPI_DOUBLE, MPI_SUM, 0, world);
+  if (!write_row) return;
+  last_devi_step = step;
+
+  // per-atom columns: every rank's values to rank 0, in atom-ID order
+  std::vector<double> by_tag;
+  if (out_atomic) {
+    const int nprocs = comm->nprocs;
+    std::vector<int> counts(nprocs, 0), displs(nprocs, 0);
+    MPI_Gather(&nlocal, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world);
+    int total = 0;
+    for (int r = 0; r < nprocs; r++) {
+      displs[r] = total;
+      total += counts[r];
+    }
+    std::vector<tagint> tags(std::max(total, 1)), mine(atom->tag, atom->tag + nlocal);
+    std::vector<double> values(std::max(total, 1));
+    MPI_Gatherv(mine.data(), nlocal, MPI_LMP_TAGINT, tags.data(), counts.data(), displs.data(),
+                MPI_LMP_TAGINT, 0, world);
+    MPI_Gatherv(devi_atom.data(), nlocal, MPI_DOUBLE, values.data(), counts.data(),
+                displs.data(), MPI_DOUBLE, 0, world);
+    if (comm->me == 0) {
+      std::vector<int> order(total);
+      for (int i = 0; i < total; i++) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](int a, int b) { return tags[a] < tags[b]; });
+      by_tag.resize(total);
+      for (int i = 0; i < total; i++) by_tag[i] = values[order[i]];
+    }
+  }
+  if (comm->me != 0) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *a_vir = view(vir.data(), sizeof(double) * vir.size(), false);
+  PyObject *a_atom = out_atomic ? view(by_tag.data(), sizeof(double) * by_tag.size(), false)
+                                : Py_None;
+  if (!out_atomic) Py_INCREF(Py_None);
+  PyObject *res = PyObject_CallMethod(bridge, "write_deviation", "LdddLOO", step, fmax, fmin,
+                                      fsum, static_cast<long long>(atom->natoms), a_vir, a_atom);
+  Py_XDECREF(a_vir);
+  Py_XDECREF(a_atom);
+  if (!res) {
+    const std::string msg = python_error();
+    PyGILState_Release(gil);
+    error->one(FLERR, "pair_style mdband: cannot write the model deviation: {}", msg);
+  }
+  Py_DECREF(res);
+  PyGILState_Release(gil);
+}
+
+// fix pair N mdband devi_f 1: devi_f_flag asks for the deviations on that step
+void *PairMdband::extract(const char *name, int &dim)
+{
+  dim = 0;
+  if (model_files.size() > 1 && std::strcmp(name, "devi_f_flag") == 0) return &devi_trigger;
+  return nullptr;
+}
+
+// fix pair N mdband devi_f 0|1: per-atom force deviation (eV/A) of the last deviation step
+void *PairMdband::extract_peratom(const char *name, int &ncol)
+{
+  ncol = 0;
+  if (model_files.size() > 1 && std::strcmp(name, "devi_f") == 0) {
+    if (devi_atom.empty()) devi_atom.assign(std::max(atom->nlocal, 1), 0.0);
+    return devi_atom.data();
+  }
+  return nullptr;
 }
 
 // ---- communication of per-atom rows --------------------------------------------------------
@@ -585,7 +767,7 @@ double PairMdband::memory_usage()
 {
   double bytes = Pair::memory_usage();
   bytes += (src.capacity() + dst.capacity()) * sizeof(int64_t);
-  bytes += (vec.capacity() + fbuf.capacity() + eabuf.capacity() + vabuf.capacity()) *
-      sizeof(double);
+  bytes += (vec.capacity() + fbuf.capacity() + eabuf.capacity() + vabuf.capacity() +
+            devi_atom.capacity()) * sizeof(double);
   return bytes;
 }

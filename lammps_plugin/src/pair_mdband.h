@@ -1,8 +1,14 @@
 // pair_style mdband: a LAMMPS pair style whose energy and forces come from an mdband model,
 // evaluated by the Python package `mdband` in an interpreter embedded in (or hosting) LAMMPS.
 //
-//   pair_style mdband MODEL [dtype float32|float64] [device cpu|cuda|auto] [head NAME]
+//   pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
+//                     [head NAME] [out_freq N] [out_file FILE] [atomic] [append|overwrite]
 //   pair_coeff * * El1 El2 ...        (element of each LAMMPS atom type)
+//
+// With several models (a committee) the first one drives the dynamics and every out_freq steps
+// all are evaluated on the same edges; rank 0 writes their deviations to out_file in
+// deepmd-kit's model_devi.out layout, and `fix pair N mdband devi_f 0|1` reads the per-atom
+// force deviation.
 //
 // Each step the pair style builds the edge list of the local atoms (centre = local atom,
 // neighbour = local or ghost atom within the model cutoff) and hands it to Python, which returns
@@ -34,6 +40,8 @@ class PairMdband : public Pair {
   void init_style() override;
   double init_one(int, int) override;
   double memory_usage() override;
+  void *extract(const char *, int &) override;
+  void *extract_peratom(const char *, int &) override;
 
   int pack_forward_comm(int, int *, double *, int, int *) override;
   void unpack_forward_comm(int, int, double *) override;
@@ -47,6 +55,7 @@ class PairMdband : public Pair {
 
  protected:
   std::string model_file, dtype, device, head;
+  std::vector<std::string> model_files;    // the committee (model_file = the first)
   std::string device_used;    // torch device the model runs on (this rank)
   std::vector<std::string> elements;    // element of each LAMMPS type (index type-1)
   PyObject *bridge;                     // object returned by <bridge module>.create(...)
@@ -67,6 +76,14 @@ class PairMdband : public Pair {
   double *comm_buf;
   int comm_stride, comm_offset, comm_width;
   void comm_rows(double *rows, int stride, bool reverse);
+
+  // committee: model deviation every out_freq steps (or when fix pair sets devi_trigger)
+  int out_freq, out_atomic, devi_trigger;
+  std::string out_file, out_mode;           // out_mode: new | append | overwrite
+  long long last_devi_step;                 // last step whose row was written (-1: none)
+  std::vector<double> devi_buf;             // this rank's partials: max, min, sum, 9 per model
+  std::vector<double> devi_atom;            // per-atom force deviation of the local atoms
+  void reduce_deviation(long long step, bool write_row, int nlocal);
 
   // diagnostics (MDBAND_TIMING=1 prints them per rank when the pair style is deleted)
   long ncalls;

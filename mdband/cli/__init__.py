@@ -18,6 +18,7 @@ _SUBCOMMANDS = {
     "relax": "mdband.cli.relax",
     "export": "mdband.cli.export",
     "plot": "mdband.cli.plot",
+    "model-devi": "mdband.cli.model_devi",
 }
 
 

@@ -74,7 +74,17 @@ def _load_toml(path: str) -> dict:
 def _settings(ctx: click.Context, params: dict) -> dict:
     """TOML settings updated by the flags given on the command line."""
     settings = _load_toml(params["config_file"]) if params.get("config_file") else {}
-    settings.update(given_settings(ctx, RunConfig, params))
+    given = given_settings(ctx, RunConfig, params)
+    settings.update(given)
+    # --model on the command line replaces the file's model and committee; repeated, it is
+    # a committee (the first drives), as is a TOML list
+    if "model" in given and "committee" not in given:
+        settings.pop("committee", None)
+    if isinstance(settings.get("model"), (list, tuple)):
+        from mdband.md.config import split_models
+
+        settings.pop("committee", None)
+        settings.update(split_models(settings["model"]))
     return settings
 
 

@@ -34,7 +34,7 @@ def option_for(spec: Spec):
         type=kind,
         default=None,
         metavar=spec.metavar,
-        multiple=spec.is_list,
+        multiple=spec.is_list or _repeatable(spec),
         help=spec.help_text(),
     )
 
@@ -57,11 +57,17 @@ def given_settings(ctx: click.Context, cls, params: dict) -> dict:
         if ctx.get_parameter_source(spec.name) != ParameterSource.COMMANDLINE:
             continue
         value = params[spec.name]
-        if spec.is_list:
+        if _repeatable(spec):  # one flag: the value; repeated: the list (e.g. a committee)
+            value = value[0] if len(value) == 1 else list(value)
+        elif spec.is_list:
             value = [part for item in value for part in str(item).split(",") if part.strip()]
             value = [_convert(spec, part.strip()) for part in value]
         out[spec.name] = value
     return out
+
+
+def _repeatable(spec: Spec) -> bool:
+    return spec.info is not None and spec.info.repeatable and not spec.is_list
 
 
 def _convert(spec: Spec, text: str):

@@ -14,7 +14,8 @@ Layout (one particle group, ``all``; MDAnalysis reads only the first one)::
         image/          {step, time (links), value (T, N, 3) int32}: position + image @ edges is
                         the continuous (unwrapped) position; position is folded into the box
         species         (N,) atomic numbers;   mass (N,) u
-    observables/<name>/ {step, time (links), value}  (see OBSERVABLES)
+    observables/<name>/ {step, time (links), value}  (see OBSERVABLES; with a committee also
+                        MODEL_DEVI_OBSERVABLES, one value per frame like every observable)
     parameters/mdband   attributes: config_json, model_hash, mdband_version, ...
 
 Every frame is flushed as it is written, value datasets first and the shared ``step`` last,
@@ -39,6 +40,7 @@ from mdband.io.h5md_format import (
     FORCE_UNITS,
     H5MD_VERSION,
     LIBVER,
+    MODEL_DEVI_OBSERVABLES,
     OBSERVABLES,
     PARTICLE_UNITS,
     PARTICLES,
@@ -113,7 +115,8 @@ def _write_header(f: h5py.File, header: TrajectoryHeader) -> None:
         _timeseries(part.create_group(name), (n, 3), dtype, units_of[name], clock)
     _timeseries(box.create_group("edges"), (3, 3), np.float64, "Angstrom", clock)
     _timeseries(part.create_group("image"), (n, 3), np.int32, None, clock)
-    for name, (unit, shape) in OBSERVABLES.items():
+    observables = {**OBSERVABLES, **(MODEL_DEVI_OBSERVABLES if header.model_devi else {})}
+    for name, (unit, shape) in observables.items():
         _timeseries(f.create_group(f"observables/{name}"), shape, np.float64, unit, clock)
     params = f.create_group("parameters/mdband")
     for key, val in header.parameters.items():
@@ -146,7 +149,8 @@ class H5MDWriter:
         self._edges = part["box/edges/value"]
         self._image = part["image/value"]
         self._pbc = [_text(b) == "periodic" for b in part["box"].attrs["boundary"]]
-        self._obs = {name: f[f"observables/{name}/value"] for name in OBSERVABLES}
+        names = [*OBSERVABLES, *MODEL_DEVI_OBSERVABLES]
+        self._obs = {n: f[f"observables/{n}/value"] for n in names if f"observables/{n}" in f}
         f.swmr_mode = True
 
     @property
@@ -239,7 +243,9 @@ def _rewrite(path: Path, through_step: int | None) -> h5py.File:
             names = [f"{PARTICLES}/position/{k}" for k in ("step", "time")]
             names += [f"{PARTICLES}/{k}/value" for k in (*PARTICLE_UNITS, "box/edges")]
             names += [
-                f"observables/{k}/value" for k in OBSERVABLES if f"observables/{k}" in old.file
+                f"observables/{k}/value"
+                for k in (*OBSERVABLES, *MODEL_DEVI_OBSERVABLES)
+                if f"observables/{k}" in old.file
             ]
             if f"{PARTICLES}/image" in old.file:
                 names.append(f"{PARTICLES}/image/value")

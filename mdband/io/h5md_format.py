@@ -32,6 +32,16 @@ OBSERVABLES = {
     "volume": ("Angstrom+3", ()),
     "stress": ("GPa", (3, 3)),
 }
+# a committee's model deviations (written when the header asks for them; see
+# mdband.committee.deviation for the definitions)
+MODEL_DEVI_OBSERVABLES = {
+    "max_devi_v": ("eV", ()),
+    "min_devi_v": ("eV", ()),
+    "avg_devi_v": ("eV", ()),
+    "max_devi_f": ("eV Angstrom-1", ()),
+    "min_devi_f": ("eV Angstrom-1", ()),
+    "avg_devi_f": ("eV Angstrom-1", ()),
+}
 _CHUNK_BYTES = 1 << 18
 
 
@@ -51,6 +61,7 @@ class TrajectoryHeader:
     precision: str = "float32"
     force_unit: str = "kJ mol-1 Angstrom-1"
     author: str | None = None
+    model_devi: bool = False  # also the observables of MODEL_DEVI_OBSERVABLES
 
     @property
     def n_atoms(self) -> int:

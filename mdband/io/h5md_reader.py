@@ -15,6 +15,7 @@ import numpy as np
 from mdband.io.h5md_format import (
     FORCE_UNITS,
     LIBVER,
+    MODEL_DEVI_OBSERVABLES,
     OBSERVABLES,
     PARTICLE_UNITS,
     PARTICLES,
@@ -123,6 +124,7 @@ class H5MDReader:
             precision=precision,
             force_unit=self.force_unit,
             author=_text(self.file["h5md/author"].attrs["name"]),
+            model_devi="observables/max_devi_f" in self.file,
         )
 
     # ------------------------------------------------------------------ frames
@@ -157,7 +159,7 @@ class H5MDReader:
         k = self._index(i)
         part = self._part
         obs = {}
-        for name in OBSERVABLES:
+        for name in (*OBSERVABLES, *MODEL_DEVI_OBSERVABLES):
             if f"observables/{name}" in self.file:
                 obs[name] = self.file[f"observables/{name}/value"][k]
         cell = self.cell(k)

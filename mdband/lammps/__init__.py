@@ -74,17 +74,44 @@ def prepare_environment() -> None:
 
 
 def pair_style_command(
-    model, dtype: str | None = None, device: str | None = None, head: str | None = None
+    model,
+    dtype: str | None = None,
+    device: str | None = None,
+    head: str | None = None,
+    *,
+    out_freq: int | None = None,
+    out_file: str | None = None,
+    atomic: bool = False,
+    mode: str | None = None,
 ) -> str:
-    """The ``pair_style mdband ...`` line for these settings."""
-    words = ["pair_style", "mdband", str(model)]
-    for key, value in (("dtype", dtype), ("device", device), ("head", head)):
-        if value:
+    """The ``pair_style mdband ...`` line for these settings.
+
+    ``model`` is one path or a list of paths (a committee: the first drives the dynamics; then
+    ``out_freq``, ``out_file``, ``atomic`` and ``mode`` ("append" or "overwrite") set the
+    model-deviation output, see :mod:`mdband.lammps.committee`).
+    """
+    models = [model] if isinstance(model, (str, os.PathLike)) else list(model)
+    for m in models:
+        if any(c.isspace() for c in str(m)):
+            raise MdbandError(f"model path {m!r} contains white space, which LAMMPS cannot parse")
+    words = ["pair_style", "mdband", *map(str, models)]
+    for key, value in (
+        ("dtype", dtype),
+        ("device", device),
+        ("head", head),
+        ("out_freq", out_freq),
+        ("out_file", out_file),
+    ):
+        if value is not None and value != "":
             if any(c.isspace() for c in str(value)):
                 raise MdbandError(f"pair_style mdband: {key} {value!r} contains white space")
             words += [key, str(value)]
-    if any(c.isspace() for c in str(model)):
-        raise MdbandError(f"model path {model!r} contains white space, which LAMMPS cannot parse")
+    if atomic:
+        words.append("atomic")
+    if mode:
+        if mode not in ("append", "overwrite"):
+            raise MdbandError(f"pair_style mdband: mode must be append or overwrite, not {mode!r}")
+        words.append(mode)
     return " ".join(words)
 
 

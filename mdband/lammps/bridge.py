@@ -120,6 +120,8 @@ class LammpsModel:
         self._lut_np = lut
         self.last_exchange_calls = 0
         self.last_path = ""  # "owners" (one rank) or "exchange", for tests and logs
+        self.last_virial = None  # (3, 3) −Σ g ⊗ vec of the rank's edges in the last compute
+        self.announce = True  # print which path a single rank takes
 
     @property
     def single_rank(self) -> bool:
@@ -173,7 +175,7 @@ class LammpsModel:
         vec_np = np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)
         owner = self.owners(n_all, nlocal) if self.single_rank else None
         if owner is not None:
-            if self.last_path != "owners":
+            if self.last_path != "owners" and self.announce:
                 print(
                     "pair_style mdband: one rank, ghost atoms mapped to their owners; "
                     f"CUDA graphs {self.potential.cuda_graphs}",
@@ -181,14 +183,15 @@ class LammpsModel:
                 )
             self.last_path = "owners"
             self.last_exchange_calls = 1 if n_all > nlocal else 0
-            f, e_local, w6, va = self._compute_owned(
+            f, e_local, w6, va, w33 = self._compute_owned(
                 self._lut_np[ltypes[:nlocal]], owner[src_np], dst_np, vec_np, vatom is not None
             )
         else:
             self.last_path = "exchange"
-            f, e_local, w6, va = self._compute_exchange(
+            f, e_local, w6, va, w33 = self._compute_exchange(
                 nlocal, n_all, ltypes, src_np, dst_np, vec_np, vatom is not None
             )
+        self.last_virial = w33.cpu().numpy()
         head = torch.cat([e_local.sum().reshape(1), w6])
         np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
         fv = np.frombuffer(forces, dtype=np.float64).reshape(n_all, 3)
@@ -223,7 +226,7 @@ class LammpsModel:
             atom_e, f, virial = pot.evaluate_vectors(types, src, dst, vec)
             # virial[a, b] = −Σ g_a vec_b; LAMMPS' component (a, b) is −Σ vec_a g_b
             w6 = virial[_VOIGT_B, _VOIGT_A]
-            return f, atom_e, w6, None
+            return f, atom_e, w6, None, virial
         dev = pot.device
         src_t = torch.from_numpy(src).to(dev)
         dst_t = torch.from_numpy(dst).to(dev)
@@ -233,8 +236,8 @@ class LammpsModel:
 
     @staticmethod
     def _assemble(res, src_t, dst_t, vec_t, n_rows, nlocal, per_atom_virial):
-        """Forces (n_rows, 3), local atom energies, the six virial components and, if asked,
-        per-atom virials (n_rows, 6), float64 tensors."""
+        """Forces (n_rows, 3), local atom energies, the six virial components, per-atom virials
+        (n_rows, 6) if asked (else None) and the 3×3 virial −Σ g ⊗ vec, float64 tensors."""
         g = res.edge_grad.to(torch.float64)
         dev = g.device
         f = torch.zeros((n_rows, 3), dtype=torch.float64, device=dev)
@@ -248,20 +251,34 @@ class LammpsModel:
             va = torch.zeros((n_rows, 6), dtype=torch.float64, device=dev)
             va.index_add_(0, dst_t, half)
             va.index_add_(0, src_t, half)
-        return f, res.atom_energy[:nlocal], w6.sum(0), va
+        w33 = -(g.T @ vec_t.to(torch.float64))
+        return f, res.atom_energy[:nlocal], w6.sum(0), va, w33
 
 
-def create(model_file: str, elements, options: dict | None = None) -> LammpsModel:
+def create(model_file, elements, options: dict | None = None) -> LammpsModel:
     """Called by ``pair_coeff * * El...`` on every rank.
 
-    ``options``: ``dtype``, ``device``, ``head`` from the ``pair_style`` line and ``rank``,
-    ``nprocs``, ``local_rank``, ``local_size`` (ranks on this node) from the plugin.
+    ``model_file`` is one path, or a list of paths for a committee (``pair_style mdband a.pt
+    b.pt ...``: see :mod:`mdband.lammps.committee`). ``options``: ``dtype``, ``device``,
+    ``head`` (and for a committee ``out_file``, ``out_freq``, ``atomic``, ``mode``) from the
+    ``pair_style`` line and ``rank``, ``nprocs``, ``local_rank``, ``local_size`` (ranks on this
+    node) and ``step`` from the plugin.
     """
     opts = dict(options or {})
     device = select_device(str(opts.get("device", "auto")), int(opts.get("local_rank", 0)))
     _configure_threads(int(opts.get("local_size", 1)))
     dtype = str(opts.get("dtype", "float32"))
     head = opts.get("head") or None
-    pot = load_potential(model_file, device, dtype, head)
-    types = pot.types_of([str(e) for e in elements])
-    return LammpsModel(pot, types, opts)
+    files = [model_file] if isinstance(model_file, str) else list(model_file)
+    pots = [load_potential(f, device, dtype, head) for f in files]
+    if len(pots) == 1:
+        return LammpsModel(pots[0], pots[0].types_of([str(e) for e in elements]), opts)
+    types = []
+    for k, pot in enumerate(pots):
+        try:
+            types.append(pot.types_of([str(e) for e in elements]))
+        except MdbandError as exc:
+            raise MdbandError(f"committee model {k + 1} ({files[k]}): {exc}") from None
+    from mdband.lammps.committee import CommitteeModel
+
+    return CommitteeModel(pots, types, opts)

@@ -24,7 +24,7 @@ BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
 VELOCITIES = ("auto", "maxwell", "file")
-PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final")
+PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final", "model_devi")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
     "ensemble",
@@ -71,7 +71,11 @@ class RunConfig:
         default_text="the data file's Masses, else the model's type map",
     )
     model: str | None = setting(
-        None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
+        None,
+        "Model file (mdband, deepmd-kit SeZM) or builtin:NAME; repeat the flag (or give a TOML "
+        "list) for a committee: the first model drives the dynamics.",
+        metavar="PATH",
+        repeatable=True,
     )
     frame: int = setting(-1, "Image of the structure file to start from.", default_text="last")
     ensemble: str = setting("nve", "Ensemble.", choices=ENSEMBLES)
@@ -147,8 +151,26 @@ class RunConfig:
         "ase (one process) or lammps (pair_style mdband; mpirun -np N for ranks).",
         choices=ENGINES,
     )
+    committee: tuple[str, ...] = setting(
+        (),
+        "Further models evaluated on the same frames as --model for the model deviation "
+        "(deepmd-kit's definitions); they never change the dynamics. Needs --model-devi.",
+        metavar="PATH,...",
+    )
+    model_devi: str | None = setting(
+        None,
+        "Model-deviation output in deepmd-kit's model_devi.out layout (and the same numbers as "
+        "H5MD observables in every frame).",
+        metavar="FILE",
+    )
+    model_devi_every: int = setting(100, "Model-deviation interval in steps (out_freq).")
+    model_devi_atomic: bool = setting(
+        False, "Append the per-atom force deviations to each model_devi row."
+    )
 
     def __post_init__(self) -> None:
+        for name, value in split_models(self.model, self.committee).items():
+            object.__setattr__(self, name, value)
         _validate(self)
 
     # ------------------------------------------------------------------ construction
@@ -166,7 +188,7 @@ class RunConfig:
         from mdband._version import __version__
 
         header = f"mdband {__version__} run settings; run them with: mdband run --config FILE"
-        return to_toml(self, header, path_fields=PATH_FIELDS)
+        return to_toml(self, header, path_fields=(*PATH_FIELDS, "committee"))
 
     def resolved(self) -> RunConfig:
         """A copy with the seed and damping times made concrete (what a run records)."""
@@ -185,6 +207,17 @@ _FIELD_TYPES = {f.name: f.type for f in fields(RunConfig)}
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
+def split_models(model, committee=()) -> dict:
+    """``model`` and ``committee`` from a model given as a list (TOML array, repeated
+    ``--model``): the first entry drives the dynamics, the others form the committee."""
+    if not isinstance(model, (list, tuple)):
+        return {"model": model, "committee": committee}
+    if committee:
+        raise ConfigError("give the committee either as a list of models or as committee")
+    model = list(model)
+    return {"model": model[0] if model else None, "committee": tuple(model[1:])}
+
+
 def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
     """Check keys (``traj-every`` and ``traj_every`` both accepted), coerce numbers, and make
     relative paths absolute against ``base_dir``."""
@@ -195,11 +228,22 @@ def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
             raise ConfigError(f"unknown setting {key!r}")
         if name == "type_map" and isinstance(value, (list, tuple)):  # TOML: ["O", "H"]
             value = ",".join(map(str, value))
-        builtin = name == "model" and str(value).startswith("builtin:")
-        if name in PATH_FIELDS and value is not None and base_dir is not None and not builtin:
-            value = str(Path(base_dir).resolve() / Path(str(value)).expanduser())
+        if base_dir is not None and name in (*PATH_FIELDS, "committee") and value is not None:
+            if isinstance(value, (list, tuple)):
+                value = [_path(v, base_dir) for v in value]
+            else:
+                value = _path(value, base_dir)
         out[name] = value
+    if isinstance(out.get("model"), (list, tuple)):
+        out.update(split_models(out["model"], out.get("committee", ())))
     return out
+
+
+def _path(value, base_dir) -> str:
+    """``value`` made absolute against ``base_dir`` (``builtin:NAME`` models stay as they are)."""
+    if str(value).startswith("builtin:"):
+        return str(value)
+    return str(Path(base_dir).resolve() / Path(str(value)).expanduser())
 
 
 def _validate(c: RunConfig) -> None:
@@ -229,6 +273,16 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
+    _positive(c, "model_devi_every")
+    if c.committee and not c.model_devi:
+        raise ConfigError("a committee of models needs a model deviation file (--model-devi)")
+    if c.model_devi and not c.committee:
+        raise ConfigError("model_devi needs a committee: give two or more models (--model)")
+    if c.committee and c.engine == "lammps":
+        raise ConfigError(
+            "a committee is not available with engine lammps; use engine ase, or pair_style "
+            "mdband a.pt b.pt ... out_freq N out_file FILE in a LAMMPS input"
+        )
     _validate_io(c)
 
 

@@ -116,6 +116,8 @@ class _Run:
 
     def _sample(self, step: int) -> None:
         obs = observables(self.atoms, self.p.ensemble.conserved_energy())
+        if self.p.model_devi is not None:
+            obs.update(self.p.model_devi.observables(step, self.atoms))
         t = self._time_ps(step)
         self.reporter.thermo(step, t, obs)
         if self.writer is not None:
@@ -137,6 +139,8 @@ class _Run:
             return
         a = self.atoms
         ref = self.p.calculator.neighbour_reference()
+        if self.p.model_devi is not None:
+            self.p.model_devi.sync()  # rows before the checkpoint that refers to them
         write_checkpoint(
             self.c.checkpoint,
             Checkpoint(
@@ -193,6 +197,7 @@ class _Run:
             parameters=params,
             precision=self.c.traj_precision,
             force_unit=self.c.traj_force_unit,
+            model_devi=self.p.model_devi is not None,
         )
         self.writer = H5MDWriter.create(self.c.trajectory, header)
 
@@ -207,9 +212,8 @@ class _Run:
             + (f", skin {c.skin:g} Å" if c.skin > 0 else ", rebuilt every step (skin 0)"),
         ]
         lines += self.p.notes
-        outs = [
-            f"{k} {getattr(c, k)}" for k in ("trajectory", "checkpoint", "log") if getattr(c, k)
-        ]
+        names = ("trajectory", "checkpoint", "log", "model_devi")
+        outs = [f"{k} {getattr(c, k)}" for k in names if getattr(c, k, None)]
         if outs:
             lines.append("Writing: " + ", ".join(outs))
         return lines
@@ -222,13 +226,20 @@ class _Run:
         t0 = time.perf_counter()
         try:
             self._open_trajectory()
+            devi = self.p.model_devi
+            if devi is not None:
+                devi.open(self.p.resumed, start)
             self.reporter.start(self._intro())
             if not self.p.resumed:
+                if devi is not None:
+                    devi.at_step(0, self.atoms)
                 self._sample(0)
                 self._checkpoint(0)
             with _deferred_signals() as stop:
                 for step in range(start + 1, c.steps + 1):
                     self._advance(step)
+                    if devi is not None:
+                        devi.at_step(step, self.atoms)
                     if step % c.traj_every == 0:
                         self._sample(step)
                     if step % c.checkpoint_every == 0 or step == c.steps:
@@ -249,6 +260,8 @@ class _Run:
         finally:
             if self.writer is not None:
                 self.writer.close()
+            if self.p.model_devi is not None:
+                self.p.model_devi.close()
             self.reporter.close()
         return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
 

@@ -33,6 +33,7 @@ class SettingInfo:
     metavar: str | None = None  # placeholder in --help (default: from unit or type)
     choices: tuple[str, ...] | None = None  # allowed values (click.Choice on the CLI)
     default_text: str | None = None  # how to show a default that is not a literal
+    repeatable: bool = False  # a scalar whose flag may be repeated (then a list arrives)
 
 
 def setting(
@@ -44,6 +45,7 @@ def setting(
     choices=None,
     default_text: str | None = None,
     default_factory=MISSING,
+    repeatable: bool = False,
 ):
     """A dataclass field that is a documented setting (see the module docstring)."""
     info = SettingInfo(
@@ -52,6 +54,7 @@ def setting(
         metavar=metavar,
         choices=None if choices is None else tuple(choices),
         default_text=default_text,
+        repeatable=repeatable,
     )
     return field(default=default, default_factory=default_factory, metadata={"setting": info})
 
@@ -231,6 +234,11 @@ def _toml_value(value) -> str:
     return _toml_string(str(value))
 
 
+def _abs(path) -> str:
+    text = str(path)
+    return text if text.startswith("builtin:") else os.path.abspath(os.path.expanduser(text))
+
+
 def to_toml(obj, header: str = "", path_fields=()) -> str:
     """``obj``'s settings as TOML text, one ``key = value`` line each, in field order.
 
@@ -244,7 +252,7 @@ def to_toml(obj, header: str = "", path_fields=()) -> str:
         if value is None:
             lines.append(f"# {spec.name} = (not set)  # {help_text}".rstrip(" #"))
             continue
-        if spec.name in path_fields and not str(value).startswith("builtin:"):
-            value = os.path.abspath(os.path.expanduser(str(value)))
+        if spec.name in path_fields:
+            value = [_abs(v) for v in value] if spec.is_list else _abs(value)
         lines.append(f"{spec.name} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
 
-_OUTPUTS = ("trajectory", "checkpoint", "log", "final")
+_OUTPUTS = ("trajectory", "checkpoint", "log", "final", "model_devi")
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Prepared:
     start_step: int
     resumed: bool
     notes: list[str]
+    model_devi: object | None = None  # mdband.committee.recorder.DeviationRecorder
 
 
 def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
@@ -66,7 +67,11 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
     else:
         atoms = _fresh_atoms(config, potential, notes)
         start = 0
-    calc = Calculator(potential, skin=config.skin)
+    if config.committee:
+        calc, recorder = _committee(config, potential, atoms)
+        notes.append(recorder.describe())
+    else:
+        calc, recorder = Calculator(potential, skin=config.skin), None
     atoms.calc = calc
     ensemble = Ensemble.build(atoms, config, thermostat_rng(config.seed))
     if ck is not None:
@@ -75,7 +80,31 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
         ensemble.set_state(ck.integrator)
         ensemble.set_rng_state(ck.rng)
         _check_trajectory(config, atoms, potential)
-    return Prepared(config, potential, atoms, calc, ensemble, start, ck is not None, notes)
+    return Prepared(
+        config, potential, atoms, calc, ensemble, start, ck is not None, notes, recorder
+    )
+
+
+def _committee(config: RunConfig, potential: Potential, atoms: Atoms):
+    """The committee's calculator (first model = ``potential``) and its recorder."""
+    from mdband.committee import CommitteeCalculator
+    from mdband.committee.recorder import DeviationRecorder
+    from mdband.loader import load_model
+
+    others = [
+        load_model(m, device=config.device, dtype=config.dtype, head=config.head)
+        for m in config.committee
+    ]
+    calc = CommitteeCalculator([potential, *others], skin=config.skin, deviations=False)
+    calc.committee.check_species(atoms.get_atomic_numbers())
+    recorder = DeviationRecorder(
+        calc,
+        config.model_devi,
+        config.model_devi_every,
+        config.model_devi_atomic,
+        config.overwrite,
+    )
+    return calc, recorder
 
 
 def _check_paths(c: RunConfig) -> None:
@@ -84,7 +113,9 @@ def _check_paths(c: RunConfig) -> None:
         paths["final"] = default_final(c.trajectory, c.log)
     resolved = [Path(p).resolve() for p in paths.values()]
     if len(set(resolved)) != len(resolved):
-        raise ConfigError("trajectory, checkpoint, log and final must be different files")
+        raise ConfigError(
+            "trajectory, checkpoint, log, final and model_devi must be different files"
+        )
     for name, p in paths.items():
         path = Path(p)
         if not path.parent.is_dir():

@@ -23,6 +23,8 @@ SPECS = {spec.name: spec for spec in table(RunConfig)}
 # checkpoint and has its own test
 SPECIAL = {"device": "cuda:1", "format": "lammps-data", "type_map": "O,H", "final": "end.extxyz"}
 OWN_TEST = {"resume"}
+# settings valid only together with another one
+COMPANIONS = {"committee": {"model_devi": "devi.out"}, "model_devi": {"committee": ["b.pt"]}}
 
 
 def sample(spec):
@@ -86,13 +88,15 @@ def test_flag_and_toml_key_round_trip(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     spec = SPECS[name]
     value = sample(spec)
-    settings = {**BASE, name: value}
+    settings = {**BASE, **COMPANIONS.get(name, {}), name: value}
     args = [a for k, v in settings.items() for a in flag_args(SPECS[k], v)]
     text = printed(*args)
     parsed = tomllib.loads(text)
     expected = value
     if name in PATH_FIELDS:
         expected = str(tmp_path / value)
+    if name == "committee":  # a list of model paths
+        expected = [str(tmp_path / v) for v in value]
     assert parsed[name] == expected
     # every setting is written (a None one as a comment), in field order
     keys = [line.split(" ")[0 if not line.startswith("# ") else 1] for line in text.splitlines()]

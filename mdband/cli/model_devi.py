@@ -1,0 +1,78 @@
+"""``mdband model-devi MODELS... --structure FILE``: a committee's deviations over the frames of
+a file, written as deepmd-kit's ``model_devi.out`` (like ``dp model-devi``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mdband.cli.common import fail_on_user_error, user_error
+
+
+@click.command("model-devi")
+@click.argument("models", nargs=-1, required=True)
+@click.option(
+    "--structure",
+    "-s",
+    metavar="FILE",
+    required=True,
+    help="Frames to evaluate: any ase.io.read format (all images) or an mdband H5MD trajectory.",
+)
+@click.option(
+    "--output",
+    "-o",
+    metavar="FILE",
+    default="model_devi.out",
+    show_default=True,
+    help="Model-deviation file to write.",
+)
+@click.option(
+    "--every",
+    "-f",
+    type=int,
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="MD steps between the frames: frame k is step k*N (H5MD files use their own steps).",
+)
+@click.option("--atomic", is_flag=True, help="Append the per-atom force deviations to each row.")
+@click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float64"]),
+    default="float32",
+    show_default=True,
+    help="Model precision (the deviations are computed in float64).",
+)
+@click.option("--head", default=None, help="Head of multi-task deepmd-kit checkpoints.")
+@click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")
+@fail_on_user_error
+def command(models, structure, output, every, atomic, device, dtype, head, overwrite):
+    """Evaluate a committee of MODELS (at least two; deepmd-kit SeZM checkpoints, mdband files or
+    builtin:NAME) on every frame of --structure and write the model deviations in the layout of
+    pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable)."""
+    from mdband.committee import Committee, model_devi_frames
+    from mdband.committee.frames import read_frames
+
+    if len(models) < 2:
+        user_error(f"a committee needs at least two models, got {len(models)}")
+    if every < 1:
+        user_error(f"--every must be a positive number of steps, got {every}")
+    out = Path(output)
+    if out.exists() and not overwrite:
+        user_error(f"{out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        user_error(f"directory of {out} does not exist")
+    frames, steps = read_frames(structure)
+    if not frames:
+        user_error(f"{structure} holds no frames")
+    committee = Committee.load(models, device=device, dtype=dtype, head=head)
+    rows = model_devi_frames(
+        committee, frames, out, every=every, steps=steps, atomic=atomic, overwrite=overwrite
+    )
+    step, worst = max(rows, key=lambda r: r[1].max_devi_f)
+    click.echo(
+        f"wrote {out}: {len(rows)} frame(s), {len(models)} models; largest max_devi_f "
+        f"{worst.max_devi_f:.4g} eV/A at step {step}"
+    )
