@@ -36,13 +36,6 @@ _VOIGT_A = [0, 1, 2, 0, 0, 1]
 _VOIGT_B = [0, 1, 2, 1, 2, 2]
 
 
-def _register_kinds() -> None:
-    """Make every model kind loadable (built-ins and the test potentials)."""
-    import mdband.model.factory  # noqa: F401  ("sezm")
-    import mdband.testing.lj  # noqa: F401  ("lj")
-    import mdband.testing.mp  # noqa: F401  ("mp2")
-
-
 def select_device(device: str, local_rank: int = 0) -> torch.device:
     """``cpu``; ``cuda``/``auto`` → GPU ``local_rank % n_gpus`` (``auto`` falls back to CPU)."""
     device = (device or "auto").strip()
@@ -87,7 +80,6 @@ def load_potential(model_file: str, device: torch.device, dtype: str, head: str 
     stat = path.stat() if path.is_file() else None
     key = (str(path.resolve()), stat and (stat.st_mtime_ns, stat.st_size), str(device), dtype, head)
     if key not in _CACHE:
-        _register_kinds()
         _CACHE[key] = load_model(model_file, device=device, dtype=dtype, head=head)
     return _CACHE[key]
 
