@@ -1,41 +1,67 @@
 #!/usr/bin/env bash
-# Every GPU check and timing of mdband in one device call (about 5 minutes on an H200):
-#   1. the fused SO(2) mixing layer: checks against float64 and the launch sweep (gpu_stack.py)
-#   2. every other kernel: checks against its reference, band vs dense bitwise, timings
-#   3. the model end to end: forces vs float64, band vs dense, CUDA-graph replays vs eager calls,
-#      ms/call and peak memory at 512 and 4,096 atoms with and without graphs, an MD-like
-#      sequence, the largest cell, a profile (gpu_model.py, using the sweep's best launch)
-#   4. the MD driver: exact restarts with CUDA graphs, ms per MD step (gpu_md.py)
-# Results go to $OUT/{stack,kernels,model}/*.json and logs to $OUT/*.log.
+# Every GPU check and timing of mdband in one device call. STAGES picks some (default: all):
+#   kernels   every Triton kernel against its torch reference, band vs dense bitwise
+#             (gpu_kernels.py, checks only; about 1-2 min)
+#   large     chunked evaluation: chunked vs unchunked vs float64 forces, ms per call, peak memory
+#             and chunks of 13,824 to 262,144 atoms of the default config (gpu_large.py)
+#   committee a committee of 4 default-config models vs 4 separate evaluations (committee.py)
+#   run       a 2,000-step `mdband run --device cuda` with trajectory and checkpoints (512 atoms)
+#   model     the model end to end: forces vs float64, band vs dense, graph replay vs eager,
+#             largest cell, profile (gpu_model.py); md: exact restarts with graphs (gpu_md.py)
+#   deepmd    mdband beside deepmd-kit 3.2.0 on the same checkpoints (vs_deepmd.py; needs the
+#             deepmd-kit wheels of ../shared/tools/deepmd-on-device in .whl)
+# Results go to $OUT/*.json and logs to $OUT/*.log; a short summary is printed last.
 #
-# On the device (repository root; .whl/ carried with the ase and vesin wheels, see gpu_lammps.sh,
-# and for gpu_md.py the cp312 wheels of h5py, click, rich, markdown-it-py, mdurl and pygments:
-#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#       --platform manylinux_2_17_x86_64 -d .whl h5py click rich markdown-it-py mdurl pygments):
-#   bash benchmarks/gpu_all.sh
+# On the device (repository root, .whl carried: ase and vesin wheels, e.g. from
+# `../shared/tools/deepmd-on-device fetch .whl`):   STAGES="kernels large" bash benchmarks/gpu_all.sh
 set -uo pipefail
 OUT=${OUT:-benchmarks/out}
-mkdir -p "$OUT/stack" "$OUT/kernels" "$OUT/model"
-if ! python3 -c "import ase, vesin, h5py, click, rich" 2>/dev/null; then
+STAGES=${STAGES:-kernels large committee run model deepmd}
+mkdir -p "$OUT"
+if [ -f .whl/deepmd-on-device ] && [[ " $STAGES " == *" deepmd "* ]]; then
+    eval "$(bash .whl/deepmd-on-device install .whl)" || exit 2
+elif ! python3 -c "import ase, vesin" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/ase-*.whl .whl/vesin-*.whl .whl/h5py-*.whl .whl/click-*.whl \
-        .whl/rich-*.whl .whl/markdown_it_py-*.whl .whl/mdurl-*.whl .whl/pygments-*.whl || exit 2
+        --target /tmp/site .whl/ase-*.whl .whl/vesin-*.whl || exit 2
     export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 status=0
-OUT=$OUT/stack timeout 150 python3 benchmarks/gpu_stack.py --quick >"$OUT/stack.log" 2>&1 || status=1
-grep -E "FAIL|TFLOP|torch path|PASSED|FAILED" "$OUT/stack.log"
-OUT=$OUT/kernels timeout 180 python3 benchmarks/gpu_kernels.py --no-reference \
-    >"$OUT/kernels.log" 2>&1 || status=1
-grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log"
-timeout 60 python3 benchmarks/gpu_warps.py >"$OUT/warps.log" 2>&1 || status=1
-cat "$OUT/warps.log"
-OUT=$OUT/model timeout 300 python3 benchmarks/gpu_model.py \
-    --stack-config "$OUT/stack/gpu_stack.json" --sizes 4 8 --largest 12 14 \
-    --largest-variants band --variants band band-eager dense dense-eager band-recompute-stack \
-    band-recompute --repeat 3 --quick --switch-size 12 >"$OUT/model.log" 2>&1 || status=1
-sed -n '/== checks ==/,$p' "$OUT/model.log"
-OUT=$OUT/model timeout 200 python3 benchmarks/gpu_md.py >"$OUT/md.log" 2>&1 || status=1
-grep -E "^restart|^timing|CHECKS" "$OUT/md.log"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+if has kernels; then
+    OUT=$OUT timeout 240 python3 benchmarks/gpu_kernels.py --no-reference --no-time \
+        >"$OUT/kernels.log" 2>&1 || status=1
+    grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log" | tail -5
+fi
+if has large; then
+    OUT=$OUT timeout 300 python3 benchmarks/gpu_large.py --sizes ${LARGE_SIZES:-12 16 24 32} \
+        --repeat 1 >"$OUT/large.log" 2>&1 || status=1
+    sed -n '/== large cells ==/,$p' "$OUT/large.log"
+fi
+if has committee; then
+    OUT=$OUT timeout 150 python3 benchmarks/committee.py --size 8 --models 4 --repeat 5 \
+        >"$OUT/committee.log" 2>&1 || status=1
+    tail -12 "$OUT/committee.log"
+fi
+if has run; then
+    python3 -c "from mdband.model.factory import random_potential; from mdband.config import \
+SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain=0.5).save(\
+'/tmp/mdband-default.pt')" && OUT=$OUT timeout 200 python3 benchmarks/vs_deepmd.py mdband \
+        --name default --checkpoint /tmp/mdband-default.pt --sizes 4 --md-size 4 \
+        --run-steps ${RUN_STEPS:-2000} --json "$OUT/run.json" >"$OUT/run.log" 2>&1 || status=1
+    grep -E '^\{"(default|mdband_run)' "$OUT/run.log"
+fi
+if has model; then
+    OUT=$OUT timeout 300 python3 benchmarks/gpu_model.py --sizes 4 8 --largest 12 14 \
+        --largest-variants band --variants band band-eager dense --repeat 3 --quick \
+        >"$OUT/model.log" 2>&1 || status=1
+    sed -n '/== checks ==/,$p' "$OUT/model.log"
+    OUT=$OUT timeout 200 python3 benchmarks/gpu_md.py >"$OUT/md.log" 2>&1 || status=1
+    grep -E "^restart|^timing|CHECKS" "$OUT/md.log"
+fi
+if has deepmd; then
+    OUT=$OUT timeout 590 python3 benchmarks/vs_deepmd.py all --sizes 4 8 --configs mini default \
+        --md-size 8 --md-steps 10 --run-steps 100 --repeat 5 >"$OUT/deepmd.log" 2>&1 || status=1
+    sed -n '/== mdband vs deepmd-kit/,$p' "$OUT/deepmd.log"
+fi
 exit $status

@@ -79,6 +79,7 @@ run {steps}
     if ranks > 1:
         cmd = [str(BIN / "mpirun"), "-np", str(ranks), *cmd]
     env = {**os.environ, "MDBAND_NUM_THREADS": str(threads), "MDBAND_TIMING": "1"}
+    env["MDBAND_PLUGINS"] = "mdband.testing.lj,mdband.testing.mp"  # the test model kinds
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stdout[-3000:] + proc.stderr[-3000:])

@@ -42,3 +42,20 @@ class StructureError(MdbandError, ValueError):
 
 class LayoutMismatchError(MdbandError, RuntimeError):
     """A rotation storage was handed to a consumer that does not read its layout."""
+
+
+class UnknownModelKindError(ModelFileError):
+    """A model file names a model kind that nothing registered (see :mod:`mdband.kinds`)."""
+
+    def __init__(self, kind: str, known: list[str]) -> None:
+        self.kind = kind
+        self.known = list(known)
+        super().__init__(
+            f"unknown model kind {kind!r} (known: {', '.join(self.known)}); a package adds a kind "
+            f"through an entry point in group 'mdband.model_kinds', a module through "
+            f"MDBAND_PLUGINS=module (e.g. MDBAND_PLUGINS=mdband.testing.lj for the test kinds)"
+        )
+
+
+class PluginImportError(MdbandError):
+    """A module named in ``MDBAND_PLUGINS`` or an ``mdband.model_kinds`` entry point fails."""

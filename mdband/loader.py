@@ -4,45 +4,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
-import torch
-
-from mdband.errors import ModelFileError
 from mdband.io.modelfile import file_sha256, is_model_file, parse_model_file, read_torch_file
+from mdband.kinds import model_builder
 from mdband.potential import Potential, weights_hash
 
 logger = logging.getLogger(__name__)
-
-# kind -> builder(config, state_dict, options) -> torch.nn.Module; options are run-time
-# settings (e.g. rotation_layout) that do not change the model's numbers or its hash.
-_BUILDERS: dict[str, Callable[[dict, dict, dict], torch.nn.Module]] = {}
-
-
-def register_kind(kind: str):
-    """Register a model family: ``builder(config, state_dict, options) -> nn.Module``."""
-
-    def deco(fn):
-        _BUILDERS[kind] = fn
-        return fn
-
-    return deco
-
-
-def _builder(kind: str):
-    if kind not in _BUILDERS:
-        import mdband.model.factory  # noqa: F401  (registers "sezm")
-        import mdband.testing.lj  # noqa: F401  (registers "lj")
-        import mdband.testing.mp  # noqa: F401  (registers "mp2")
-    if kind not in _BUILDERS:
-        raise ModelFileError(f"unknown model kind {kind!r} (known: {sorted(_BUILDERS)})")
-    return _BUILDERS[kind]
 
 
 def potential_from_parts(
     kind, type_map, cutoff, config, state_dict, metadata, device, dtype, options=None
 ) -> Potential:
-    module = _builder(kind)(config, state_dict, dict(options or {}))
+    module = model_builder(kind)(config, state_dict, dict(options or {}))
     meta = dict(metadata)
     meta.setdefault("model_hash", weights_hash(config, state_dict))
     return Potential(

@@ -10,17 +10,11 @@ from __future__ import annotations
 import sys
 import types
 
+from mdband.fit.checkpoint import CheckpointMismatchError, OutputExistsError
 from mdband.fit.config import DEFAULT_MODEL, FitConfig, FitConfigError
 from mdband.fit.data import DatasetError, Frame, read_dataset, read_frames
-from mdband.fit.train import (
-    CheckpointMismatchError,
-    FitResult,
-    Metrics,
-    OutputExistsError,
-    TrainingDivergedError,
-    evaluate_metrics,
-    fit,
-)
+from mdband.fit.loss import Metrics, evaluate_metrics
+from mdband.fit.train import FitResult, TrainingDivergedError, fit
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -80,7 +80,7 @@ def _from_h5md(path: Path) -> dict[str, np.ndarray]:
 
 
 def _from_csv(path: Path) -> dict[str, np.ndarray]:
-    from mdband.md.outputs import CSV_COLUMNS, read_csv_log
+    from mdband.io.run_files import CSV_COLUMNS, read_csv_log
 
     try:
         cols = read_csv_log(path)

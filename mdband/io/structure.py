@@ -13,7 +13,7 @@ numbers, not elements. They are mapped, in this order, by
 
 Anything else is a :class:`~mdband.errors.StructureError` that asks for ``type_map``.
 deepmd-kit npy systems (a directory with ``type.raw``, ``type_map.raw`` and
-``set.*/{coord,box}.npy``) are read by :func:`mdband.fit.data.read_frames`, the reader of
+``set.*/{coord,box}.npy``) are read by :func:`mdband.io.labelled.read_frames`, the reader of
 ``mdband fit``.
 """
 
@@ -130,7 +130,7 @@ def _read_ase(path: Path, frame: int, fmt: str | None) -> Atoms:
 
 
 def _read_deepmd(path: Path, frame: int) -> Atoms:
-    from mdband.fit.data import DatasetError, read_frames
+    from mdband.io.labelled import DatasetError, read_frames
 
     if not (path / "type.raw").is_file():
         raise StructureError(

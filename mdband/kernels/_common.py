@@ -249,6 +249,14 @@ def rot_args(rot: torch.Tensor, code: int) -> tuple[int, int, int]:
     return st.kernel_strides(layout_of(code), rot)
 
 
+def rot_cotangent(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
+    """Buffer of a storage cotangent that a kernel fills: uninitialised when the kernel writes
+    every entry (a band built for this degree), else zeros (dense, or a band of higher lmax);
+    contiguous either way."""
+    full = code == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
+    return rot.new_empty(rot.shape) if full else rot.new_zeros(rot.shape)
+
+
 # ---------------------------------------------------------------------------- Triton helpers
 # (a nested jit call costs about a millisecond in the CPU interpreter: kernels call these per
 # program or per degree block, never per element)
@@ -284,6 +292,35 @@ if TRITON_AVAILABLE:
         else:
             ib = tl.load(eb_t + tix, mask=mask, other=0).to(tl.int64)
         return ia, ib
+
+    @triton.jit
+    def node_segment(ptr_ptr, C, BC: tl.constexpr):
+        """Set-up of a program of destination/source node n = program_id(0) over its CSR
+        segment: n, the segment's bounds [beg, end) in ``row_ptr``, the channel lanes cc (BC,)
+        and their mask (cc < C)."""
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n).to(tl.int64)
+        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        return n, beg, end, cc, cmask
+
+    @triton.jit
+    def node_block(
+        ptr_ptr, col_t, row_t, ea_t, eb_t, C,
+        BC: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LAYOUT: tl.constexpr,
+    ):  # fmt: skip
+        """Set-up of a (node n, degree block b) program, grid (N, NB): :func:`node_segment`,
+        then block b's tables (:func:`block_tables`), its reduced rows rs (clamped to ≥ 0) with
+        the (SP, BC) row mask rm, and the storage indices (ia, ib) of its entries
+        (:func:`entry_index`)."""
+        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
+        b = tl.program_id(1)
+        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rm = sv[:, None] & cmask[None, :]
+        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        return n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib
 
     @triton.jit
     def div_ieee(a, b):

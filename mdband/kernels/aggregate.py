@@ -26,27 +26,25 @@ reference: rounding only. Deterministic: no atomics; every sum has a fixed order
 Parallel decomposition (NB = L+1 degree blocks: block b = degree l = b, its 2l+1 packed columns
 and ≤ 3 reduced rows). Attention first runs a statistics pass, one program per node (BE edges
 of its CSR segment at a time) writing (M, S) = ``stats``. Forward and backward then run one
-program per (destination node n, degree block b), grid (N, NB): whatever depends on (n, b) only
-(tables, rho, stats, the cotangent block gout[n, block b]·rho) is loaded once, and the program
-walks n's segment in CSR order doing block b's part of each edge (forward: out[n, block b];
-backward: the block's gy rows and storage entries). The backward writes each edge's
-per-block partial of q = <gout[dst], msg> (per head with attention) to an (NB, E, H) scratch
-(plain mode: (NB, E), plus per-(block, node) partials of gs); a torch epilogue sums the NB
-partials in block order and finishes glogits, genv (and gs). Programs use few warps (one for
-C ≤ 64 at L = 3) so that many of them share an SM: the segment walks are latency-bound.
+program per (destination node n, degree block b), grid (N, NB), that loads what depends on
+(n, b) only (tables, rho, stats, gout[n, block b]·rho) once and walks n's segment in CSR order
+doing block b's part of each edge: out[n, block b]; backward: gy rows, storage entries and the
+edge's per-block partial of q = <gout[dst], msg> (per head; plain mode also per-(block, node)
+partials of gs) in an (NB, E, H) scratch that a torch epilogue sums in block order to finish
+glogits, genv (and gs). Few warps per program (one for C ≤ 64 at L = 3): the walks are
+latency-bound, so many programs share an SM.
 
-Bytes moved per edge (fp32, S = 4): each y row and rotation entry is read by one program only:
-y Dm·C·S, rotation (3D−2)·S (band) or as many scattered dense entries, perm 8, and env/logits
-(1+H)·S once per block program (plus once in the statistics pass; cache hits mostly); out
-N·D·C·S in total. The backward reads gout once (N·D·C·S), y, rot, env, logits, writes gy
-(Dm·C·S) and the storage cotangent, and NB·H·S of partials (attention) or NB·S (plain) that the
-epilogue reads back with logits, env and the gathered per-node M, 1/S, Q[dst]; it writes genv
-and glogits. No dense (E, D, D) buffer for the band.
+Bytes moved per edge (fp32, S = 4): y Dm·C·S and the rotation (3D−2)·S (band; as many scattered
+dense entries), each read by one program only, perm 8, env/logits (1+H)·S per block program
+(mostly cache hits); out N·D·C·S in total. The backward also reads gout (N·D·C·S) and writes gy
+(Dm·C·S), the storage cotangent and NB·H·S (plain: NB·S) of partials for the epilogue. No dense
+(E, D, D) buffer for the band.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from mdband.kernels import _common as cm
 from mdband.so3 import storage as st
@@ -127,9 +125,29 @@ def aggregate_bwd_reference(
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    block_tables, entry_index, div_ieee = cm.block_tables, cm.entry_index, cm.div_ieee
+    node_block, div_ieee = cm.node_block, cm.div_ieee
     SUM = cm.SUM
     MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see SUM)
+
+    @triton.jit
+    def _head_stats(st_ptr, n, cc, cmask, HD, st0, st1, st2, BC: tl.constexpr):
+        """Per channel lane: its head hc = cc // HD and node n's softmax statistics of that
+        head (max M, and 1/S) from the statistics pass (stats have the features' dtype)."""
+        hc = cc // HD
+        mx = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
+        sm = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
+        inv = div_ieee(tl.full((BC,), 1.0, st_ptr.dtype.element_ty), sm)
+        return hc, mx, inv
+
+    @triton.jit
+    def _edge_tiles(perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2):
+        """Edge e = perm[i] of a segment: e, its envelope, its rotation entries of the degree
+        block (at ``off``, mask m2) and its y rows rs (mask rm)."""
+        e = tl.load(perm_ptr + i).to(tl.int64)
+        ev = tl.load(env_ptr + e)
+        coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+        yb = tl.load(y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0)
+        return e, ev, coef, yb
 
     @triton.jit
     def _agg_stats_kernel(
@@ -172,39 +190,26 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr, ATTN: tl.constexpr,
     ):  # fmt: skip
         # one program per (destination node n, degree block b): out[n, block b]
-        n = tl.program_id(0).to(tl.int64)
-        b = tl.program_id(1)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
+        n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
+            ptr_ptr, col_t, row_t, ea_t, eb_t, C, BC, JP, SP, LAYOUT
+        )
         dt = out_ptr.dtype.element_ty
-        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        rm = sv[:, None] & cmask[None, :]
-        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
         off = ia * sra + ib * srb
         rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
         if ATTN:  # statistics of the stats pass, per channel (every lane of a head the same)
-            hc = cc // HD
-            mx = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
-            sm = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-            inv = div_ieee(tl.full((BC,), 1.0, dt), sm)
+            hc, mx, inv = _head_stats(st_ptr, n, cc, cmask, HD, st0, st1, st2, BC)
         else:
             sn = tl.load(s_ptr + n)
         acc = tl.full((JP, BC), 0.0, dt)
         for i in range(beg, end):
-            e = tl.load(perm_ptr + i).to(tl.int64)
-            ev = tl.load(env_ptr + e)
+            e, ev, coef, yb = _edge_tiles(
+                perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2
+            )
             if ATTN:
                 t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
                 a = (ev * ev) * tl.exp(t - mx) * inv
             else:
                 a = ev
-            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
-            yb = tl.load(
-                y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
-            )
             acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
         res = acc * rho[:, None]
         if not ATTN:
@@ -228,17 +233,9 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         # one program per (destination node n, degree block b); everything that depends on
         # (n, b) only is loaded once, the edge loop does block b's part of each edge
-        n = tl.program_id(0).to(tl.int64)
-        b = tl.program_id(1)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
-        dt = gy_ptr.dtype.element_ty
-        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        rm = sv[:, None] & cmask[None, :]
-        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
+            ptr_ptr, col_t, row_t, ea_t, eb_t, C, BC, JP, SP, LAYOUT
+        )
         off = ia * sra + ib * srb
         goff = ia * soa + ib * sob
         rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
@@ -249,10 +246,7 @@ if cm.TRITON_AVAILABLE:
         )
         g = g * rho[:, None]
         if ATTN:
-            hc = cc // HD
-            mxc = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
-            smc = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-            invc = div_ieee(tl.full((BC,), 1.0, dt), smc)
+            hc, mxc, invc = _head_stats(st_ptr, n, cc, cmask, HD, st0, st1, st2, BC)
             hh = tl.arange(0, HP)
             hm = hh < H
             onehot = (hc[None, :] == hh[:, None]) & cmask[None, :]
@@ -260,18 +254,15 @@ if cm.TRITON_AVAILABLE:
             sn = tl.load(s_ptr + n)
             gsacc = sn * 0.0
         for i in range(beg, end):
-            e = tl.load(perm_ptr + i).to(tl.int64)
-            ev = tl.load(env_ptr + e)
+            e, ev, coef, yb = _edge_tiles(
+                perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2
+            )
             if ATTN:
                 t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
                 a = (ev * ev) * (tl.exp(t - mxc) * invc)
             else:
                 a = sn * ev
-            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
             tv = tl.reduce(coef[:, :, None] * g[None, :, :], 1, SUM)
-            yb = tl.load(
-                y_ptr + e * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2, mask=rm, other=0.0
-            )
             tl.store(gy_ptr + e * sgy0 + rs[:, None] * sgy1 + cc[None, :] * sgy2, tv * a, mask=rm)
             grt = tl.reduce(g[None, :, :] * (yb * a)[:, None, :], 2, SUM)
             tl.store(grot_ptr + e * so0 + goff, grt, mask=m2)
@@ -301,15 +292,8 @@ def _warps(C: int, jp: int) -> int:
     return max(1, min(8, cm.next_pow2(C) * jp // 512))
 
 
-def backend(
-    device,
-    dtype,
-    *,
-    lmax: int,
-    channels: int,
-    n_heads: int,
-    mmax: int = 1,
-) -> tuple[str | None, str]:
+def backend(device, dtype, *, lmax: int, channels: int, n_heads: int,
+            mmax: int = 1) -> tuple[str | None, str]:  # fmt: skip
     """(backend, reason): "triton", "reference", or None when the op does not apply.
 
     Shared by the dispatch and :func:`mdband.kernels.capability.spec_for_aggregate`.
@@ -333,29 +317,18 @@ def _dispatch(y, lmax, logits) -> str:
 
 @torch.library.triton_op(OP, mutates_args=())
 def _aggregate_op(
-    y: torch.Tensor,
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    rho: torch.Tensor,
-    dst: torch.Tensor,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-    env: torch.Tensor,
-    logits: torch.Tensor | None,
-    z: torch.Tensor | None,
-    s: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    y: Tensor, rot: Tensor, layout: int, rot_lmax: int, lmax: int, rho: Tensor, dst: Tensor,
+    perm: Tensor, row_ptr: Tensor, env: Tensor,
+    logits: Tensor | None, z: Tensor | None, s: Tensor | None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     N = row_ptr.shape[0] - 1
     C = y.shape[2]
-    D = st.dim_of(lmax)
     cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
     if _dispatch(y, lmax, logits) == "reference":
         return aggregate_reference(y, rot, layout, rot_lmax, lmax, rho, dst, N, env, logits, z, s)
     attn = logits is not None
     H = logits.shape[1] if attn else 0
-    out = y.new_empty(N, D, C)
+    out = y.new_empty(N, st.dim_of(lmax), C)
     stats = y.new_empty(N, 2, H) if attn else y.new_zeros(0)
     if cm.has_no_items(N):
         return out, stats
@@ -390,23 +363,10 @@ def _(y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
 def _aggregate_bwd_op(
-    gout: torch.Tensor,
-    out: torch.Tensor,
-    stats: torch.Tensor,
-    y: torch.Tensor,
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    rho: torch.Tensor,
-    dst: torch.Tensor,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-    env: torch.Tensor,
-    logits: torch.Tensor | None,
-    z: torch.Tensor | None,
-    s: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    gout: Tensor, out: Tensor, stats: Tensor, y: Tensor, rot: Tensor, layout: int,
+    rot_lmax: int, lmax: int, rho: Tensor, dst: Tensor, perm: Tensor, row_ptr: Tensor,
+    env: Tensor, logits: Tensor | None, z: Tensor | None, s: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     N = row_ptr.shape[0] - 1
     C = y.shape[2]
     cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
@@ -417,13 +377,10 @@ def _aggregate_bwd_op(
     attn = logits is not None
     H = logits.shape[1] if attn else 0
     E = y.shape[0]
-    full = layout == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
-    grot = (torch.empty(rot.shape, dtype=rot.dtype, device=rot.device) if full
-            else rot.new_zeros(rot.shape))  # fmt: skip
+    grot = cm.rot_cotangent(rot, layout, rot_lmax, lmax)
     gy = torch.empty_like(y)
     if attn:
-        D = out.shape[1]
-        Q = (gout * out).reshape(N, D, H, C // H).sum((1, 3))
+        Q = (gout * out).reshape(N, out.shape[1], H, C // H).sum((1, 3))
         M, S = stats[:, 0], stats[:, 1]
         gz = -(Q * torch.exp(-M) / S).sum(0)
     if cm.has_no_items(N):
@@ -437,10 +394,9 @@ def _aggregate_bwd_op(
     gsp = y.new_empty(NB, N) if not attn else y
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
-    dummy = y
     cm.wrap(_agg_bwd_kernel)[(N, NB)](
-        gout, y, rot, rho, perm, row_ptr, env, logits if attn else dummy,
-        stats if attn else dummy, s if not attn else dummy, gy, grot, qp, gsp,
+        gout, y, rot, rho, perm, row_ptr, env, logits if attn else y,
+        stats if attn else y, s if not attn else y, gy, grot, qp, gsp,
         t["col"], t["row"], t["ent_a"], t["ent_b"],
         C, H, C // H if attn else 1,
         *gout.stride(), *y.stride(), *sr,
@@ -462,15 +418,10 @@ def _aggregate_bwd_op(
 
 @_aggregate_bwd_op.register_fake
 def _(gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s):
-    attn = logits is not None
-    return (
-        torch.empty_like(y),
-        torch.empty_like(rot),
-        torch.empty_like(env),
-        torch.empty_like(logits) if attn else y.new_empty(0),
-        torch.empty_like(z) if attn else y.new_empty(0),
-        torch.empty_like(s) if not attn else y.new_empty(0),
-    )
+    e = y.new_empty(0)
+    g_mode = (torch.empty_like(logits), torch.empty_like(z), e) if logits is not None else (
+        e, e, torch.empty_like(s))  # fmt: skip
+    return torch.empty_like(y), torch.empty_like(rot), torch.empty_like(env), *g_mode
 
 
 def _setup(ctx, inputs, output):
@@ -488,22 +439,8 @@ def _backward(ctx, gout, _gstats):
     gy, grot, genv, glog, gz, gs = torch.ops.mdband.aggregate_bwd(
         gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, perm, row_ptr, env, logits, z, s
     )
-    attn = logits is not None
-    return (
-        gy,
-        grot,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        genv,
-        glog if attn else None,
-        gz if attn else None,
-        gs if not attn else None,
-    )
+    g_mode = (glog, gz, None) if logits is not None else (None, None, gs)  # logits, z, s
+    return gy, grot, None, None, None, None, None, None, None, genv, *g_mode
 
 
 _aggregate_op.register_autograd(_backward, setup_context=_setup)

@@ -29,11 +29,11 @@ kernel (one program per node and degree block) reads that cotangent and rot and 
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
+from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels._mixer import mixer_matrix, mixer_size, mixer_tables, scatter_mixer_grad
 from mdband.so3 import storage as st
 
 OP = "mdband::rotate_mix"
@@ -49,75 +49,6 @@ MIXERS = ("degree_channel", "none")
 WARPS = {"fwd": 1, "edge": 1, "node": 1}
 
 
-def mixer_size(lmax: int) -> int:
-    """K = (L+1)² + L²: entries of the |m| = 0 and |m| = 1 mixer blocks."""
-    return (lmax + 1) ** 2 + lmax**2
-
-
-def _k_index(lmax: int, l_in: int, l_out: int, am: int) -> int:
-    base = 0 if am == 0 else (lmax + 1) ** 2
-    return base + (l_in - am) * (lmax - am + 1) + (l_out - am)
-
-
-@lru_cache(maxsize=64)
-def _mixer_lists(lmax: int):
-    """Dense (Dm, Dm) k-index table [in][out] (−1 = no coupling), and the kernel tables.
-
-    Kernel tables: ``kidx`` (NB, SP, LP): k index for input (block b = l_in, slot s) and output
-    lane t (l_out = t + |m_s|), −1 if none; ``orow`` (SP, LP): reduced output row of (slot s,
-    lane t), −1 if none.
-    """
-    red = st.reduced_index(lmax)
-    dm = len(red)
-    kfull = [[-1] * dm for _ in range(dm)]
-    for ri, (li, mi) in enumerate(red):
-        for ro, (lo, mo) in enumerate(red):
-            if mo == mi:
-                kfull[ri][ro] = _k_index(lmax, li, lo, abs(mi))
-    nb, sp, lp = lmax + 1, st.KERNEL_SLOTS, cm.next_pow2(lmax + 1)
-    kidx = [[[-1] * lp for _ in range(sp)] for _ in range(nb)]
-    orow = [[-1] * lp for _ in range(sp)]
-    for s, m in enumerate(st.SLOT_M):
-        for lo in range(abs(m), lmax + 1):
-            orow[s][lo - abs(m)] = red.index((lo, m))
-            for li in range(abs(m), lmax + 1):
-                kidx[li][s][lo - abs(m)] = _k_index(lmax, li, lo, abs(m))
-    return kfull, kidx, orow, lp
-
-
-@lru_cache(maxsize=64)
-def _mixer_tables(lmax: int, device_str: str) -> dict:
-    _, kidx, orow, lp = _mixer_lists(lmax)
-    dev = torch.device(device_str)
-
-    def t(v):
-        return torch.tensor(v, dtype=torch.int32, device=dev)
-
-    return {"kidx": t(kidx), "orow": t(orow), "lp": lp}
-
-
-def _mixer_gather_index(lmax: int, device) -> torch.Tensor:
-    """(Dm·Dm,) index into k padded with one zero entry: [out·Dm + in] → k index or K."""
-    return _mixer_gather_cached(lmax, str(torch.device(device)))
-
-
-@lru_cache(maxsize=64)
-def _mixer_gather_cached(lmax: int, device: str) -> torch.Tensor:
-    kfull = _mixer_lists(lmax)[0]
-    K = mixer_size(lmax)
-    dm = len(kfull)
-    idx = [kfull[i][o] if kfull[i][o] >= 0 else K for o in range(dm) for i in range(dm)]
-    return torch.tensor(idx, dtype=torch.long, device=device)
-
-
-def _mixer_matrix(k: torch.Tensor, lmax: int) -> torch.Tensor:
-    """(E, Dm, Dm, R) [out, in, r] from the compact mixer k (E, K, R)."""
-    E, _, R = k.shape
-    dm = st.reduced_dim(lmax)
-    kp = torch.cat([k, k.new_zeros(E, 1, R)], dim=1)
-    return kp[:, _mixer_gather_index(lmax, k.device)].view(E, dm, dm, R)
-
-
 # ---------------------------------------------------------------------------- references
 def rotate_mix_reference(x, src, rot, layout, rot_lmax, lmax, k=None, basis=None, rad=None):
     """Torch reference of the forward (both layouts; differentiable by autograd)."""
@@ -125,7 +56,7 @@ def rotate_mix_reference(x, src, rot, layout, rot_lmax, lmax, k=None, basis=None
     xl = torch.bmm(W, x.index_select(0, src))
     if k is None:
         return xl * rad
-    return torch.einsum("eoiq,eic,qc->eoc", _mixer_matrix(k, lmax), xl, basis)
+    return torch.einsum("eoiq,eic,qc->eoc", mixer_matrix(k, lmax), xl, basis)
 
 
 def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad):
@@ -138,14 +69,9 @@ def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, 
         grad = gy * xl
         gk, gb = gy.new_zeros(0), gy.new_zeros(0)
     else:
-        Km = _mixer_matrix(k, lmax)
+        Km = mixer_matrix(k, lmax)
         gxl = torch.einsum("eoiq,eoc,qc->eic", Km, gy, basis)
-        gKm = torch.einsum("eoc,eic,qc->eoiq", gy, xl, basis)
-        E, _, R = k.shape
-        K = mixer_size(lmax)
-        gk = gy.new_zeros(E, K + 1, R)
-        gk = gk.index_add(1, _mixer_gather_index(lmax, k.device), gKm.reshape(E, -1, R))
-        gk = gk[:, :K]
+        gk = scatter_mixer_grad(torch.einsum("eoc,eic,qc->eoiq", gy, xl, basis), lmax)
         gb = torch.einsum("eoiq,eoc,eic->qc", Km, gy, xl)
         grad = gy.new_zeros(0)
     grot = cm.rot_grad_from_matrix(torch.bmm(gxl, xs.transpose(1, 2)), layout, rot_lmax, lmax)
@@ -159,8 +85,36 @@ def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, 
 # Storage entries are addressed only through storage.kernel_tables (a, b index pairs).
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    block_tables, entry_index = cm.block_tables, cm.entry_index
+    block_tables, entry_index, node_block = cm.block_tables, cm.entry_index, cm.node_block
     SUM = cm.SUM
+
+    @triton.jit
+    def _rotated_block(
+        x_ptr, rot_ptr, node, e, b, col_t, row_t, ea_t, eb_t, cc, cmask,
+        sx0, sx1, sx2, sr0, sra, srb, JP: tl.constexpr, SP: tl.constexpr, LAYOUT: tl.constexpr,
+    ):  # fmt: skip
+        """Degree block b of x[node] in edge e's frame: xl (SP, BC), the block's rotation rows
+        times its x columns xb (JP, BC); with the block's reduced rows rs (clamped to ≥ 0) and
+        their (SP, BC) mask rm, the entry mask m2 and the entries' storage indices (ia, ib)."""
+        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rm = sv[:, None] & cmask[None, :]
+        xb = tl.load(
+            x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
+            mask=jm[:, None] & cmask[None, :],
+            other=0.0,
+        )
+        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        coef = tl.load(rot_ptr + e * sr0 + (ia * sra + ib * srb), mask=m2, other=0.0)
+        xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+        return xl, xb, rs, rm, m2, ia, ib
+
+    @triton.jit
+    def _radial_rows(rad_ptr, gy_ptr, e, rs, rm, cc, sd0, sd1, sd2, sg0, sg1, sg2):
+        """Rows rs (mask rm) of edge e's radial weights and of its output cotangent gy."""
+        rd = tl.load(rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0)
+        gr = tl.load(gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0)
+        return rd, gr
 
     @triton.jit
     def _rm_fwd_kernel(
@@ -179,15 +133,10 @@ if cm.TRITON_AVAILABLE:
         node = tl.load(src_ptr + e).to(tl.int64)
         y3 = tl.full((SP, LP, BC), 0.0, y_ptr.dtype.element_ty)
         for b in tl.static_range(NB):
-            col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
-            xb = tl.load(
-                x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
-                mask=jm[:, None] & cmask[None, :],
-                other=0.0,
-            )
-            ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
-            coef = tl.load(rot_ptr + e * sr0 + (ia * sra + ib * srb), mask=m2, other=0.0)
-            xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+            xl, xb, rs, rm, m2, ia, ib = _rotated_block(
+                x_ptr, rot_ptr, node, e, b, col_t, row_t, ea_t, eb_t, cc, cmask,
+                sx0, sx1, sx2, sr0, sra, srb, JP, SP, LAYOUT,
+            )  # fmt: skip
             if MIX:
                 kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
                 km = kt >= 0
@@ -196,8 +145,6 @@ if cm.TRITON_AVAILABLE:
                     bq = tl.load(b_ptr + q * sb0 + cc * sb1, mask=cmask, other=0.0)
                     y3 += kv[:, :, None] * (bq[None, :] * xl)[:, None, :]
             else:
-                rs = tl.maximum(rows, 0).to(tl.int64)
-                rm = sv[:, None] & cmask[None, :]
                 rd = tl.load(
                     rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
                 )
@@ -245,15 +192,10 @@ if cm.TRITON_AVAILABLE:
                     other=0.0,
                 )
             for b in tl.static_range(NB):
-                col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
-                xb = tl.load(
-                    x_ptr + node * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
-                    mask=jm[:, None] & cmask[None, :],
-                    other=0.0,
-                )
-                ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
-                coef = tl.load(rot_ptr + e * sr0 + (ia * sra + ib * srb), mask=m2, other=0.0)
-                xl = tl.reduce(coef[:, :, None] * xb[None, :, :], 1, SUM)
+                xl, xb, rs, rm, m2, ia, ib = _rotated_block(
+                    x_ptr, rot_ptr, node, e, b, col_t, row_t, ea_t, eb_t, cc, cmask,
+                    sx0, sx1, sx2, sr0, sra, srb, JP, SP, LAYOUT,
+                )  # fmt: skip
                 if MIX:
                     kt = tl.load(ki_t + (b * SP + ss)[:, None] * LP + tt[None, :]).to(tl.int64)
                     km = kt >= 0
@@ -276,21 +218,12 @@ if cm.TRITON_AVAILABLE:
                         tl.store(gk_ptr + e * sq0 + k0 * sq1 + q * sq2, v0, mask=k0 >= 0)
                         tl.store(gk_ptr + e * sq0 + k1 * sq1 + q * sq2, v1, mask=k1 >= 0)
                     # the mixer's input cotangent, for the node kernel (grad_ptr is scratch here)
-                    rs = tl.maximum(rows, 0).to(tl.int64)
                     tl.store(
-                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gxl,
-                        mask=sv[:, None] & cmask[None, :],
-                    )  # fmt: skip
-                else:
-                    rs = tl.maximum(rows, 0).to(tl.int64)
-                    rm = sv[:, None] & cmask[None, :]
-                    rd = tl.load(
-                        rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
-                        mask=rm,
-                        other=0.0,
+                        grad_ptr + e * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2, gxl, mask=rm
                     )
-                    gr = tl.load(
-                        gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
+                else:
+                    rd, gr = _radial_rows(
+                        rad_ptr, gy_ptr, e, rs, rm, cc, sd0, sd1, sd2, sg0, sg1, sg2
                     )
                     gxl = gr * rd
                     tl.store(
@@ -317,17 +250,11 @@ if cm.TRITON_AVAILABLE:
         """gx[n] = Σ_{e: src=e→n} Dᵀ-rotation of the local cotangent, one degree block per
         program. MIX: rad_ptr holds the mixer's input cotangent written by the edge kernel;
         otherwise the plain radial product's cotangent is formed here (gy · rad)."""
-        n = tl.program_id(0).to(tl.int64)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
+        # one degree block per program (4x the parallelism at L = 3)
+        n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
+            ptr_ptr, col_t, row_t, ea_t, eb_t, C, BC, JP, SP, LAYOUT
+        )
         dt = gx_ptr.dtype.element_ty
-        b = tl.program_id(1)  # one degree block per program (4x the parallelism at L = 3)
-        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        rm = sv[:, None] & cmask[None, :]
-        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
         off = ia * sra + ib * srb
         acc = tl.full((JP, BC), 0.0, dt)
         for i in range(beg, end):
@@ -338,14 +265,7 @@ if cm.TRITON_AVAILABLE:
                     rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
                 )
             else:
-                rd = tl.load(
-                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
-                    mask=rm,
-                    other=0.0,
-                )
-                gr = tl.load(
-                    gy_ptr + e * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2, mask=rm, other=0.0
-                )
+                rd, gr = _radial_rows(rad_ptr, gy_ptr, e, rs, rm, cc, sd0, sd1, sd2, sg0, sg1, sg2)
                 gxl = gr * rd
             acc += tl.reduce(coef[:, :, None] * gxl[:, None, :], 0, SUM)
         tl.store(
@@ -393,18 +313,9 @@ def _rot_tables(rot, layout, rot_lmax, lmax):
 
 @torch.library.triton_op(OP, mutates_args=())
 def _rotate_mix_op(
-    x: torch.Tensor,
-    src: torch.Tensor,
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    k: torch.Tensor | None,
-    basis: torch.Tensor | None,
-    rad: torch.Tensor | None,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-) -> torch.Tensor:
+    x: Tensor, src: Tensor, rot: Tensor, layout: int, rot_lmax: int, lmax: int,
+    k: Tensor | None, basis: Tensor | None, rad: Tensor | None, perm: Tensor, row_ptr: Tensor,
+) -> Tensor:  # fmt: skip
     E, C = src.shape[0], x.shape[2]
     dm = st.reduced_dim(lmax)
     cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
@@ -414,7 +325,7 @@ def _rotate_mix_op(
     if cm.has_no_items(E):
         return y
     t = _rot_tables(rot, layout, rot_lmax, lmax)
-    mt = _mixer_tables(lmax, str(x.device))
+    mt = mixer_tables(lmax, str(x.device))
     mix = k is not None
     kk = k if mix else y
     bb = basis if mix else y
@@ -448,28 +359,16 @@ def _(x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr):
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
 def _rotate_mix_bwd_op(
-    gy: torch.Tensor,
-    x: torch.Tensor,
-    src: torch.Tensor,
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    k: torch.Tensor | None,
-    basis: torch.Tensor | None,
-    rad: torch.Tensor | None,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    gy: Tensor, x: Tensor, src: Tensor, rot: Tensor, layout: int, rot_lmax: int, lmax: int,
+    k: Tensor | None, basis: Tensor | None, rad: Tensor | None, perm: Tensor, row_ptr: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     N, C = x.shape[0], x.shape[2]
     E = src.shape[0]
     cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")
     if _dispatch(x, lmax, k) == "reference":
         return rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad)
     mix = k is not None
-    full = layout == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
-    grot = torch.empty_like(rot) if full else torch.zeros_like(rot)
-    grot = grot.contiguous()
+    grot = cm.rot_cotangent(rot, layout, rot_lmax, lmax)
     gx = torch.empty_like(x)
     gk = torch.empty_like(k) if mix else x.new_zeros(0)
     grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
@@ -483,7 +382,7 @@ def _rotate_mix_bwd_op(
         gx.zero_()
         return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
     t = _rot_tables(rot, layout, rot_lmax, lmax)
-    mt = _mixer_tables(lmax, str(x.device))
+    mt = mixer_tables(lmax, str(x.device))
     kk = k if mix else gy
     bb = basis if mix else gy
     rd = rad if not mix else gy
@@ -519,14 +418,10 @@ def _rotate_mix_bwd_op(
 
 @_rotate_mix_bwd_op.register_fake
 def _(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr):
-    mix = k is not None
-    return (
-        torch.empty_like(x),
-        torch.empty_like(rot),
-        torch.empty_like(k) if mix else x.new_empty(0),
-        torch.empty_like(basis) if mix else x.new_empty(0),
-        torch.empty_like(rad) if not mix else x.new_empty(0),
-    )
+    e = x.new_empty(0)
+    g_mode = (torch.empty_like(k), torch.empty_like(basis), e) if k is not None else (
+        e, e, torch.empty_like(rad))  # fmt: skip
+    return torch.empty_like(x), torch.empty_like(rot), *g_mode
 
 
 def _setup(ctx, inputs, output):
@@ -541,20 +436,8 @@ def _backward(ctx, gy):
     gx, grot, gk, gb, grad = torch.ops.mdband.rotate_mix_bwd(
         gy, x, src, rot, layout, rot_lmax, lmax, k, basis, rad, perm, row_ptr
     )
-    mix = k is not None
-    return (
-        gx,
-        None,
-        grot,
-        None,
-        None,
-        None,
-        gk if mix else None,
-        gb if mix else None,
-        grad if not mix else None,
-        None,
-        None,
-    )
+    g_mode = (gk, gb, None) if k is not None else (None, None, grad)  # k, basis, rad
+    return gx, None, grot, None, None, None, *g_mode, None, None
 
 
 _rotate_mix_op.register_autograd(_backward, setup_context=_setup)

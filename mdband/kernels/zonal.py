@@ -19,6 +19,7 @@ D−1 storage entries.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from mdband.kernels import _common as cm
 from mdband.so3 import storage as st
@@ -69,8 +70,19 @@ def zonal_embed_bwd_reference(gout, rot, layout, rot_lmax, lmax, radial, dst, s)
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    entry_index = cm.entry_index
+    entry_index, node_segment = cm.entry_index, cm.node_segment
     SUM = cm.SUM
+
+    @triton.jit
+    def _zonal_block(col_t, ea_t, eb_t, b, JP: tl.constexpr, SP: tl.constexpr,
+                     LAYOUT: tl.constexpr):  # fmt: skip
+        """Degree block b's packed columns col (JP,), their mask jm and the storage indices
+        (ia, ib) of its m = 0 row (slot 0) of the rotation storage."""
+        jj = tl.arange(0, JP)
+        col = tl.load(col_t + b * JP + jj)
+        jm = col >= 0
+        ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)
+        return col, jm, ia, ib
 
     @triton.jit
     def _zonal_fwd_kernel(
@@ -81,11 +93,7 @@ if cm.TRITON_AVAILABLE:
         NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):  # fmt: skip
-        n = tl.program_id(0).to(tl.int64)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
+        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
         jj = tl.arange(0, JP)
         sn = tl.load(s_ptr + n)
         dt = out_ptr.dtype.element_ty
@@ -97,9 +105,7 @@ if cm.TRITON_AVAILABLE:
             mask=jm[:, None] & cmask[None, :],
         )
         for b in tl.static_range(1, NB):
-            col = tl.load(col_t + b * JP + jj)
-            jm = col >= 0
-            ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)  # slot 0: m = 0
+            col, jm, ia, ib = _zonal_block(col_t, ea_t, eb_t, b, JP, SP, LAYOUT)
             off = ia * sra + ib * srb
             acc = tl.full((JP, BC), 0.0, dt)
             for i in range(beg, end):
@@ -122,12 +128,7 @@ if cm.TRITON_AVAILABLE:
         NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):  # fmt: skip
-        n = tl.program_id(0).to(tl.int64)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
-        jj = tl.arange(0, JP)
+        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
         sn = tl.load(s_ptr + n)
         dt = grad_ptr.dtype.element_ty
         gsacc = sn * 0.0
@@ -135,9 +136,7 @@ if cm.TRITON_AVAILABLE:
             e = tl.load(perm_ptr + i).to(tl.int64)
             tl.store(grad_ptr + e * sh0 + cc * sh2, tl.full((BC,), 0.0, dt), mask=cmask)
             for b in tl.static_range(1, NB):
-                col = tl.load(col_t + b * JP + jj)
-                jm = col >= 0
-                ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)
+                col, jm, ia, ib = _zonal_block(col_t, ea_t, eb_t, b, JP, SP, LAYOUT)
                 off = ia * sra + ib * srb
                 goff = ia * soa + ib * sob
                 g = tl.load(
@@ -173,16 +172,9 @@ def _dispatch(radial, lmax) -> str:
 
 @torch.library.triton_op(OP, mutates_args=())
 def _zonal_op(
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    radial: torch.Tensor,
-    dst: torch.Tensor,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-    s: torch.Tensor,
-) -> torch.Tensor:
+    rot: Tensor, layout: int, rot_lmax: int, lmax: int, radial: Tensor, dst: Tensor,
+    perm: Tensor, row_ptr: Tensor, s: Tensor,
+) -> Tensor:  # fmt: skip
     N = row_ptr.shape[0] - 1
     C = radial.shape[2]
     cm.check_rot(rot, layout, rot_lmax, lmax, "zonal_embed")
@@ -209,17 +201,9 @@ def _(rot, layout, rot_lmax, lmax, radial, dst, perm, row_ptr, s):
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
 def _zonal_bwd_op(
-    gout: torch.Tensor,
-    rot: torch.Tensor,
-    layout: int,
-    rot_lmax: int,
-    lmax: int,
-    radial: torch.Tensor,
-    dst: torch.Tensor,
-    perm: torch.Tensor,
-    row_ptr: torch.Tensor,
-    s: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gout: Tensor, rot: Tensor, layout: int, rot_lmax: int, lmax: int, radial: Tensor,
+    dst: Tensor, perm: Tensor, row_ptr: Tensor, s: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     N = row_ptr.shape[0] - 1
     C = radial.shape[2]
     cm.check_rot(rot, layout, rot_lmax, lmax, "zonal_embed")

@@ -23,7 +23,7 @@ import numpy as np
 
 from mdband.committee.devi_file import ModelDeviFileError, ModelDeviWriter
 from mdband.committee.deviation import force_deviation, from_partials
-from mdband.lammps.bridge import LammpsModel
+from mdband.lammps.model import LammpsModel
 
 # model-deviation files this process writes (a re-issued pair_coeff continues them)
 _WRITERS: dict[str, ModelDeviWriter] = {}

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from mdband.io.h5md import FORCE_UNITS
+from mdband.io.run_files import default_final
 from mdband.md.errors import ConfigError
-from mdband.md.outputs import default_final
 from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
@@ -288,8 +288,8 @@ def _validate(c: RunConfig) -> None:
 
 def _validate_io(c: RunConfig) -> None:
     """``format``, ``type_map`` and ``final`` (see :mod:`mdband.io.structure`)."""
+    from mdband.io.run_files import final_format
     from mdband.io.structure import DEEPMD_FORMAT, parse_type_map
-    from mdband.md.outputs import final_format
 
     if c.format is not None:
         from ase.io.formats import ioformats

@@ -4,6 +4,10 @@ Each ensemble names the integrator internals that evolve during a run (thermosta
 barostat variables, the cell reference of the isotropic barostat, Bussi's energy account).
 Together with positions, momenta, cell and the state of the random generator this object
 owns, they are everything a resumed run needs to continue bit for bit.
+
+ASE (3.29) offers no public way to read or set them: :data:`STATE_ATTRIBUTES` are private
+attributes of its classes, so ``pyproject.toml`` bounds ``ase`` above and
+``tests/md/test_ase_internals.py`` names each of them and fails on an ASE that lacks one.
 """
 
 from __future__ import annotations

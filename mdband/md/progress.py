@@ -17,8 +17,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from mdband.io.run_files import drift_line, open_log
 from mdband.md import thermo
-from mdband.md.outputs import drift_line, open_log
 
 
 class _RateColumn(ProgressColumn):
@@ -47,7 +47,7 @@ class Reporter:
     timestep_fs : float
     log : path, optional
         Appended to when ``append`` is True (a resumed run), otherwise created; CSV thermo
-        rows when the name ends in ``.csv`` (see :mod:`mdband.md.outputs`).
+        rows when the name ends in ``.csv`` (see :mod:`mdband.io.run_files`).
     show_progress : bool
     console : rich Console, optional
     """

@@ -23,10 +23,10 @@ from mdband._version import __version__
 from mdband.errors import MdbandError, StructureError
 from mdband.io.checkpoint import Checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
+from mdband.io.run_files import write_final
 from mdband.md.config import RunConfig
 from mdband.md.constraints import constraints_json
 from mdband.md.errors import RunInterrupted, SimulationDivergedError
-from mdband.md.outputs import write_final
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
 from mdband.md.thermo import observables

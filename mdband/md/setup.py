@@ -12,12 +12,12 @@ from mdband.calculator import Calculator, NeighbourReference
 from mdband.errors import StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.h5md import H5MDReader, TrajectoryError
+from mdband.io.run_files import default_final
 from mdband.io.structure import read_structure
 from mdband.md.config import RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
 from mdband.md.errors import ConfigError, OutputExistsError
-from mdband.md.outputs import default_final
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential

@@ -1,4 +1,4 @@
-"""Builds the SeZM energy model from a config dict (registered as model kind "sezm").
+"""Builds the SeZM energy model from a config dict (model kind "sezm", see :mod:`mdband.kinds`).
 
 The rotation layout is decided here, once per model, by the capability gate: band iff every
 rotation consumer the model selected reads the band (see :mod:`mdband.model.gate`).
@@ -10,13 +10,14 @@ import torch
 
 from mdband.config import SeZMConfig
 from mdband.errors import ModelFileError
-from mdband.loader import register_kind
 from mdband.model.energy import SeZMEnergyModel
 from mdband.model.gate import decide_model_layout
 from mdband.settings import EngineSettings
 
 
 def build_sezm(config: dict, state_dict: dict | None = None, options: dict | None = None):
+    """The SeZM network of ``config`` (float64) with ``state_dict``'s weights (None: as
+    initialised); ``options`` are :class:`~mdband.settings.EngineSettings` fields."""
     cfg = SeZMConfig.from_dict(config)
     settings = EngineSettings.resolve(**(options or {}))
     layout, reason = decide_model_layout(cfg, settings)
@@ -32,11 +33,6 @@ def build_sezm(config: dict, state_dict: dict | None = None, options: dict | Non
                 + " ".join(m.strip() for m in msg[:3])[:400]
             ) from None
     return model
-
-
-@register_kind("sezm")
-def _build(config: dict, state_dict: dict, options: dict) -> torch.nn.Module:
-    return build_sezm(config, state_dict, options)
 
 
 def initialise_weights(model: torch.nn.Module, seed: int = 0, gain: float = 1.0) -> None:

@@ -195,7 +195,48 @@ def grid_product(
     return proj.analyse(proj.project(left) * proj.project(right), n_rows)
 
 
-class GridMLP(nn.Module):
+class GridOp(nn.Module):
+    """A ``grid_op`` submodule: ``forward(proj, left, right, scalar_pair, n_rows)`` maps the
+    coefficients (..., D, K·C) of two operands to (..., D', K·C) in three steps a subclass
+    chooses: :meth:`inputs` (default: as given), :meth:`combine` on the grid, :meth:`output`
+    (default: as combined)."""
+
+    def forward(
+        self,
+        proj: GridProjector,
+        left: torch.Tensor,
+        right: torch.Tensor,
+        scalar_pair: torch.Tensor,
+        n_rows: int | None = None,
+    ) -> torch.Tensor:
+        k = proj.n_frames
+        left, right = self.inputs(left, right, k)
+        return self.output(self.combine(proj, left, right, scalar_pair, n_rows), k)
+
+    def inputs(self, left, right, k: int):
+        return left, right
+
+    def combine(self, proj, left, right, scalar_pair, n_rows):
+        raise NotImplementedError
+
+    def output(self, out, k: int):
+        return out
+
+
+class _ProjectedGridOp(GridOp):
+    """What :class:`GridMLP` and :class:`GridBranch` share: per-frame input projections
+    ``Lp = left @ left_proj``, ``Rp = right @ right_proj`` before the grid combination and
+    ``@ out_proj`` after it."""
+
+    def inputs(self, left, right, k: int):
+        lp = frame_linear(left, self.left_proj.weight, k)
+        return lp, frame_linear(right, self.right_proj.weight, k)
+
+    def output(self, out, k: int):
+        return frame_linear(out, self.out_proj.weight, k)
+
+
+class GridMLP(_ProjectedGridOp):
     """Polynomial grid MLP (deepmd-kit ``GridMLP``), per frame.
 
     ``self`` mode: ``fused = [left_k, right_k]`` (2C per frame), ``Lp = fused @ left_proj``,
@@ -211,27 +252,19 @@ class GridMLP(nn.Module):
         self.right_proj = ChannelLinear(c_in, 2 * channels)
         self.out_proj = ChannelLinear(2 * channels, channels)
 
-    def forward(
-        self,
-        proj: GridProjector,
-        left: torch.Tensor,
-        right: torch.Tensor,
-        scalar_pair: torch.Tensor,
-        n_rows: int | None = None,
-    ) -> torch.Tensor:
-        k = proj.n_frames
+    def inputs(self, left, right, k: int):
         if self.mode == "self":
             *lead, d, kc = left.shape
             shape = (*lead, d, k, kc // k)
             fused = torch.cat([left.reshape(shape), right.reshape(shape)], dim=-1)
-            fused = fused.reshape(*lead, d, -1)
-            left, right = fused, fused
-        lp = frame_linear(left, self.left_proj.weight, k)
-        rp = frame_linear(right, self.right_proj.weight, k)
-        return frame_linear(grid_product(proj, lp, rp, n_rows), self.out_proj.weight, k)
+            left = right = fused.reshape(*lead, d, -1)
+        return super().inputs(left, right, k)
+
+    def combine(self, proj, lp, rp, scalar_pair, n_rows):
+        return grid_product(proj, lp, rp, n_rows)
 
 
-class GridBranch(nn.Module):
+class GridBranch(_ProjectedGridOp):
     """Scalar-routed grid branches (deepmd-kit ``GridBranch``).
 
     ``Lp = left @ left_proj``, ``Rp = right @ right_proj`` (per frame, C → b·C);
@@ -248,35 +281,18 @@ class GridBranch(nn.Module):
         self.router = ChannelLinear(2 * channels, n_branches)
         self.out_proj = ChannelLinear(channels, channels)
 
-    def forward(
-        self,
-        proj: GridProjector,
-        left: torch.Tensor,
-        right: torch.Tensor,
-        scalar_pair: torch.Tensor,
-        n_rows: int | None = None,
-    ) -> torch.Tensor:
-        k = proj.n_frames
-        lp = frame_linear(left, self.left_proj.weight, k)
-        rp = frame_linear(right, self.right_proj.weight, k)
+    def combine(self, proj, lp, rp, scalar_pair, n_rows):
         value = proj.project(lp) * proj.project(rp)  # (..., G, b·C)
         value = value.reshape(*value.shape[:-1], self.n_branches, self.channels)
         route = torch.softmax(scalar_pair @ self.router.weight, dim=-1)  # (..., b)
         out = (value * route[..., None, :, None]).sum(-2)  # (..., G, C)
-        return frame_linear(proj.analyse(out, n_rows), self.out_proj.weight, k)
+        return proj.analyse(out, n_rows)
 
 
-class GridProductOp(nn.Module):
+class GridProductOp(GridOp):
     """Parameter-free op wrapper around :func:`grid_product` (deepmd-kit ``GridProduct``)."""
 
-    def forward(
-        self,
-        proj: GridProjector,
-        left: torch.Tensor,
-        right: torch.Tensor,
-        scalar_pair: torch.Tensor,
-        n_rows: int | None = None,
-    ) -> torch.Tensor:
+    def combine(self, proj, left, right, scalar_pair, n_rows):
         return grid_product(proj, left, right, n_rows)
 
 

@@ -3,13 +3,16 @@
 It exists so the MD driver, the ASE calculator and the LAMMPS bridge can be tested quickly
 and against exact physics. The pair energy is shifted and smoothly switched to zero between
 ``r_on`` and ``cutoff`` (C² switch), so NVE conserves energy.
+
+Importing this module registers the model kind ``"lj"``; a process that only loads a saved
+file (``mdband run``, LAMMPS) finds it with ``MDBAND_PLUGINS=mdband.testing.lj``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mdband.loader import register_kind
+from mdband.kinds import register_kind
 from mdband.potential import Potential
 
 

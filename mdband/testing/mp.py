@@ -16,13 +16,16 @@ Energy of atom ``i`` (all terms vanish smoothly at the cutoff, so NVE conserves 
 
 The second layer reads ``h1`` of neighbours, so a wrong or missing exchange of ghost rows changes
 energies and forces of atoms near a subdomain or periodic boundary.
+
+Importing this module registers the model kind ``"mp2"``; a process that only loads a saved
+file (``mdband run``, LAMMPS) finds it with ``MDBAND_PLUGINS=mdband.testing.mp``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mdband.loader import register_kind
+from mdband.kinds import register_kind
 from mdband.potential import Potential
 
 

@@ -16,7 +16,7 @@ from mdband.fit import (
     OutputExistsError,
 )
 from mdband.fit.data import collate, read_frames, to_graph
-from mdband.fit.train import loss_terms, predict
+from mdband.fit.loss import loss_terms, predict
 from mdband.model.factory import random_potential
 
 FAST = {

@@ -1,0 +1,159 @@
+"""Large cells on one GPU: chunked (memory-bounded) evaluation of the default DPA4 config.
+
+Model: deepmd-kit's default DPA4 config (C 64, lmax 3, 3 blocks, 4 mixing layers, rcut 6 Å),
+random weights, float32; system: rattled diamond of 8·n³ atoms. As a user calls it
+(``Potential.evaluate`` with numpy in and out, GPU neighbour list included):
+
+* checks (n = 8, 4,096 atoms, a cell both paths fit): forces of a chunked call (a budget that
+  forces several chunks) against the unchunked float32 call and an unchunked float64 call on
+  the GPU; the memory estimate against the measured peak of the unchunked call;
+* sizes: ms per call, peak GB, chunks and the estimate for every ``--sizes`` n (memory_budget
+  "auto": unchunked when the estimate fits), stopping at the first out-of-memory error.
+
+    python benchmarks/gpu_large.py [--sizes 12 16 24 32] [--repeat 2] [--budget-check 8GB]
+
+Writes ``$OUT/gpu_large.json`` when ``OUT`` is set; exits 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+from ase.build import bulk
+
+from mdband.config import SeZMConfig
+from mdband.model.factory import build_sezm, random_potential
+from mdband.potential import Potential
+
+CFG = SeZMConfig(type_map=("C",)).to_dict()
+TINY = SeZMConfig(type_map=("C",), channels=8, n_radial=4, l_schedule=(1,), mixing_layers=1,
+                  rcut=3.0).to_dict()  # fmt: skip
+FORCE_TOL = 1e-5  # eV/Å, float32 against float64
+
+
+def diamond(n: int, seed: int = 0):
+    a = bulk("C", "diamond", a=3.567, cubic=True) * (n, n, n)
+    a.rattle(0.03, seed=seed)
+    return a
+
+
+def make(cfg, sd, device, dtype, **options) -> Potential:
+    model = build_sezm(cfg, sd, options)
+    return Potential(model, kind="sezm", type_map=["C"], cutoff=cfg["rcut"], config=cfg,
+                     device=device, dtype=dtype)  # fmt: skip
+
+
+def sync(dev):
+    if str(dev).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def call(pot, atoms):
+    return pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+
+
+def estimate(pot, atoms) -> tuple[float, int]:
+    """(estimated unchunked peak in GB, edge count) of ``pot`` on ``atoms``."""
+    g = pot.edges(atoms.positions, atoms.cell.array, True)
+    est = pot.model.descriptor.memory_estimate(pot.dtype)
+    return est.unchunked(len(atoms), g.n_edges) / 1e9, g.n_edges
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[12, 16, 24])
+    ap.add_argument("--check-size", type=int, default=8)
+    ap.add_argument("--budget-check", default="8GB", help="budget of the chunked check call")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
+    args = ap.parse_args()
+    cfg = TINY if args.tiny else CFG
+    dev = args.device
+    cuda = dev.startswith("cuda")
+    ref = random_potential(cfg, seed=0, gain=0.5, device="cpu", dtype="float64")
+    sd = {k: v.clone() for k, v in ref.model.state_dict().items()}
+    out = {"checks": {}, "sizes": {}}
+    if cuda:
+        out["gpu"] = torch.cuda.get_device_name()
+    ok = True
+
+    # ---- checks on a cell every path fits
+    atoms = diamond(args.check_size, seed=1)
+    p32 = make(cfg, sd, dev, "float32", memory_budget="off")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    r32 = call(p32, atoms)
+    peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
+    est, edges = estimate(p32, atoms)
+    del p32
+    pch = make(cfg, sd, dev, "float32", memory_budget=args.budget_check)
+    rch = call(pch, atoms)
+    del pch
+    p64 = make(cfg, sd, dev, "float64", memory_budget="off", cuda_graphs="off")
+    r64 = call(p64, atoms)
+    del p64
+    if cuda:
+        torch.cuda.empty_cache()
+    c = out["checks"]
+    c["atoms"], c["edges"] = len(atoms), edges
+    c["chunks"] = rch.chunks
+    c["chunked_vs_unchunked_fp32_max_dF"] = float(np.abs(rch.forces - r32.forces).max())
+    c["chunked_fp32_vs_fp64_max_dF"] = float(np.abs(rch.forces - r64.forces).max())
+    c["unchunked_fp32_vs_fp64_max_dF"] = float(np.abs(r32.forces - r64.forces).max())
+    c["energy_rel_chunked_vs_fp64"] = abs(rch.energy - r64.energy) / abs(r64.energy)
+    c["unchunked_peak_gb"], c["estimate_gb"] = peak, est
+    ok &= rch.chunks > 1 and c["chunked_fp32_vs_fp64_max_dF"] < FORCE_TOL
+    print(json.dumps({"checks": c}), flush=True)
+
+    # ---- sizes, memory_budget auto
+    pot = make(cfg, sd, dev, "float32")
+    for n in args.sizes:
+        atoms = diamond(n)
+        row = {"atoms": len(atoms)}
+        try:
+            row["estimate_unchunked_gb"], row["edges"] = estimate(pot, atoms)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            ts = []
+            for _ in range(1 + args.repeat):  # the first call includes the capture or warm-up
+                sync(dev)
+                t0 = time.perf_counter()
+                res = call(pot, atoms)
+                sync(dev)
+                ts.append(time.perf_counter() - t0)
+            row["first_s"], row["s_per_call"] = ts[0], statistics.median(ts[1:])
+            row["us_per_atom"] = 1e6 * row["s_per_call"] / len(atoms)
+            row["chunks"] = res.chunks
+            row["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if cuda else None
+            row["finite"] = bool(np.isfinite(res.forces).all())
+            ok &= row["finite"]
+        except torch.OutOfMemoryError as exc:
+            row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:100]}"
+        except Exception as exc:  # report and stop: larger cells fail the same way
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+        out["sizes"][str(n)] = row
+        print(json.dumps({"size": row}), flush=True)
+        if "error" in row:
+            break
+        if cuda:
+            torch.cuda.empty_cache()
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_large.json"), "w") as fh:
+            json.dump(out, fh, indent=1)
+    print("\n== large cells ==")
+    print("checks:", json.dumps(out["checks"]))
+    for row in out["sizes"].values():
+        print(json.dumps(row))
+    print("CHECKS", "PASSED" if ok else "FAILED")
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

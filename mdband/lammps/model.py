@@ -1,0 +1,231 @@
+"""One rank's model as ``pair_style mdband`` sees it (:class:`LammpsModel`), and the device,
+thread and model-cache helpers the plugin's entry points use (see :mod:`mdband.lammps.bridge`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mdband.errors import MdbandError
+from mdband.lammps.exchange import Backend, GhostExchange, lammps_backend
+from mdband.potential import Potential
+
+_CACHE: dict[tuple, Potential] = {}
+
+# LAMMPS' order of the six virial components
+_VOIGT_A = [0, 1, 2, 0, 0, 1]
+_VOIGT_B = [0, 1, 2, 1, 2, 2]
+
+
+def select_device(device: str, local_rank: int = 0) -> torch.device:
+    """``cpu``; ``cuda``/``auto`` → GPU ``local_rank % n_gpus`` (``auto`` falls back to CPU)."""
+    device = (device or "auto").strip()
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda:"):
+        dev = torch.device(device)
+    elif device in ("cuda", "auto"):
+        if not torch.cuda.is_available():
+            if device == "cuda":
+                raise MdbandError("device cuda requested, but CUDA is not available")
+            return torch.device("cpu")
+        dev = torch.device("cuda", int(local_rank) % torch.cuda.device_count())
+    else:
+        raise MdbandError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto")
+    if not torch.cuda.is_available():
+        raise MdbandError(f"device {device} requested, but CUDA is not available")
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def _configure_threads(local_size: int) -> None:
+    """Share the node's cores between the ranks on it (unless the user chose a thread count)."""
+    if "MDBAND_NUM_THREADS" in os.environ:
+        n = int(os.environ["MDBAND_NUM_THREADS"])
+    elif "OMP_NUM_THREADS" in os.environ:
+        return
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not Linux
+            cores = os.cpu_count() or 1
+        n = max(1, cores // max(1, int(local_size)))
+    torch.set_num_threads(max(1, n))
+
+
+def load_potential(model_file: str, device: torch.device, dtype: str, head: str | None):
+    """``load_model`` with a per-process cache (``pair_coeff`` may be issued several times)."""
+    from mdband.loader import load_model
+
+    path = Path(model_file)
+    stat = path.stat() if path.is_file() else None
+    key = (str(path.resolve()), stat and (stat.st_mtime_ns, stat.st_size), str(device), dtype, head)
+    if key not in _CACHE:
+        _CACHE[key] = load_model(model_file, device=device, dtype=dtype, head=head)
+    return _CACHE[key]
+
+
+class LammpsModel:
+    """One rank's model as ``pair_style mdband`` sees it.
+
+    Attributes read by the plugin: ``cutoff`` (Å) and ``exchange_width`` (doubles per atom moved
+    by one LAMMPS communication call; wider features are sent in several calls). The plugin sets
+    ``lammps_handle`` before the first :meth:`compute`.
+    """
+
+    def __init__(
+        self,
+        potential: Potential,
+        lammps_types: np.ndarray,
+        options: dict | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        self.potential = potential
+        self.cutoff = float(potential.cutoff)
+        self.device_name = str(potential.device)
+        self.exchange_width = int(getattr(potential.model, "exchange_width", 0) or 128)
+        self.options = dict(options or {})
+        self.lammps_handle = None
+        self._backend = backend  # stands in for LAMMPS' communication in tests
+        # model type of each LAMMPS type (LAMMPS types start at 1)
+        lut = np.concatenate([[0], np.asarray(lammps_types, dtype=np.int64)])
+        self._lut = torch.as_tensor(lut, device=potential.device)
+        self._lut_np = lut
+        self.last_exchange_calls = 0
+        self.last_path = ""  # "owners" (one rank) or "exchange", for tests and logs
+        self.last_virial = None  # (3, 3) −Σ g ⊗ vec of the rank's edges in the last compute
+        self.announce = True  # print which path a single rank takes
+
+    @property
+    def single_rank(self) -> bool:
+        """True when LAMMPS runs this model on one rank (``nprocs`` from the plugin)."""
+        return int(self.options.get("nprocs", 0)) == 1
+
+    def _backend_now(self) -> Backend | None:
+        if self._backend is not None:
+            return self._backend
+        if self.lammps_handle is None:
+            return None
+        return lammps_backend(self.lammps_handle)
+
+    def owners(self, n_all: int, n_local: int) -> np.ndarray | None:
+        """Local owner index of every row (``owner[i] == i`` for local atoms), found by one
+        forward communication of the row indices; None without LAMMPS or if a ghost's owner
+        is not local (then the per-layer exchange is used)."""
+        backend = self._backend_now()
+        if backend is None:
+            return None
+        rows = np.arange(n_all, dtype=np.float64).reshape(n_all, 1)
+        if n_all > n_local:
+            backend(rows, False)
+        owner = rows[:, 0].astype(np.int64)
+        if not np.array_equal(owner[:n_local], np.arange(n_local)):
+            return None
+        if n_all > n_local and (owner[n_local:].min() < 0 or owner[n_local:].max() >= n_local):
+            return None
+        return owner
+
+    def exchange_for(self, n_all: int, n_local: int) -> GhostExchange | None:
+        """The ``exchange`` of one evaluation (None outside LAMMPS without a test backend)."""
+        if self._backend is not None:
+            return GhostExchange(self._backend, n_all, n_local)
+        if self.lammps_handle is None:
+            return None
+        return GhostExchange(lammps_backend(self.lammps_handle), n_all, n_local)
+
+    def compute(self, nlocal, nghost, types, src, dst, vec, forces, eatom, vatom, out) -> None:
+        """Evaluate one rank's edges; results are written into the plugin's buffers.
+
+        ``types`` int32 (n_all,) LAMMPS types; ``src``/``dst`` int64 (E,); ``vec`` float64
+        (E, 3); ``forces`` float64 (n_all, 3), zeroed; ``eatom`` float64 (nlocal,) or None;
+        ``vatom`` float64 (n_all, 6) or None; ``out`` float64 (7,): energy of the local atoms,
+        then the virial xx yy zz xy xz yz (eV).
+        """
+        n_all = nlocal + nghost
+        ltypes = np.frombuffer(types, dtype=np.int32).astype(np.int64)
+        src_np = np.frombuffer(src, dtype=np.int64)
+        dst_np = np.frombuffer(dst, dtype=np.int64)
+        vec_np = np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)
+        owner = self.owners(n_all, nlocal) if self.single_rank else None
+        if owner is not None:
+            if self.last_path != "owners" and self.announce:
+                print(
+                    "pair_style mdband: one rank, ghost atoms mapped to their owners; "
+                    f"CUDA graphs {self.potential.cuda_graphs}",
+                    flush=True,
+                )
+            self.last_path = "owners"
+            self.last_exchange_calls = 1 if n_all > nlocal else 0
+            f, e_local, w6, va, w33 = self._compute_owned(
+                self._lut_np[ltypes[:nlocal]], owner[src_np], dst_np, vec_np, vatom is not None
+            )
+        else:
+            self.last_path = "exchange"
+            f, e_local, w6, va, w33 = self._compute_exchange(
+                nlocal, n_all, ltypes, src_np, dst_np, vec_np, vatom is not None
+            )
+        self.last_virial = w33.cpu().numpy()
+        head = torch.cat([e_local.sum().reshape(1), w6])
+        np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
+        fv = np.frombuffer(forces, dtype=np.float64).reshape(n_all, 3)
+        fv[: f.shape[0]] = f.cpu().numpy()
+        if eatom is not None:
+            np.frombuffer(eatom, dtype=np.float64)[:] = e_local.cpu().numpy()
+        if vatom is not None:
+            vv = np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)
+            vv[: va.shape[0]] = va.cpu().numpy()
+
+    def _compute_exchange(self, nlocal, n_all, ltypes, src, dst, vec, per_atom_virial):
+        """Local + ghost atoms as nodes, ghost features refreshed by the per-layer exchange."""
+        pot = self.potential
+        dev = pot.device
+        types_t = self._lut[torch.from_numpy(ltypes).to(dev)]
+        src_t = torch.from_numpy(src).to(dev)
+        dst_t = torch.from_numpy(dst).to(dev)
+        vec_t = torch.from_numpy(vec).to(dev)
+        exchange = self.exchange_for(n_all, nlocal)
+        res = pot.evaluate_edges(
+            types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange, n_local=nlocal
+        )
+        self.last_exchange_calls = 0 if exchange is None else exchange.calls
+        return self._assemble(res, src_t, dst_t, vec_t, n_all, nlocal, per_atom_virial)
+
+    def _compute_owned(self, types, src, dst, vec, per_atom_virial):
+        """Local atoms only (one rank), neighbours mapped to their owners; without per-atom
+        virials through ``Potential.evaluate_vectors`` (a replayed CUDA graph on CUDA)."""
+        pot = self.potential
+        n = types.shape[0]
+        if not per_atom_virial:
+            atom_e, f, virial = pot.evaluate_vectors(types, src, dst, vec)
+            # virial[a, b] = −Σ g_a vec_b; LAMMPS' component (a, b) is −Σ vec_a g_b
+            w6 = virial[_VOIGT_B, _VOIGT_A]
+            return f, atom_e, w6, None, virial
+        dev = pot.device
+        src_t = torch.from_numpy(src).to(dev)
+        dst_t = torch.from_numpy(dst).to(dev)
+        vec_t = torch.from_numpy(vec).to(dev)
+        res = pot.evaluate_edges(torch.from_numpy(types).to(dev), src_t, dst_t, vec_t)
+        return self._assemble(res, src_t, dst_t, vec_t, n, n, per_atom_virial)
+
+    @staticmethod
+    def _assemble(res, src_t, dst_t, vec_t, n_rows, nlocal, per_atom_virial):
+        """Forces (n_rows, 3), local atom energies, the six virial components, per-atom virials
+        (n_rows, 6) if asked (else None) and the 3×3 virial −Σ g ⊗ vec, float64 tensors."""
+        g = res.edge_grad.to(torch.float64)
+        dev = g.device
+        f = torch.zeros((n_rows, 3), dtype=torch.float64, device=dev)
+        f.index_add_(0, dst_t, g)
+        f.index_add_(0, src_t, -g)
+        # per-edge virial −vec ⊗ g (the f·r convention LAMMPS uses), in LAMMPS' Voigt order
+        w6 = -(vec_t[:, _VOIGT_A] * g[:, _VOIGT_B])
+        va = None
+        if per_atom_virial:
+            half = 0.5 * w6
+            va = torch.zeros((n_rows, 6), dtype=torch.float64, device=dev)
+            va.index_add_(0, dst_t, half)
+            va.index_add_(0, src_t, half)
+        w33 = -(g.T @ vec_t.to(torch.float64))
+        return f, res.atom_energy[:nlocal], w6.sum(0), va, w33

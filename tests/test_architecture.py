@@ -1,0 +1,270 @@
+"""docs/architecture.md stays true: rooms, layers and the import rules it states.
+
+The imports of every module under ``mdband/`` are read from the source with ``ast`` (nothing is
+imported or run). Module-level and function-level imports both count; a package's
+``__init__.py`` run implicitly by importing one of its modules does not.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mdband"
+DOC = ROOT / "docs" / "architecture.md"
+MAX_LINES = 500
+
+FRONT_ENDS = ("calculator", "lammps/", "md/", "cli/")
+MODEL_SIDE = ("model/", "kernels/", "so3/")
+#: the band's index functions: defined in so3/storage.py and nowhere else
+STORAGE = "mdband.so3.storage"
+INDEX_FUNCTIONS = (
+    "band_offset",
+    "band_width",
+    "band_to_dense",
+    "dense_to_band",
+    "tables",
+    "entry_table",
+    "kernel_tables",
+    "kernel_strides",
+    "per_edge_size",
+    "storage_shape",
+    "reduced_index",
+)
+
+
+@lru_cache(maxsize=1)
+def modules() -> dict[str, Path]:
+    """Dotted name → file of every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _resolve(name: str) -> str | None:
+    """The module of ``name`` (a module, or an object inside one)."""
+    mods = modules()
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+@lru_cache(maxsize=1)
+def imports() -> dict[str, dict[str, int]]:
+    """Module → {imported mdband module: line of the first such import}."""
+    graph = {}
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        is_pkg = path.name == "__init__.py"
+        found: dict[str, int] = {}
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                    pkg = pkg[: len(pkg) - node.level + 1]
+                    base = ".".join(pkg + ([base] if base else []))
+                # ``from pkg import mod`` imports the module pkg.mod
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules() else base
+                    for a in node.names
+                ]
+            for target in targets:
+                if target == "mdband" or target.startswith("mdband."):
+                    mod = _resolve(target)
+                    if mod and mod != name:
+                        found.setdefault(mod, node.lineno)
+        graph[name] = found
+    return graph
+
+
+def room(module: str) -> str:
+    """The room of a module: ``__init__`` (the package), ``name`` or ``name/``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    is_pkg = (PACKAGE / parts[1]).is_dir()
+    return parts[1] + "/" if is_pkg else parts[1]
+
+
+@lru_cache(maxsize=1)
+def layers() -> dict[str, int]:
+    """Room → layer, from the table between the ``rooms`` markers of docs/architecture.md."""
+    text = DOC.read_text(encoding="utf-8")
+    m = re.search(r"<!-- rooms:.*?-->(.*?)<!-- /rooms -->", text, re.S)
+    assert m, f"{DOC} has no rooms table (<!-- rooms: ... --> ... <!-- /rooms -->)"
+    out = {}
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            for name in re.findall(r"`([^`]+)`", cells[1]):
+                assert name not in out, f"room {name} listed twice in {DOC.name}"
+                out[name] = int(cells[0])
+    return out
+
+
+def edges():
+    for mod, found in imports().items():
+        for target, line in found.items():
+            yield mod, target, line
+
+
+def where(mod: str, line: int) -> str:
+    return f"{modules()[mod].relative_to(ROOT)}:{line}"
+
+
+def test_every_module_is_in_a_room_of_the_doc():
+    rooms = {room(m) for m in modules()}
+    missing = sorted(rooms - set(layers()))
+    assert not missing, f"rooms not in the table of docs/architecture.md: {missing}"
+    stale = sorted(set(layers()) - rooms)
+    assert not stale, f"docs/architecture.md lists rooms that do not exist: {stale}"
+
+
+def test_imports_go_down_the_layers():
+    lay = layers()
+    bad = [
+        f"{where(m, line)}: {room(m)} (layer {lay[room(m)]}) imports {t} "
+        f"({room(t)}, layer {lay[room(t)]})"
+        for m, t, line in edges()
+        if room(m) != room(t) and lay[room(t)] >= lay[room(m)]
+    ]
+    assert not bad, "imports against the layers of docs/architecture.md:\n" + "\n".join(bad)
+
+
+def test_no_import_circle():
+    graph = {m: set(found) for m, found in imports().items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_circle_detection_sees_function_level_imports(tmp_path, monkeypatch):
+    """The walker must report an import inside a function (a lazy import is still an edge)."""
+    (tmp_path / "mdband").mkdir()
+    (tmp_path / "mdband" / "__init__.py").write_text("")
+    (tmp_path / "mdband" / "a.py").write_text("def f():\n    from mdband.b import g\n")
+    (tmp_path / "mdband" / "b.py").write_text("from mdband import a\n")
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path / "mdband")
+    modules.cache_clear()
+    imports.cache_clear()
+    try:
+        assert imports()["mdband.a"] == {"mdband.b": 2}
+        assert imports()["mdband.b"] == {"mdband.a": 1}
+    finally:
+        modules.cache_clear()
+        imports.cache_clear()
+
+
+@pytest.mark.parametrize("mod", sorted(modules()))
+def test_no_file_over_500_lines(mod):
+    n = len(modules()[mod].read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_LINES, f"{modules()[mod].relative_to(ROOT)} has {n} lines (max {MAX_LINES})"
+
+
+def test_front_ends_reach_the_model_only_through_potential():
+    bad = [
+        f"{where(m, line)}: {room(m)} imports {t}"
+        for m, t, line in edges()
+        if room(m) in FRONT_ENDS and room(t) in MODEL_SIDE
+    ]
+    bad += [
+        f"{where(m, line)}: fit/ imports {t} (only mdband.model.factory is allowed)"
+        for m, t, line in edges()
+        if room(m) == "fit/" and room(t) in MODEL_SIDE and t != "mdband.model.factory"
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_the_test_potentials():
+    bad = [
+        f"{where(m, line)} imports {t}"
+        for m, t, line in edges()
+        if room(t) == "testing/" and room(m) != "testing/"
+    ]
+    assert not bad, "mdband must not import mdband.testing:\n" + "\n".join(bad)
+
+
+def _delegates(fn: ast.FunctionDef, aliases: set[str]) -> bool:
+    """``fn`` only returns storage's function of the same name (a wrapper, no formula)."""
+    body = [
+        n for n in fn.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))
+    ]
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    call = body[0].value
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == fn.name
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id in aliases
+    )
+
+
+def test_band_index_formulas_live_in_storage_only():
+    bad = []
+    for mod, path in modules().items():
+        if mod == STORAGE:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = set()  # names under which this module sees so3.storage
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "mdband.so3":
+                aliases |= {a.asname or a.name for a in node.names if a.name == "storage"}
+            elif isinstance(node, ast.ImportFrom) and node.module == STORAGE:
+                bad += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                        if a.name.startswith("_")]  # fmt: skip
+            elif isinstance(node, ast.Import):
+                aliases |= {a.asname for a in node.names if a.name == STORAGE and a.asname}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.name in INDEX_FUNCTIONS and not _delegates(node, aliases):
+                    bad.append(f"{path.name}:{node.lineno} defines {node.name}")
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                if isinstance(node.value, ast.Name) and node.value.id in aliases:
+                    bad.append(f"{path.name}:{node.lineno} reads {node.value.id}.{node.attr}")
+    assert not bad, "band index code outside so3/storage.py:\n" + "\n".join(bad)
