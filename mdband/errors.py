@@ -42,3 +42,7 @@ class StructureError(MdbandError, ValueError):
 
 class LayoutMismatchError(MdbandError, RuntimeError):
     """A rotation storage was handed to a consumer that does not read its layout."""
+
+
+class MemoryBudgetError(MdbandError):
+    """A system does not fit the memory budget even when evaluated one atom per chunk."""
