@@ -63,6 +63,7 @@ def load_model(
     recompute: str | bool | None = None,
     stack_precision: str | None = None,
     cuda_graphs: str | bool | None = None,
+    memory_budget: str | int | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -91,6 +92,12 @@ def load_model(
         ``"auto"`` (default) replays captured CUDA graphs for repeated evaluations on CUDA
         (edge list padded to a size bucket with edges beyond the cutoff, which contribute
         exactly zero); ``"off"`` launches every kernel from Python.
+    memory_budget : str or int, optional
+        Bytes one evaluation may use: a size (``"8GB"``, ``"512MiB"``, a number of bytes),
+        ``"auto"`` (default: on CUDA 90 % of the GPU's free memory, on CPU no limit) or
+        ``"off"``. An evaluation estimated above it runs in chunks of destination atoms (same
+        numbers, more time; ``Result.chunks``); one too large even one atom per chunk raises
+        :class:`~mdband.errors.MemoryBudgetError`.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     options = {
@@ -99,6 +106,7 @@ def load_model(
         "recompute": recompute,
         "stack_precision": stack_precision,
         "cuda_graphs": cuda_graphs,
+        "memory_budget": memory_budget,
     }
     spath = str(path)
     if spath.startswith("builtin:"):

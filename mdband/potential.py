@@ -50,6 +50,7 @@ class Result:
     forces: np.ndarray
     virial: np.ndarray
     atom_energy: np.ndarray
+    chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
 
     def stress(self, volume: float) -> np.ndarray:
         """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
@@ -160,6 +161,17 @@ class Potential:
             return f"off (capture failed: {self._steps.disabled_reason})"
         return "on"
 
+    @property
+    def last_chunks(self) -> int:
+        """Chunks of destination atoms the model's last evaluation used (1: unchunked)."""
+        return int(getattr(self.model, "last_chunks", 1))
+
+    @property
+    def memory_budget(self) -> str:
+        """The resolved memory budget of an evaluation (``memory_budget`` setting), one line."""
+        describe = getattr(self.model, "memory_budget_text", None)
+        return "n/a (this model is never chunked)" if describe is None else describe(self.device)
+
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
@@ -199,15 +211,18 @@ class Potential:
         grad: bool = True,
         exchange=None,
         n_local: int | None = None,
+        plan=None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
         ``E`` sums the first ``n_local`` atom energies (all atoms when None); ghost atoms beyond
-        ``n_local`` only provide features, as in LAMMPS.
+        ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
+        chunks (SeZM), fixes the chunks instead of the memory budget.
         """
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
+        chunking = {} if plan is None else {"plan": plan}
         with torch.set_grad_enabled(grad):
-            atom_e = self.model(types, src, dst, ev, exchange=exchange)
+            atom_e = self.model(types, src, dst, ev, exchange=exchange, **chunking)
             atom_e = atom_e.to(torch.float64)
             e_local = atom_e if n_local is None else atom_e[:n_local]
             g = None
@@ -215,7 +230,8 @@ class Potential:
                 (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
                 if g is None:
                     g = torch.zeros_like(ev)
-        return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach())
+        return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
+                          extra={"chunks": self.last_chunks})  # fmt: skip
 
     def evaluate(
         self,
@@ -266,6 +282,7 @@ class Potential:
             forces=forces.cpu().numpy(),
             virial=virial.cpu().numpy(),
             atom_energy=atom_e.cpu().numpy(),
+            chunks=self.last_chunks,
         )
 
     def evaluate_vectors(self, types, src, dst, vectors):
