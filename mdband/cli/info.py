@@ -37,6 +37,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "rotation_layout_requested": settings.rotation_layout,
         "settings": settings.to_dict(),
         "cuda_graphs": pot.cuda_graphs,
+        "memory_budget": pot.memory_budget,
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
         "config": pot.config,
@@ -55,6 +56,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         f"{info['rotation_layout_reason']}"
     )
     click.echo(f"cuda graphs      {info['cuda_graphs']}")
+    click.echo(f"memory budget    {info['memory_budget']} (${ENV['memory_budget']})")
     click.echo(f"model hash       {pot.model_hash[:16]}")
     click.echo(
         "settings         "

@@ -192,6 +192,7 @@ class _Run:
             f"Model: {pot.kind} {pot.model_hash[:12]} on {pot.device} ({str(pot.dtype)[6:]})"
             + (f", CUDA graphs {pot.cuda_graphs}" if pot.device.type == "cuda" else ""),
         ]
+        lines.append(f"Memory budget: {pot.memory_budget}")
         lines += self.p.notes
         outs = [
             f"{k} {getattr(c, k)}" for k in ("trajectory", "checkpoint", "log") if getattr(c, k)

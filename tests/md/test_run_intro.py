@@ -12,7 +12,8 @@ def intro(device: str) -> list[str]:
     run.c = SimpleNamespace(ensemble="nve", timestep=1.0, steps=10, trajectory=None,
                             checkpoint=None, log=None)  # fmt: skip
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
-                          dtype=torch.float32, cuda_graphs="on")  # fmt: skip
+                          dtype=torch.float32, cuda_graphs="on",
+                          memory_budget="8 GB (8gb)")  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
     return run._intro()
@@ -21,3 +22,7 @@ def intro(device: str) -> list[str]:
 def test_intro_reports_cuda_graphs_on_cuda_only():
     assert intro("cuda")[1] == "Model: sezm abababababab on cuda (float32), CUDA graphs on"
     assert intro("cpu")[1] == "Model: sezm abababababab on cpu (float32)"
+
+
+def test_intro_reports_the_memory_budget():
+    assert intro("cpu")[2] == "Memory budget: 8 GB (8gb)"
