@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from mdband.errors import MemoryBudgetError
+from mdband.settings import parse_memory_size
 
-#: share of the free GPU memory a "auto" budget takes (the rest: allocator slack, other users)
+#: share of the free GPU memory an "auto" budget takes (the rest: allocator slack, other users)
 AUTO_FRACTION = 0.9
 
 
@@ -125,8 +126,6 @@ def resolve_budget(setting: str, device) -> int | None:
     "auto": on CUDA :data:`AUTO_FRACTION` of the device's free memory plus what the caching
     allocator holds unused, on CPU no limit; "off": no limit; else the size given.
     """
-    from mdband.settings import parse_memory_size
-
     dev = torch.device(device)
     if setting == "off" or (setting == "auto" and dev.type != "cuda"):
         return None
