@@ -61,7 +61,8 @@ def call(pot, atoms):
 def estimate(pot, atoms) -> tuple[float, int]:
     """(estimated unchunked peak in GB, edge count) of ``pot`` on ``atoms``."""
     g = pot.edges(atoms.positions, atoms.cell.array, True)
-    est = pot.model.descriptor.memory_estimate(pot.dtype)
+    like = torch.empty(0, dtype=pot.dtype, device=pot.device)
+    est = pot.model.descriptor.memory_estimate(pot.dtype, like)
     return est.unchunked(len(atoms), g.n_edges) / 1e9, g.n_edges
 
 

@@ -59,3 +59,7 @@ class UnknownModelKindError(ModelFileError):
 
 class PluginImportError(MdbandError):
     """A module named in ``MDBAND_PLUGINS`` or an ``mdband.model_kinds`` entry point fails."""
+
+
+class MemoryBudgetError(MdbandError):
+    """A system does not fit the memory budget even when evaluated one atom per chunk."""

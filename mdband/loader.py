@@ -42,6 +42,7 @@ def load_model(
     stack_precision: str | None = None,
     cuda_graphs: str | bool | None = None,
     neighbour_list: str | None = None,
+    memory_budget: str | int | None = None,
 ) -> Potential:
     """Load a deepmd-kit SeZM training checkpoint, an mdband model file or ``builtin:NAME``.
 
@@ -74,6 +75,12 @@ def load_model(
     neighbour_list : {"auto", "cell_list", "vesin"}, optional
         ``"auto"`` (default): the torch cell list on the GPU for CUDA models, vesin on the CPU
         for CPU models; ``"cell_list"`` / ``"vesin"`` force one.
+    memory_budget : str or int, optional
+        Bytes one evaluation may use: a size (``"8GB"``, ``"512MiB"``, a number of bytes),
+        ``"auto"`` (default: on CUDA 90 % of the GPU's free memory, on CPU no limit) or
+        ``"off"``. An evaluation estimated above it runs in chunks of destination atoms (same
+        numbers, more time; ``Result.chunks``); one too large even one atom per chunk raises
+        :class:`~mdband.errors.MemoryBudgetError`.
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """
     t0 = time.perf_counter()
@@ -84,6 +91,7 @@ def load_model(
         "stack_precision": stack_precision,
         "cuda_graphs": cuda_graphs,
         "neighbour_list": neighbour_list,
+        "memory_budget": memory_budget,
     }
     spath = str(path)
     if spath.startswith("builtin:"):

@@ -61,6 +61,7 @@ class Result:
     forces: np.ndarray
     virial: np.ndarray
     atom_energy: np.ndarray
+    chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
 
     def stress(self, volume: float) -> np.ndarray:
         """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
@@ -76,16 +77,17 @@ class EdgeResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool) -> Result:
+def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1) -> Result:
     if not compute_virial:
         virial = torch.zeros_like(virial)
     if not to_numpy:
-        return Result(energy=atom_e.sum(), forces=forces, virial=virial, atom_energy=atom_e)
+        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks)
     return Result(
         energy=float(atom_e.sum()),
         forces=forces.cpu().numpy(),
         virial=virial.cpu().numpy(),
         atom_energy=atom_e.cpu().numpy(),
+        chunks=chunks,
     )
 
 
@@ -192,6 +194,25 @@ class Potential:
             return f"off (capture failed: {self._steps.disabled_reason})"
         return "on"
 
+    @property
+    def last_chunks(self) -> int:
+        """Chunks of destination atoms the model's last evaluation used (1: unchunked)."""
+        return int(getattr(self.model, "last_chunks", 1))
+
+    def would_chunk(self, n_atoms: int, n_edges: int) -> bool:
+        """Whether an evaluation of this size runs in chunks under the memory budget."""
+        check = getattr(getattr(self.model, "descriptor", None), "would_chunk", None)
+        if check is None:
+            return False
+        like = torch.empty(0, dtype=self.dtype, device=self.device)
+        return bool(check(int(n_atoms), int(n_edges), like))
+
+    @property
+    def memory_budget(self) -> str:
+        """The resolved memory budget of an evaluation (``memory_budget`` setting), one line."""
+        describe = getattr(self.model, "memory_budget_text", None)
+        return "n/a (this model is never chunked)" if describe is None else describe(self.device)
+
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
@@ -231,15 +252,18 @@ class Potential:
         grad: bool = True,
         exchange=None,
         n_local: int | None = None,
+        plan=None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
         ``E`` sums the first ``n_local`` atom energies (all atoms when None); ghost atoms beyond
-        ``n_local`` only provide features, as in LAMMPS.
+        ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
+        chunks (SeZM), fixes the chunks instead of the memory budget.
         """
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
+        chunking = {} if plan is None else {"plan": plan}
         with torch.set_grad_enabled(grad):
-            atom_e = self.model(types, src, dst, ev, exchange=exchange)
+            atom_e = self.model(types, src, dst, ev, exchange=exchange, **chunking)
             atom_e = atom_e.to(torch.float64)
             e_local = atom_e if n_local is None else atom_e[:n_local]
             g = None
@@ -247,7 +271,8 @@ class Potential:
                 (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
                 if g is None:
                     g = torch.zeros_like(ev)
-        return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach())
+        return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
+                          extra={"chunks": self.last_chunks})  # fmt: skip
 
     def neighbour_list(self, skin: float = 0.0):
         """A neighbour list for repeated :meth:`evaluate` calls (``neighbours=``): the torch
@@ -303,13 +328,14 @@ class Potential:
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
-            return _result(*out, compute_virial, to_numpy=True)
+            return _result(*out, compute_virial, True, self.last_chunks)
         if graph is None:
             if neighbours is not None:
                 graph = neighbours.edges(pos, cell_np, pbc)
             else:
                 graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
-        return _result(*self._run_graph(types, graph, pos, cell_np), compute_virial, True)
+        out = self._run_graph(types, graph, pos, cell_np)
+        return _result(*out, compute_virial, True, self.last_chunks)
 
     def _run_graph(self, types, graph: EdgeGraph, positions, cell):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
@@ -369,6 +395,7 @@ class Potential:
                 forces=torch.from_numpy(res.forces).to(dev),
                 virial=torch.from_numpy(res.virial).to(dev),
                 atom_energy=torch.from_numpy(res.atom_energy).to(dev),
+                chunks=res.chunks,
             )
         pos_t = positions.detach().to(torch.float64)
         if cell is None:
@@ -378,7 +405,7 @@ class Potential:
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
         types = self._types_for(species, pos_t.shape[0])
         out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
-        return _result(*out, virial, to_numpy=False)
+        return _result(*out, virial, False, self.last_chunks)
 
     def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
         """(atom energies, forces, virial) from positions on the potential's device; the

@@ -31,12 +31,19 @@ neighbour_list     MDBAND_NEIGHBOUR_LIST    auto (default): the torch cell list 
                                             numpy for CPU models | cell_list: the torch
                                             cell list on any device | vesin: vesin on
                                             the CPU (a CUDA model copies the list over)
+memory_budget      MDBAND_MEMORY_BUDGET     auto (default): on CUDA 90 % of the memory
+                                            the GPU has free, on CPU no limit | off: no
+                                            limit | a size ("8GB", "512MiB", "1.5 GiB",
+                                            or bytes): evaluations whose estimated
+                                            memory exceeds it run in chunks of
+                                            destination atoms (same numbers)
 =================  =======================  ==========================================
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 
 ENV = {
@@ -46,6 +53,7 @@ ENV = {
     "stack_precision": "MDBAND_STACK_PRECISION",
     "cuda_graphs": "MDBAND_CUDA_GRAPHS",
     "neighbour_list": "MDBAND_NEIGHBOUR_LIST",
+    "memory_budget": "MDBAND_MEMORY_BUDGET",
 }
 _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
@@ -67,6 +75,39 @@ _BOOL = {
 }
 
 
+#: bytes per unit of a memory size (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SIZE_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:e(\d+))?\s*([a-z]*)\s*$")
+
+
+def parse_memory_size(text) -> int:
+    """Bytes of a size such as ``"8GB"``, ``"512MiB"``, ``"1.5 GiB"``, ``"2e9"`` or ``4096``.
+
+    Raises ValueError (naming the text) for anything else or a size below one byte.
+    """
+    m = _SIZE.match(str(text).strip().lower())
+    if m is None or m.group(3) not in _SIZE_UNITS:
+        raise ValueError(
+            f"{text!r} is not a memory size (a number of bytes or e.g. 8GB, 512MiB, 1.5GiB)"
+        )
+    value = float(m.group(1)) * 10 ** int(m.group(2) or 0) * _SIZE_UNITS[m.group(3)]
+    if value < 1:
+        raise ValueError(f"memory size {text!r} is below one byte")
+    return int(value)
+
+
+def _check_budget(value, source: str = "memory_budget") -> str:
+    """The memory_budget setting normalised: "auto", "off" or a size as given (validated)."""
+    text = str(value).strip().lower()
+    if text not in ("auto", "off"):
+        try:
+            parse_memory_size(text)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}, or auto or off") from None
+    return text
+
+
 #: what a boolean means for the settings that accept one
 _BOOL_MEANS = {
     "recompute": {True: "all", False: "off"},
@@ -82,8 +123,10 @@ class EngineSettings:
     stack_precision: str = "tf32x3"
     cuda_graphs: str = "auto"
     neighbour_list: str = "auto"
+    memory_budget: str = "auto"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "memory_budget", _check_budget(self.memory_budget))
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(
@@ -102,6 +145,9 @@ class EngineSettings:
             if value is None:
                 continue
             value = str(value).strip().lower() if not isinstance(value, bool) else value
+            if name == "memory_budget":
+                kw[name] = _check_budget(value, source)
+                continue
             if name in _BOOL_MEANS and _BOOL.get(value, value) in (True, False):
                 value = _BOOL_MEANS[name][_BOOL.get(value, value)]
             if value not in _CHOICES[name]:
@@ -117,6 +163,13 @@ class EngineSettings:
         if self.neighbour_list == "auto":
             return "cell_list" if str(device).startswith("cuda") else "vesin"
         return self.neighbour_list
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """The budget as bytes; None for "auto" and "off" (resolved per device by the model)."""
+        if self.memory_budget in ("auto", "off"):
+            return None
+        return parse_memory_size(self.memory_budget)
 
     def ops_on(self, t) -> bool:
         """Whether the fused ops run for tensors like ``t`` (decided per device, not layout)."""

@@ -17,12 +17,13 @@ edge count alone, and the first call of a bucket runs the same padded step eager
 calls replay, so a restart reproduces a run bit for bit.
 
 Policy: the first call of a bucket runs eagerly (on the capture stream, which warms it up), the
-second captures and replays, later calls replay. At most :data:`MAX_GRAPHS` buckets are kept
-(least recently used dropped); their graphs share one memory pool, so they cost about the peak
-memory of one step. Running out of memory drops them (and unreachable potentials' graphs) and
-retries the call once, eagerly. A capture that fails otherwise (an operation not allowed in a
-graph) switches graphs off for this potential with a :class:`RuntimeWarning`; weights edited in
-place drop the graphs.
+second captures and replays, later calls replay. A bucket that the memory budget evaluates in
+chunks (see :mod:`mdband.model.chunking`) is never captured: it runs eagerly every call. At
+most :data:`MAX_GRAPHS` buckets are kept (least recently used dropped); their graphs share one
+memory pool, so they cost about the peak memory of one step. Running out of memory drops them
+(and unreachable potentials' graphs) and retries the call once, eagerly. A capture that fails
+otherwise (an operation not allowed in a graph) switches graphs off for this potential with a
+:class:`RuntimeWarning`; weights edited in place drop the graphs.
 Calls from several threads are serialised (the static buffers are shared) and get copies of a
 graph's outputs.
 """
@@ -101,6 +102,10 @@ class DeviceStep:
             self.cell = torch.zeros(3, 3, **f64)
         pad = torch.tensor(PAD_DIRECTION, **f64)
         self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
+        #: a bucket the memory budget evaluates in chunks runs eagerly: its chunk plan is
+        #: found from the frame's edges (a host sync, not allowed in a capture) and such
+        #: cells are far past the sizes where launches cost anything
+        self.chunked = potential.would_chunk(n_atoms, capacity)
         self._slot = torch.arange(capacity, **i64)
         self._fill = self._slot % max(n_atoms, 1)  # padding edges k -> k
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -263,7 +268,7 @@ class StepGraphs:
             step.graph.replay()
             self.n_replays += 1
             return _copies(step.outputs)
-        if step.calls >= 2 and not self.disabled_reason:
+        if step.calls >= 2 and not self.disabled_reason and not step.chunked:
             try:
                 self._capture(step, pot)
             except torch.OutOfMemoryError as exc:

@@ -308,3 +308,18 @@ def test_potential_evaluate_vectors_equals_evaluate():
     np.testing.assert_allclose(atom_e.numpy(), ref.atom_energy, rtol=0, atol=1e-12)
     np.testing.assert_allclose(forces.numpy(), ref.forces, rtol=0, atol=1e-11)
     np.testing.assert_allclose(virial.numpy(), ref.virial, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("budget, chunked", [("off", False), ("auto", False), ("20kB", True)])
+def test_buckets_the_budget_chunks_are_not_captured(budget, chunked):
+    """A bucket evaluated in chunks finds its plan from the frame (a host sync): it is marked
+    to run eagerly, never captured."""
+    from mdband.model.factory import build_sezm
+    from mdband.potential import Potential
+
+    cfg = small_config()
+    model = build_sezm(cfg, potential().model.state_dict(), {"memory_budget": budget})
+    pot = Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=cfg["rcut"],
+                    config=cfg, device="cpu", dtype="float64")  # fmt: skip
+    assert pot.would_chunk(8, 400) is chunked
+    assert sg.DeviceStep(pot, "positions", 8, 448).chunked is chunked

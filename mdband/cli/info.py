@@ -40,6 +40,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "settings": settings.to_dict(),
         "cuda_graphs": pot.cuda_graphs,
         "neighbour_list": pot.neighbour_backend,
+        "memory_budget": pot.memory_budget,
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
         "config": pot.config,
@@ -59,6 +60,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     )
     click.echo(f"cuda graphs      {info['cuda_graphs']}")
     click.echo(f"neighbour list   {info['neighbour_list']}")
+    click.echo(f"memory budget    {info['memory_budget']} (${ENV['memory_budget']})")
     click.echo(f"model hash       {pot.model_hash[:16]}")
     click.echo(
         "settings         "

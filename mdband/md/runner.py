@@ -211,6 +211,7 @@ class _Run:
             f"Neighbours: {_NEIGHBOUR_NAMES.get(pot.neighbour_backend, pot.neighbour_backend)}"
             + (f", skin {c.skin:g} Å" if c.skin > 0 else ", rebuilt every step (skin 0)"),
         ]
+        lines.append(f"Memory budget: {pot.memory_budget}")
         lines += self.p.notes
         names = ("trajectory", "checkpoint", "log", "model_devi")
         outs = [f"{k} {getattr(c, k)}" for k in names if getattr(c, k, None)]

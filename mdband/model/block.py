@@ -6,7 +6,7 @@ Block: ``x ← x + post_so2_norm(SO2Conv(pre_so2_norm(x)))``, then for each FFN 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 from mdband.kernels._common import csr, segment_sum
 from mdband.kernels.band_producer import band_producer
 from mdband.kernels.zonal import zonal_embed
+from mdband.model.chunking import plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
     EnvironmentSeed,
@@ -24,6 +25,7 @@ from mdband.model.embedding import (
 from mdband.model.ffn import build_block_ffn, build_readout
 from mdband.model.gate import op_applies
 from mdband.model.layers import EquivariantRMSNorm, ScalarRMSNorm
+from mdband.model.memory import MemoryEstimate
 from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
@@ -33,7 +35,12 @@ from mdband.so3.wigner import rotation_storage
 
 @dataclass
 class EdgeCache:
-    """Per-edge quantities shared by every block (built once per evaluation)."""
+    """Per-edge quantities of a set of edges (all edges, built once per evaluation and shared
+    by every block; or one chunk's edges, rebuilt per chunk).
+
+    ``dst`` indexes the ``n_nodes`` destination rows, which are the rows ``rows`` of the whole
+    node tensors; ``src`` indexes the whole node tensors (``n_src`` rows, default n_nodes).
+    """
 
     src: torch.Tensor
     dst: torch.Tensor
@@ -42,10 +49,12 @@ class EdgeCache:
     env: torch.Tensor  # (E, 1)
     rbf: torch.Tensor  # (E, n_radial)
     rotations: st.RotationStorage | None
-    inv_sqrt_deg: torch.Tensor  # (N, 1, 1)
+    inv_sqrt_deg: torch.Tensor  # (n_nodes, 1, 1)
     n_nodes: int
     _csr: tuple | None = None
     _src_csr: tuple | None = None
+    rows: slice = field(default_factory=lambda: slice(None))
+    n_src: int | None = None
 
     def dst_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, row_ptr) of the edges grouped by destination, built once per evaluation."""
@@ -56,7 +65,8 @@ class EdgeCache:
     def src_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, row_ptr) of the edges grouped by source, built once per evaluation."""
         if self._src_csr is None:
-            self._src_csr = csr(self.src, self.n_nodes)
+            n = self.n_nodes if self.n_src is None else self.n_src
+            self._src_csr = csr(self.src, n)
         return self._src_csr
 
 
@@ -80,6 +90,23 @@ class InteractionBlock(nn.Module):
             [EquivariantRMSNorm(lmax, C) if ffn_post else ident() for _ in range(n)]
         )
         self.ffns = nn.ModuleList([build_block_ffn(lmax, C, opts) for _ in range(n)])
+
+    def node_inputs(self, x):
+        """The node tensors every chunk of this block reads: x1 (N, D, Cw) and its attention
+        terms (see :meth:`SO2Convolution.node_terms`)."""
+        x1 = self.so2_conv.pre_focus_mix(self.pre_so2_norm(x))
+        return x1, self.so2_conv.node_terms(x1)
+
+    def chunk_rows(self, x_rows, x1, nodes, ec, radf):
+        """Block output of the destination rows ``ec.rows`` from their input rows ``x_rows``
+        and the whole node tensors ``x1``, ``nodes`` (what :meth:`forward` computes there)."""
+        conv, rows = self.so2_conv, ec.rows
+        out, _ = conv.aggregate_edges(x1, nodes, ec, radf)
+        rows_nodes = None if nodes is None else tuple(t[rows] for t in nodes)
+        x = x_rows + self.post_so2_norm(conv.finish(out, x1[rows], rows_nodes))
+        for pre, ffn, post in zip(self.pre_ffn_norms, self.ffns, self.post_ffn_norms):
+            x = x + post(ffn(pre(x)))
+        return x
 
     def forward(self, x, ec, radf, recompute: str = "off"):
         h = self.pre_so2_norm(x)
@@ -125,11 +152,14 @@ class SeZMDescriptor(nn.Module):
         ro_opts["kmax"] = min(cfg.kmax, cfg.readout_lmax)
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
         self.deg_floor = 0.25 if cfg.version >= 1.1 else cfg.eps
+        self.last_chunks = 1  # chunks the last forward used
 
     def needs_rotations(self) -> bool:
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
 
-    def edge_cache(self, src, dst, edge_vec, n_nodes: int) -> EdgeCache:
+    def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None) -> EdgeCache:
+        """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
+        tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``)."""
         cfg = self.cfg
         _, r = unit_vectors(edge_vec)
         env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
@@ -143,40 +173,93 @@ class SeZMDescriptor(nn.Module):
             if self.producer_op and self.settings.ops_on(edge_vec):
                 band = band_producer(edge_vec, cfg.lmax)
             rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout, band)
-        return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr)
+        rows = slice(None) if rows is None else rows
+        return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr,
+                         rows=rows, n_src=n_src)  # fmt: skip
 
-    def forward(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
-        cfg = self.cfg
-        N, C, L = types.shape[0], cfg.channels, cfg.lmax
-        ec = self.edge_cache(src, dst, edge_vec, N)
-        te = self.type_embedding(types)  # (N, C)
-        E = src.shape[0]
-        radial = self.radial_embedding(ec.rbf).reshape(E, L + 1, C)
-        if cfg.version >= 1.1:
+    # ------------------------------------------------------------------ stages (also per chunk)
+    def radial_features(self, ec) -> torch.Tensor:
+        """Radial MLP of the edges (E, L+1, C), enveloped from version 1.1 on."""
+        C, L = self.cfg.channels, self.cfg.lmax
+        radial = self.radial_embedding(ec.rbf).reshape(ec.src.shape[0], L + 1, C)
+        if self.cfg.version >= 1.1:
             radial = radial * ec.env[:, :, None]
-        x0 = te
+        return radial
+
+    def edge_features(self, ec, radial, te) -> torch.Tensor:
+        """``radf`` (E, L+1, C): the radial features plus the edge type feature."""
+        t_src, t_dst = te.index_select(0, ec.src), te[ec.rows].index_select(0, ec.dst)
+        return radial + (t_src + t_dst)[:, None, :]
+
+    def initial_features(self, ec, radial, te, types) -> torch.Tensor:
+        """Initial node state of the destination rows (n_nodes, (L+1)², C): type embedding with
+        the environment FiLM, plus the geometric initial embedding."""
+        cfg = self.cfg
+        N, C, L = ec.n_nodes, cfg.channels, cfg.lmax
+        x0 = te[ec.rows]
         if cfg.use_env_seed:
             film = self.env_seed_embedding(ec, types)
             sc, sh = film[:, :C], film[:, C:]
             if cfg.edge_norm:
                 sc, sh = self.film_scale_norm(sc), self.film_shift_norm(sh)
-            x0 = te * (1.0 + torch.exp(self.film_scale_strength_log) * torch.tanh(sc))
+            x0 = x0 * (1.0 + torch.exp(self.film_scale_strength_log) * torch.tanh(sc))
             x0 = x0 + torch.exp(self.film_shift_strength_log) * torch.tanh(sh)
         x = x0[:, None, :]
         if L > 0:
             if cfg.use_gie:
                 if self.zonal_op and self.settings.ops_on(radial):
                     s = ec.inv_sqrt_deg.reshape(N)
-                    gie = zonal_embed(ec.rotations, radial, dst, s, csr=ec.dst_csr())
+                    gie = zonal_embed(ec.rotations, radial, ec.dst, s, csr=ec.dst_csr())
                 else:
                     gie = geometric_initial_embedding(ec, radial, L)
                 x = torch.cat([x + gie[:, :1], gie[:, 1:]], dim=1)
             else:
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)
-        radf = radial + (te.index_select(0, src) + te.index_select(0, dst))[:, None, :]
+        return x
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None) -> torch.Tensor:
+        """Descriptor (N, C). ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the
+        evaluation in chunks of destination atoms; without one the memory budget decides."""
+        N = types.shape[0]
+        if plan is None:
+            plan = self.choose_plan(dst, N, edge_vec)
+        else:
+            plan.check(N, int(src.shape[0]))
+        self.last_chunks = 1 if plan is None else plan.n_chunks
+        if plan is not None:  # even one chunk: the edge work is recomputed, not kept
+            from mdband.model.chunked import chunked_descriptor
+
+            return chunked_descriptor(self, types, src, dst, edge_vec, plan, exchange)
+        cfg = self.cfg
+        ec = self.edge_cache(src, dst, edge_vec, N)
+        te = self.type_embedding(types)  # (N, C)
+        radial = self.radial_features(ec)
+        x = self.initial_features(ec, radial, te, types)
+        radf = self.edge_features(ec, radial, te)
         for blk, lb in zip(self.blocks, cfg.l_schedule):
             x = x[:, : st.dim_of(lb)]
             if exchange is not None:
                 x = exchange(x)
             x = blk(x, ec, radf[:, : lb + 1], recompute=self.recompute)
         return self.output_ffn(x[:, : st.dim_of(cfg.readout_lmax)])
+
+    def choose_plan(self, dst, n_atoms: int, like: torch.Tensor):
+        """The chunk plan the memory budget asks for (None: unchunked)."""
+        budget = resolve_budget(self.settings.memory_budget, like.device)
+        if budget is None:
+            return None
+        return plan_for_budget(self.memory_estimate(like.dtype, like), budget, dst, n_atoms)
+
+    def memory_estimate(self, dtype, like: torch.Tensor | None = None) -> MemoryEstimate:
+        """Bytes per edge and per atom of an evaluation in ``dtype`` (from the config), for
+        tensors like ``like`` (CUDA tensors with the fused ops keep fewer)."""
+        fused = like is not None and like.is_cuda and self.settings.ops_on(like)
+        return MemoryEstimate.of(self, dtype, fused_cuda=fused)
+
+    def would_chunk(self, n_atoms: int, n_edges: int, like: torch.Tensor) -> bool:
+        """Whether an evaluation of this size would run in chunks under the memory budget
+        (no device sync: the estimate against the budget)."""
+        budget = resolve_budget(self.settings.memory_budget, like.device)
+        est = self.memory_estimate(like.dtype, like)
+        return budget is not None and est.unchunked(n_atoms, n_edges) > budget

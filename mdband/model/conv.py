@@ -212,60 +212,86 @@ class SO2Convolution(nn.Module):
         return msg, radl[:, 0]
 
     def forward(self, x: torch.Tensor, ec, radf: torch.Tensor, recompute: bool = False):
-        N = x.shape[0]
         x1 = self.pre_focus_mix(x)
-        msg, rad0 = self._edge_messages(x1, ec, radf, recompute)
-        fused = self.needs_local_frame and self.aggregate_op and self.settings.ops_on(x1)
-        E = msg.shape[0]
-        if fused:
-            out = self._fused_aggregate(msg, x1, ec, rad0)
-        elif self.H == 0:
-            out = x1.new_zeros(N, msg.shape[1], self.Cw)
-            out = out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg
-        else:
-            FH, hd = self.F * self.H, self.head_dim
-            logits, null, s0 = self._attention_logits(x1, ec, rad0)
-            alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null)
-            D = msg.shape[1]
-            wmsg = msg.reshape(E, D, FH, hd) * alpha[:, None, :, None]
-            pre = msg.new_zeros(N, D, FH, hd).index_add_(0, ec.dst, wmsg)
-            out = (pre * self._output_gate(s0).reshape(N, 1, FH, 1)).reshape(N, D, self.Cw)
-        if self.message_node_grid_product is not None:
-            out = self.message_node_grid_product(out, x1)
-        return self.post_focus_mix(out)
+        out, nodes = self.aggregate_edges(x1, None, ec, radf, recompute)
+        return self.finish(out, x1, nodes)
 
-    def _attention_logits(self, x1, ec, rad0):
-        """Logits (E, F·H), null weights (F·H,) and the node scalars s0 (N, F, Cf)."""
-        N, E = x1.shape[0], ec.src.shape[0]
-        F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
+    # ------------------------------------------------------------------ stages (also per chunk)
+    def node_terms(self, x1):
+        """Per-node attention inputs of x1 (N, D, Cw): (q, k (N, F·H, hd), s0 (N, F, Cf)), or
+        None without attention."""
+        if self.H == 0:
+            return None
+        N, F, H, hd, Cf = x1.shape[0], self.F, self.H, self.head_dim, self.Cf
         s0 = x1[:, 0].reshape(N, F, Cf)
         qk = self.attn_qk_norm(s0)
         q = self.attn_q_proj(qk).reshape(N, F * H, hd)
         k = self.attn_k_proj(qk).reshape(N, F * H, hd)
-        logits = edge_dot(q, k, ec).reshape(E, F, H) * hd**-0.5
+        return q, k, s0
+
+    def aggregate_edges(self, x1, nodes, ec, radf, recompute: bool = False):
+        """Messages of ``ec``'s edges summed per destination row, before the output gate:
+        ((ec.n_nodes, D, Cw), node terms).
+
+        Sources read the whole x1 and node terms; destinations are the rows ``ec.rows`` (all
+        rows unchunked, one chunk's atoms otherwise). ``nodes`` None: the node terms are made
+        here, after the messages (the unchunked order, which fixes how autograd sums x1's
+        cotangents); chunks pass the shared ones.
+        """
+        N = ec.n_nodes
+        msg, rad0 = self._edge_messages(x1, ec, radf, recompute)
+        if nodes is None:
+            nodes = self.node_terms(x1)
+        if self.needs_local_frame and self.aggregate_op and self.settings.ops_on(x1):
+            return self._fused_aggregate(msg, nodes, ec, rad0), nodes
+        E, D = msg.shape[0], msg.shape[1]
+        if self.H == 0:
+            out = x1.new_zeros(N, D, self.Cw)
+            return out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg, nodes
+        FH, hd = self.F * self.H, self.head_dim
+        logits, null = self._attention_logits(nodes, ec, rad0)
+        alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null)
+        wmsg = msg.reshape(E, D, FH, hd) * alpha[:, None, :, None]
+        pre = msg.new_zeros(N, D, FH, hd).index_add_(0, ec.dst, wmsg)
+        return pre.reshape(N, D, self.Cw), nodes
+
+    def finish(self, out, x1, nodes):
+        """Output gate, message-node grid and post_focus_mix of aggregated rows ``out``, with
+        the same rows of x1 and of the node terms."""
+        if self.H > 0:
+            N, D = out.shape[0], out.shape[1]
+            FH = self.F * self.H
+            gate = self._output_gate(nodes[2]).reshape(N, 1, FH, 1)
+            out = (out.reshape(N, D, FH, self.head_dim) * gate).reshape(N, D, self.Cw)
+        if self.message_node_grid_product is not None:
+            out = self.message_node_grid_product(out, x1)
+        return self.post_focus_mix(out)
+
+    def _attention_logits(self, nodes, ec, rad0):
+        """Logits (E, F·H) of ec's edges and the null weights (F·H,)."""
+        E = ec.src.shape[0]
+        F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
+        q, k, _ = nodes
+        logits = edge_dot(q[ec.rows], k, ec).reshape(E, F, H) * hd**-0.5
         logits = logits + torch.einsum(
             "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
         )
         null = nn.functional.softplus(self.adamw_attn_z_bias_raw) + self.eps
-        return logits.reshape(E, F * H), null.reshape(F * H), s0
+        return logits.reshape(E, F * H), null.reshape(F * H)
 
     def _output_gate(self, s0):
         """Per-head output gate sigmoid(ScalarRMSNorm(s0) @ W): (N, F, H)."""
         g = torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
         return torch.sigmoid(g)
 
-    def _fused_aggregate(self, xl, x1, ec, rad0):
+    def _fused_aggregate(self, xl, nodes, ec, rad0):
         """Rotate back + ρ + attention (or envelope scatter) + segment sum in one op."""
-        N, L = x1.shape[0], self.lmax
+        N, L = ec.n_nodes, self.lmax
         rho = self._rho
         env = ec.env.reshape(-1)
         if self.H == 0:
             s = ec.inv_sqrt_deg.reshape(N)
             return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, s=s, csr=ec.dst_csr())
-        logits, null, s0 = self._attention_logits(x1, ec, rad0)
-        pre = aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, logits=logits, z=null,
-                        csr=ec.dst_csr())  # fmt: skip
-        gate = self._output_gate(s0)
-        D = pre.shape[1]
-        pre = pre.reshape(N, D, self.F * self.H, self.head_dim)
-        return (pre * gate.reshape(N, 1, self.F * self.H, 1)).reshape(N, D, self.Cw)
+        logits, null = self._attention_logits(nodes, ec, rad0)
+        return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, logits=logits, z=null,
+                         csr=ec.dst_csr())  # fmt: skip

@@ -59,19 +59,15 @@ class EnvironmentSeed(nn.Module):
         self.output_proj = MLPLayer(d["embed"] * d["axis"], 2 * channels, act=False)
 
     def forward(self, ec, types: torch.Tensor) -> torch.Tensor:
+        """FiLM logits of the destination rows of ``ec`` (``types`` of every node)."""
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
         te = self.env_type_embed
-        g = self.g_layer2(
-            self.g_layer1(
-                torch.cat(
-                    [rp, te(types.index_select(0, ec.src)), te(types.index_select(0, ec.dst))], -1
-                )
-            )
-        )
+        t_src, t_dst = types.index_select(0, ec.src), types[ec.rows].index_select(0, ec.dst)
+        g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
         outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
         agg = segment_sum(outer, ec.dst, ec.dst_csr())
         agg = agg.reshape(-1, 4, self.embed) * ec.inv_sqrt_deg

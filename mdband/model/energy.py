@@ -12,6 +12,7 @@ from torch import nn
 
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
+from mdband.model.chunking import describe_budget
 from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
 
@@ -103,6 +104,17 @@ class SeZMEnergyModel(nn.Module):
         self.out_bias.data = self.out_bias.data.double()
         return out
 
-    def forward(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
-        desc = self.descriptor(types, src, dst, edge_vec, exchange=exchange)
+    @property
+    def last_chunks(self) -> int:
+        """Chunks of destination atoms the last forward used (1: unchunked)."""
+        return self.descriptor.last_chunks
+
+    def memory_budget_text(self, device) -> str:
+        """The memory budget setting and what it resolves to on ``device`` (one line)."""
+        return describe_budget(self.settings.memory_budget, device)
+
+    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None) -> torch.Tensor:
+        """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
+        chunks the evaluation, otherwise the memory budget decides."""
+        desc = self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan)
         return self.fitting_net(desc, types) + self.out_bias[0, types, 0]

@@ -62,3 +62,18 @@ def test_bad_model_file_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "corrupt" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_info_prints_the_memory_budget(monkeypatch):
+    fixture = REPO / "tests" / "fixtures" / "deepmd" / "s2ffn.pt"
+    monkeypatch.delenv("MDBAND_MEMORY_BUDGET", raising=False)
+    res = CliRunner().invoke(main, ["info", str(fixture)])
+    assert res.exit_code == 0, res.output
+    assert "memory budget    auto: no limit on CPU" in res.output
+    assert "memory_budget=auto ($MDBAND_MEMORY_BUDGET)" in res.output
+    monkeypatch.setenv("MDBAND_MEMORY_BUDGET", "8GB")
+    info = json.loads(CliRunner().invoke(main, ["info", str(fixture), "--json"]).output)
+    assert info["memory_budget"] == "8 GB (8gb)" and info["settings"]["memory_budget"] == "8gb"
+    monkeypatch.setenv("MDBAND_MEMORY_BUDGET", "lots")
+    res = CliRunner().invoke(main, ["info", str(fixture)])
+    assert res.exit_code == 2 and "MDBAND_MEMORY_BUDGET" in res.output

@@ -224,3 +224,33 @@ def test_one_rank_falls_back_to_the_exchange(frame):
     assert model.owners(len(x), len(frame.positions)) is None
     _raw_compute(model, frame, x, owner, src, dst)
     assert model.last_path == "exchange"
+
+
+def test_exchange_with_chunked_evaluation(frame):
+    """Several ranks, SeZM evaluated in chunks of destination atoms (a memory budget): each
+    rank chunks its local atoms and the per-layer exchange moves whole node tensors as before,
+    so results and exchange calls equal the unchunked evaluation's."""
+    from mdband.model.factory import build_sezm
+    from mdband.potential import Potential
+
+    pot = _sezm_potential()
+    x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
+    est = pot.model.descriptor.memory_estimate(torch.float64)
+    budget = est.chunked(len(x), len(src), len(src) // 5)
+    model = build_sezm(pot.config, pot.model.state_dict(), {"memory_budget": budget})
+    chunked = Potential(model, kind="sezm", type_map=pot.type_map, cutoff=pot.cutoff,
+                        config=pot.config, dtype="float64")  # fmt: skip
+    types = pot.types_of(ELEMENTS)
+    results = []
+    for p in (pot, chunked):
+        lm = bridge.LammpsModel(p, types, {"nprocs": 2}, backend=owner_backend(owner))
+        out, buf = _raw_compute(lm, frame, x, owner, src, dst)
+        assert lm.last_path == "exchange"
+        results.append((out, buf, lm.last_exchange_calls, p.last_chunks))
+    (out0, buf0, calls0, n0), (out1, buf1, calls1, n1) = results
+    assert n0 == 1 and n1 >= 4
+    assert calls1 == calls0 > 0
+    assert out1[0] == pytest.approx(out0[0], rel=1e-12)
+    np.testing.assert_allclose(out1[1:], out0[1:], rtol=0, atol=1e-11)
+    for key in ("forces", "eatom", "vatom"):
+        np.testing.assert_allclose(buf1[key], buf0[key], rtol=0, atol=1e-11)

@@ -14,7 +14,7 @@ def intro(device: str, skin: float = 0.0) -> list[str]:
     backend = "cell_list" if device == "cuda" else "vesin"
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
                           dtype=torch.float32, cuda_graphs="on",
-                          neighbour_backend=backend)  # fmt: skip
+                          neighbour_backend=backend, memory_budget="8 GB (8gb)")  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
     return run._intro()
@@ -28,3 +28,7 @@ def test_intro_reports_cuda_graphs_on_cuda_only():
 def test_intro_names_the_neighbour_list():
     assert intro("cuda", 1.0)[2] == "Neighbours: torch cell list on the device, skin 1 Å"
     assert intro("cpu")[2] == "Neighbours: vesin on the CPU, rebuilt every step (skin 0)"
+
+
+def test_intro_reports_the_memory_budget():
+    assert intro("cpu")[3] == "Memory budget: 8 GB (8gb)"
