@@ -35,7 +35,7 @@ if has kernels; then
 fi
 if has large; then
     OUT=$OUT timeout 300 python3 benchmarks/gpu_large.py --sizes ${LARGE_SIZES:-12 16 24 32} \
-        --repeat 1 >"$OUT/large.log" 2>&1 || status=1
+        --repeat 2 >"$OUT/large.log" 2>&1 || status=1
     sed -n '/== large cells ==/,$p' "$OUT/large.log"
 fi
 if has committee; then

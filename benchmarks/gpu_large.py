@@ -18,6 +18,7 @@ Writes ``$OUT/gpu_large.json`` when ``OUT`` is set; exits 1 if a check fails.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -70,7 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[12, 16, 24])
     ap.add_argument("--check-size", type=int, default=8)
-    ap.add_argument("--budget-check", default="8GB", help="budget of the chunked check call")
+    ap.add_argument("--budget-check", default="4GB", help="budget of the chunked check call")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
@@ -113,11 +114,11 @@ def main() -> None:
     ok &= rch.chunks > 1 and c["chunked_fp32_vs_fp64_max_dF"] < FORCE_TOL
     print(json.dumps({"checks": c}), flush=True)
 
-    # ---- sizes, memory_budget auto
-    pot = make(cfg, sd, dev, "float32")
+    # ---- sizes, memory_budget auto (a fresh potential each: no graph pool of the last size)
     for n in args.sizes:
         atoms = diamond(n)
         row = {"atoms": len(atoms)}
+        pot = make(cfg, sd, dev, "float32")
         try:
             row["estimate_unchunked_gb"], row["edges"] = estimate(pot, atoms)
             if cuda:
@@ -141,10 +142,12 @@ def main() -> None:
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
         out["sizes"][str(n)] = row
         print(json.dumps({"size": row}), flush=True)
-        if "error" in row:
-            break
+        del pot
+        gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+        if "error" in row:
+            break
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "gpu_large.json"), "w") as fh:
             json.dump(out, fh, indent=1)
