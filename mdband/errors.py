@@ -42,3 +42,8 @@ class StructureError(MdbandError, ValueError):
 
 class LayoutMismatchError(MdbandError, RuntimeError):
     """A rotation storage was handed to a consumer that does not read its layout."""
+
+
+class ResourceExhaustedError(MdbandError):
+    """The disk filled up or memory ran out (the last good checkpoint and the trajectory are
+    kept; ``mdband run`` exits with code 4)."""
