@@ -19,6 +19,7 @@ from ase.data import atomic_numbers, chemical_symbols
 
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph
+from mdband.validate import check_device, check_frame_input
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -36,7 +37,7 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
+    dev = check_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise MdbandError("device 'cuda' requested but CUDA is not available")
     return dev
@@ -239,6 +240,7 @@ class Potential:
         graph : EdgeGraph, optional
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         """
+        check_frame_input(positions, cell, pbc)
         pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         types = self.types_of(species)
