@@ -34,7 +34,9 @@ PHYSICS_FIELDS = (
     "ploop",
     "barostat",
     "engine",
+    "dtype",  # float32 and float64 runs differ in every bit
 )
+TIMESTEP_BOUNDS_FS = (0.01, 20.0)  # outside: refused unless allow_unusual_timestep
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,15 @@ class RunConfig:
     engine : {"ase", "lammps"}
         Who integrates: ASE in this process, or LAMMPS with ``pair_style mdband`` (runs under
         ``mpirun``; see :mod:`mdband.md.lammps_engine`).
+    max_temperature : float, optional
+        Stop the run (exit code 3, the last checkpoint kept) when the temperature exceeds this
+        (K), checked before each frame and checkpoint; default max(10 × temperature,
+        10,000 K); 0 disables the check.
+    guard_distance : float
+        Stop the run (exit code 3) when two atoms come closer than this (Å), checked like
+        ``max_temperature``; default 0.4; 0 disables the check.
+    allow_unusual_timestep : bool
+        Accept a timestep outside 0.01–20 fs (refused by default: no atomistic run uses one).
     """
 
     structure: str | None = None
@@ -126,6 +137,9 @@ class RunConfig:
     threads: int | None = None
     progress: bool = True
     engine: str = "ase"
+    max_temperature: float | None = None
+    guard_distance: float = 0.4
+    allow_unusual_timestep: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -195,6 +209,7 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError(f"threads must be >= 1; got {c.threads}")
     if c.seed is not None and c.seed < 0:
         raise ConfigError(f"seed must be >= 0; got {c.seed}")
+    _runaway_settings(c)
     if c.resume and c.overwrite:
         raise ConfigError("resume and overwrite exclude each other")
     if c.resume and not c.checkpoint:
@@ -203,6 +218,19 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError("no model given (--model)")
     if not c.structure and not c.resume:
         raise ConfigError("no structure given (--structure)")
+
+
+def _runaway_settings(c: RunConfig) -> None:
+    low, high = TIMESTEP_BOUNDS_FS
+    if not c.allow_unusual_timestep and not low < c.timestep < high:
+        raise ConfigError(
+            f"timestep {c.timestep:g} fs is outside {low:g}-{high:g} fs, where atomistic MD "
+            "runs; set allow_unusual_timestep (--allow-unusual-timestep) to run it anyway"
+        )
+    if c.max_temperature is not None and c.max_temperature < 0:
+        raise ConfigError(f"max_temperature must be >= 0 K (0: no limit); got {c.max_temperature}")
+    if c.guard_distance < 0:
+        raise ConfigError(f"guard_distance must be >= 0 Å (0: no check); got {c.guard_distance}")
 
 
 _KIND_NAMES = {

@@ -66,6 +66,7 @@ from mdband._version import __version__
 from mdband.errors import MdbandError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
+from mdband.md import outputs
 from mdband.md.config import RunConfig
 from mdband.md.errors import ConfigError, RunInterrupted, SimulationDivergedError
 
@@ -134,6 +135,7 @@ class _Start:
     model_kind: str
     model_hash: str
     notes: list[str] = field(default_factory=list)
+    plan: outputs.ResumePlan | None = None  # what happens to the outputs (mdband.md.outputs)
 
     @property
     def resumed(self) -> bool:
@@ -144,7 +146,7 @@ def _prepare(config: RunConfig) -> _Start:
     """Rank 0: validate as the ASE engine does and decide the starting state."""
     from mdband.md import setup
 
-    setup._check_paths(config)
+    _HELD_LOCKS.append(outputs.claim_outputs(config))  # released by run_lammps
     if config.checkpoint and '"' in str(Path(config.checkpoint).resolve()):
         raise ConfigError('--engine lammps cannot write a checkpoint whose path contains "')
     ck = read_checkpoint(config.checkpoint) if config.resume else None
@@ -162,7 +164,7 @@ def _prepare(config: RunConfig) -> _Start:
                 "--engine ase"
             )
         atoms = setup._atoms_from_checkpoint(ck, potential, config)
-        setup._check_trajectory(config, atoms, potential)
+        plan = outputs.plan_resume(config, ck, atoms, potential.model_hash, notes)
         restart = _unpack_bytes(ck.integrator[_RESTART], int(ck.integrator[_RESTART_BYTES]))
         rotation = np.asarray(ck.integrator[_ROTATION], dtype=np.float64)
         rotation = None if np.array_equal(rotation, np.eye(3)) else rotation
@@ -173,6 +175,7 @@ def _prepare(config: RunConfig) -> _Start:
         atoms = setup._fresh_atoms(config, potential, notes)
         restart, bath, start = None, 0.0, 0
         rotation = None
+        plan = outputs.ResumePlan(outputs.new_run_id(), "create", None)
     if not np.all(atoms.get_pbc()):
         raise ConfigError("--engine lammps needs a structure periodic in all three directions")
     cell = atoms.get_cell().array
@@ -199,6 +202,7 @@ def _prepare(config: RunConfig) -> _Start:
         model_kind=potential.kind,
         model_hash=potential.model_hash,
         notes=notes,
+        plan=plan,
     )
 
 
@@ -257,6 +261,9 @@ def _seed(seed: int, step: int, what: int) -> int:
 
 
 # ---------------------------------------------------------------------------- entry point
+_HELD_LOCKS: list = []  # rank 0: the output locks of the run in progress
+
+
 def run_lammps(config: RunConfig, *, console=None):
     """Run ``config`` with LAMMPS on ``MPI.COMM_WORLD`` (what ``--engine lammps`` calls).
 
@@ -283,6 +290,9 @@ def run_lammps(config: RunConfig, *, console=None):
             sys.stderr.flush()
             comm.Abort(70)
         raise
+    finally:
+        while _HELD_LOCKS:
+            _HELD_LOCKS.pop().release()
 
 
 def _all_ranks(exc: BaseException) -> BaseException:
@@ -597,6 +607,7 @@ class _LammpsRun:
         st = self._state(step)
 
         def write():
+            _check_runaway(self, step, st)
             t = self._time_ps(step)
             self.reporter.thermo(step, t, st.observables)
             if self.writer is not None:
@@ -617,6 +628,9 @@ class _LammpsRun:
         def write():
             data = path.read_bytes()
             path.unlink(missing_ok=True)
+            _check_runaway(self, step, st)
+            if self.writer is not None:
+                self.writer.flush()  # the checkpoint never refers to a frame not on disk
             s = self.s
             rotation = np.eye(3) if s.rotation is None else s.rotation
             write_checkpoint(
@@ -630,7 +644,7 @@ class _LammpsRun:
                     momenta=s.masses[:, None] * st.velocities / _PS,
                     cell=st.cell,
                     pbc=np.ones(3, dtype=bool),
-                    config=self.c.to_dict(),
+                    config=outputs.recorded_config(self.c),
                     model_hash=s.model_hash,
                     integrator={
                         _RESTART: _pack_bytes(data),
@@ -638,6 +652,9 @@ class _LammpsRun:
                         _ROTATION: rotation,
                         _BATH: np.float64(bath),
                     },
+                    outputs=outputs.record(
+                        self.c, s.plan.run_id, self.writer.written if self.writer else None
+                    ),
                 ),
             )
 
@@ -647,13 +664,19 @@ class _LammpsRun:
 
     def _open_trajectory(self) -> None:
         c, s = self.c, self.s
-        if not self.root or not c.trajectory:
+        if not self.root:
             return
-        if s.resumed and Path(c.trajectory).exists():
+        outputs.clean_temps(c)
+        if s.plan.log_size is not None:
+            os.truncate(c.log, s.plan.log_size)  # drop the log rows after the checkpoint
+        if not c.trajectory:
+            return
+        if s.resumed and s.plan.trajectory == "append":
             self.writer = H5MDWriter.resume(c.trajectory, s.start_step)
             return
         params = {
-            "config_json": json.dumps(c.to_dict(), sort_keys=True),
+            "config_json": json.dumps(outputs.recorded_config(c), sort_keys=True),
+            "run_id": s.plan.run_id,
             "model_hash": s.model_hash,
             "model_kind": s.model_kind,
             "mdband_version": __version__,
@@ -774,6 +797,20 @@ class _LammpsRun:
         atoms.set_velocities(final.velocities / _PS)
         samples = self.reporter.samples if self.root else []
         return RunResult(c, atoms, s.start_step, c.steps, wall, summary, samples)
+
+
+def _check_runaway(run: _LammpsRun, step: int, st: _State) -> None:
+    """Rank 0, before a frame or checkpoint: the ASE engine's runaway guard."""
+    from mdband.md.guards import RunawayGuard
+
+    if step == run.s.start_step:
+        return
+    guard = RunawayGuard.from_config(run.c)
+    atoms = Atoms(numbers=run.s.numbers, positions=st.positions, cell=st.cell, pbc=True)
+    problem = guard.temperature_problem(st.observables["temperature"])
+    problem = problem or guard.distance_problem(atoms)
+    if problem is not None:
+        raise run._diverged(step, problem)
 
 
 def _num(value) -> str:
