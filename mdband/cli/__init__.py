@@ -15,6 +15,7 @@ _SUBCOMMANDS = {
     "convert": "mdband.cli.convert",
     "run": "mdband.cli.run",
     "fit": "mdband.cli.fit",
+    "repair": "mdband.cli.repair",
 }
 
 

@@ -62,6 +62,21 @@ def inspect_trajectory(path, *, stall_seconds: float | None = None) -> Trajector
     return TrajectoryState(False, keep, last)
 
 
+def uneven_series(path) -> bool:
+    """True when the time series of a clean file differ in length (a batch that failed and
+    could not be rolled back): readers that trust ``position/value`` would misread it."""
+    try:
+        with h5py.File(path, "r") as f:
+            lengths = {
+                obj.shape[0]
+                for _, kind, obj in h5copy._objects(f)
+                if kind == "dataset" and h5copy._is_series(obj)
+            }
+    except OSError as exc:
+        raise TrajectoryError(f"cannot read trajectory {path}: {_short(exc)}") from None
+    return len(lengths) > 1
+
+
 def repair_trajectory(
     path, through_step: int | None = None, *, stall_seconds: float | None = None
 ) -> TrajectoryState:
