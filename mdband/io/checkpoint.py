@@ -128,7 +128,7 @@ def write_checkpoint(path, ck: Checkpoint) -> None:
             with h5py.File(tmp, "w") as f:
                 _write_body(f, ck)
             _verify(tmp, ck)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # h5py raises either, the errno in the text
         if is_disk_full(exc) or no_space_left(path.parent):
             raise ResourceExhaustedError(
                 f"disk full: checkpoint {path} could not be written (the previous one is kept)"

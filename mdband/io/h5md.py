@@ -183,7 +183,7 @@ class H5MDWriter:
         try:
             with atomic_path(path) as tmp, h5py.File(tmp, "w", libver=LIBVER) as f:
                 _write_header(f, header)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:
             if is_disk_full(exc) or no_space_left(path.parent):
                 raise ResourceExhaustedError(
                     f"disk full: cannot create trajectory {path}"
@@ -232,11 +232,17 @@ class H5MDWriter:
             _write_batch(self.path, frames, self._written, self._force_factor, self._observables)
         except BaseException as exc:
             self._failed = _short(exc)
-            full = is_disk_full(exc) or no_space_left(self.path.parent)
-            if isinstance(exc, OSError) and full:
+            if not isinstance(exc, Exception):  # KeyboardInterrupt and the like
+                raise
+            # h5py raises OSError or RuntimeError, with the errno in the text
+            if is_disk_full(exc) or no_space_left(self.path.parent):
+                kept = (
+                    "no frame was written"
+                    if self._last is None
+                    else f"frames through step {self._last} are kept"
+                )
                 raise ResourceExhaustedError(
-                    f"disk full while writing trajectory {self.path} (frames through step "
-                    f"{self._last} are kept)"
+                    f"disk full while writing trajectory {self.path} ({kept})"
                 ) from None
             if isinstance(exc, (OSError, RuntimeError, ValueError)):
                 raise TrajectoryError(

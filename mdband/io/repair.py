@@ -98,7 +98,7 @@ def repair_trajectory(
                 keep, last, _ = _child(path, tmp, through_step, stall_seconds)
             else:
                 keep, last, _ = _in_process(path, tmp, through_step)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         if is_disk_full(exc):
             raise ResourceExhaustedError(
                 f"disk full while rewriting trajectory {path} (it is left as it was)"
