@@ -107,6 +107,21 @@ def _life(work, resume: bool, kill_at: tuple[str, int]):
     return "exited", os.waitstatus_to_exitcode(status)
 
 
+def _mdanalysis_reads(path) -> None:
+    """MDAnalysis (when installed; not a dependency of mdband) reads every frame."""
+    try:
+        from MDAnalysis.coordinates.H5MD import H5MDReader as MDAReader
+    except ImportError:
+        return
+    with h5py.File(path, "r") as f:
+        n = f["particles/all/position/step"].shape[0]
+    reader = MDAReader(str(path))
+    try:
+        assert reader.n_frames == n and reader[n - 1].positions.shape == (32, 3)
+    finally:
+        reader.close()
+
+
 @pytest.fixture
 def work(tmp_path):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
@@ -151,6 +166,7 @@ def test_kills_inside_writes_then_resume_is_exact(work):
         if what == "C":
             with h5py.File(work / "t.h5", "r"):
                 pass
+            _mdanalysis_reads(work / "t.h5")
         with H5MDReader(work / "t.h5") as r:  # and always readable, flagged or not
             steps = r.steps
         assert steps[0] == 0 and np.all(np.diff(steps) == TRAJ_EVERY)
@@ -162,6 +178,7 @@ def test_kills_inside_writes_then_resume_is_exact(work):
     # plain HDF5 opens the result; no temporary or lock file is left
     with h5py.File(work / "t.h5", "r") as f:
         assert list(f["particles/all/position/step"][()]) == list(range(0, STEPS + 1, TRAJ_EVERY))
+    _mdanalysis_reads(work / "t.h5")
     assert sorted(p.name for p in work.iterdir() if p.name.startswith(".")) == []
     rows = [ln.split()[0] for ln in (work / "r.log").read_text().splitlines() if ln[:10].strip()]
     steps = [int(x) for x in rows if x.isdigit()]
