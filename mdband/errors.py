@@ -59,3 +59,8 @@ class UnknownModelKindError(ModelFileError):
 
 class PluginImportError(MdbandError):
     """A module named in ``MDBAND_PLUGINS`` or an ``mdband.model_kinds`` entry point fails."""
+
+
+class ResourceExhaustedError(MdbandError):
+    """The disk filled up or memory ran out (the last good checkpoint and the trajectory are
+    kept; ``mdband run`` exits with code 4)."""

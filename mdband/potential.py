@@ -20,6 +20,7 @@ from ase.data import atomic_numbers, chemical_symbols
 from mdband.errors import MdbandError, StructureError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.settings import EngineSettings
+from mdband.validate import check_device, check_frame_input
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -38,10 +39,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     """mdband's one device rule: ``None`` or ``"auto"`` is CUDA when available, else CPU."""
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise MdbandError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    dev = check_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise MdbandError("device 'cuda' requested but CUDA is not available")
     if dev.type == "cuda" and dev.index is None:  # "cuda" means the current GPU: name it
@@ -289,6 +287,7 @@ class Potential:
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         """
+        check_frame_input(positions, cell, pbc)
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
                 positions, cell, pbc, species, graph, neighbours, compute_virial
