@@ -45,11 +45,12 @@ def files(directory):
     return sorted(p.name for p in directory.iterdir())
 
 
+@pytest.mark.parametrize("what, name", [("trajectory", "r.h5"), ("final", "r.final.xyz")])
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_a_second_writer_is_refused(tmp_path, argon_xyz, lj_file, lj, overwrite):
-    c = config(tmp_path, argon_xyz, lj_file, overwrite=overwrite)
-    with OutputLock(c.trajectory, "trajectory"):  # as another run holds it
-        with pytest.raises(OutputLockedError, match=f"trajectory .*r.h5 .*PID {os.getpid()}"):
+def test_a_second_writer_is_refused(tmp_path, argon_xyz, lj_file, lj, overwrite, what, name):
+    c = config(tmp_path, argon_xyz, lj_file, overwrite=overwrite)  # final: the default name
+    with OutputLock(tmp_path / name, what):  # as another run holds it
+        with pytest.raises(OutputLockedError, match=f"{what} .*{name} .*PID {os.getpid()}"):
             run(c, potential=lj)
     assert files(tmp_path) == ["ar.xyz", "lj.pt"]  # nothing created, no lock left
 
