@@ -63,3 +63,8 @@ class PluginImportError(MdbandError):
 
 class MemoryBudgetError(MdbandError):
     """A system does not fit the memory budget even when evaluated one atom per chunk."""
+
+
+class ResourceExhaustedError(MdbandError):
+    """The disk filled up or memory ran out (the last good checkpoint and the trajectory are
+    kept; ``mdband run`` exits with code 4)."""

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers, chemical_symbols
 
-from mdband.errors import MdbandError, StructureError, UnknownElementError
+from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.settings import EngineSettings
+from mdband.validate import check_device, check_frame_input
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -38,10 +39,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     """mdband's one device rule: ``None`` or ``"auto"`` is CUDA when available, else CPU."""
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise MdbandError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    dev = check_device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise MdbandError("device 'cuda' requested but CUDA is not available")
     if dev.type == "cuda" and dev.index is None:  # "cuda" means the current GPU: name it
@@ -314,13 +312,12 @@ class Potential:
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         """
+        check_frame_input(positions, cell, pbc)
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
                 positions, cell, pbc, species, graph, neighbours, compute_virial
             )
         pos = np.asarray(positions, dtype=np.float64)
-        if pos.ndim != 2 or pos.shape[1] != 3:
-            raise StructureError(f"positions must have shape (N, 3), got {pos.shape}")
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         types = self._types_for(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
@@ -377,8 +374,6 @@ class Potential:
     def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
-        if positions.ndim != 2 or positions.shape[1] != 3:
-            raise StructureError(f"positions must have shape (N, 3), got {tuple(positions.shape)}")
         if positions.device != self.device and positions.device.type != "cpu":
             raise MdbandError(
                 f"positions are on {positions.device} but the potential is on {self.device}"
@@ -412,8 +407,6 @@ class Potential:
         neighbour list (torch cell list) is built there, or taken from ``graph`` /
         ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
-        if not bool(torch.isfinite(pos_t).all()):
-            raise StructureError("positions contain NaN or inf")
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
             if neighbours is None:

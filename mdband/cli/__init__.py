@@ -19,6 +19,7 @@ _SUBCOMMANDS = {
     "export": "mdband.cli.export",
     "plot": "mdband.cli.plot",
     "model-devi": "mdband.cli.model_devi",
+    "repair": "mdband.cli.repair",
 }
 
 

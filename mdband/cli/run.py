@@ -1,8 +1,10 @@
 """``mdband run``: molecular dynamics from a TOML file and/or flags (flags win).
 
 Exit codes: 0 done; 2 bad input (one line on stderr, nothing written or changed); 3 the run
-diverged (NaN/inf; last checkpoint and trajectory kept); 130 stopped by SIGINT/SIGTERM (after
-writing a checkpoint).
+diverged (NaN/inf) or ran away (``max_temperature``, ``guard_distance``; last checkpoint and
+trajectory kept); 4 out of resources: the disk filled up or memory ran out (CPU or GPU; one
+line, last good checkpoint and a closed trajectory kept); 130 stopped by SIGINT/SIGTERM
+(after writing a checkpoint).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class _DivergedError(UserError):
 
 class _InterruptedError(UserError):
     exit_code = 130
+
+
+class _ExhaustedError(UserError):
+    exit_code = 4
 
 
 def _quiet_on_workers(exc: UserError) -> UserError:
@@ -123,11 +129,15 @@ def command(ctx, print_config, **params):
     --engine lammps integrates with LAMMPS (pair_style mdband, same outputs); start it as
     `mpirun -np N mdband run --engine lammps ...` to split the cell over N ranks.
 
-    Exit codes: 2 bad input (nothing written), 3 the run diverged (NaN/inf), 130 stopped by
-    Ctrl-C/SIGTERM after writing a checkpoint.
+    Exit codes: 2 bad input (nothing written), 3 the run diverged (NaN/inf) or ran away
+    (--max-temperature, --guard-distance), 4 out of resources (disk full, out of memory;
+    the last checkpoint is kept), 130 stopped by Ctrl-C/SIGTERM after writing a checkpoint.
     """
-    from mdband.errors import MdbandError
+    import torch
+
+    from mdband.errors import MdbandError, ResourceExhaustedError
     from mdband.md import ConfigError, RunInterrupted, SimulationDivergedError, run
+    from mdband.md.outputs import check_output_paths
 
     quiet = bool((ctx.obj or {}).get("quiet"))
     console = None
@@ -140,6 +150,7 @@ def command(ctx, print_config, **params):
         if print_config:
             click.echo(config.resolved().to_toml(), nl=False)
             return
+        check_output_paths(config, {"config file": params.get("config_file")})
         if config.engine == "lammps":
             from mdband.md.lammps_engine import run_lammps
 
@@ -156,6 +167,10 @@ def command(ctx, print_config, **params):
         raise _DivergedError(_line(exc)) from None
     except RunInterrupted as exc:
         raise _InterruptedError(_line(exc)) from None
+    except ResourceExhaustedError as exc:
+        raise _ExhaustedError(_line(exc)) from None
+    except (MemoryError, torch.OutOfMemoryError):
+        raise _ExhaustedError("out of memory before the run started (nothing written)") from None
     except (MdbandError, OSError) as exc:
         raise UserError(_line(exc)) from None
     except KeyboardInterrupt:

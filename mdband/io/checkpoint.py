@@ -3,7 +3,8 @@
 A checkpoint is a small HDF5 file::
 
     attrs:  format="mdband-checkpoint", format_version, step, time (ps), model_hash,
-            config_json, mdband_version, sha256 (over everything below)
+            config_json, mdband_version, outputs_json (optional, see ``Checkpoint.outputs``),
+            sha256 (over everything below)
     numbers (N,) int32   masses (N,) f8   positions, momenta, velocities (N, 3) f8
     cell (3, 3) f8       pbc (3,) bool
     integrator/<name>    float64 arrays: thermostat chains, barostat and cell momenta, ...
@@ -14,6 +15,8 @@ A checkpoint is a small HDF5 file::
 
 Momenta are what ASE's integrators keep, so they are the restart quantity (velocities are
 stored for readers). Positions and momenta are float64 so a resumed run is bitwise exact.
+A new checkpoint is read back and verified before it replaces the old one, so a failed write
+(disk full: :class:`~mdband.errors.ResourceExhaustedError`) keeps the last good checkpoint.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ import h5py
 import numpy as np
 
 from mdband._version import __version__
-from mdband.errors import MdbandError
-from mdband.io.atomic import atomic_path
+from mdband.errors import MdbandError, ResourceExhaustedError
+from mdband.io.atomic import atomic_path, is_disk_full, no_space_left
 
 logger = logging.getLogger(__name__)
 FORMAT = "mdband-checkpoint"
@@ -59,6 +62,10 @@ class Checkpoint:
     rng: dict[str, dict] = field(default_factory=dict)
     neighbours: dict[str, np.ndarray] | None = None
     constraints: str = ""  # JSON of the ASE constraints ("" or "[]": none)
+    # what the run had written when the checkpoint was taken (JSON-able), e.g.
+    # {"run_id": ..., "trajectory": {"path": absolute, "frames": n, "last_step": s},
+    #  "log": {"path": absolute, "size": bytes}}; empty in files of older versions
+    outputs: dict = field(default_factory=dict)
 
     @property
     def velocities(self) -> np.ndarray:
@@ -85,6 +92,8 @@ def _digest(ck: Checkpoint) -> str:
         add("neighbours/" + name, ck.neighbours[name])
     if _has_constraints(ck):
         h.update(f"constraints:{ck.constraints}".encode())
+    if ck.outputs:  # absent from older files, whose checksum stays valid
+        h.update(("outputs:" + json.dumps(ck.outputs, sort_keys=True)).encode())
     return h.hexdigest()
 
 
@@ -110,38 +119,73 @@ def _normalise(ck: Checkpoint) -> Checkpoint:
         if ck.neighbours is None
         else {k: np.asarray(v) for k, v in ck.neighbours.items()},
         constraints=str(ck.constraints or ""),
+        outputs=json.loads(json.dumps(ck.outputs)),
     )
 
 
 def write_checkpoint(path, ck: Checkpoint) -> None:
-    """Atomically replace ``path`` with ``ck`` (write a temp file, fsync, rename)."""
+    """Atomically replace ``path`` with ``ck`` (temp file, fsync, verify, rename).
+
+    Raises
+    ------
+    ResourceExhaustedError
+        The disk is full; ``path`` is left as it was.
+    CheckpointError
+        Any other failure to write (``path`` is left as it was).
+    """
     path = Path(path)
     ck = _normalise(ck)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.attrs["format"] = FORMAT
-        f.attrs["format_version"] = FORMAT_VERSION if _has_constraints(ck) else 1
-        f.attrs["step"] = ck.step
-        f.attrs["time"] = ck.time
-        f.attrs["model_hash"] = ck.model_hash
-        f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
-        f.attrs["mdband_version"] = __version__
-        f.attrs["sha256"] = _digest(ck)
-        if _has_constraints(ck):
-            f.attrs["constraints_json"] = ck.constraints
-        for name in _ARRAYS:
-            f.create_dataset(name, data=getattr(ck, name))
-        f.create_dataset("velocities", data=ck.velocities)
-        g = f.create_group("integrator")
-        for name, arr in ck.integrator.items():
-            g.create_dataset(name, data=arr)
-        g = f.create_group("rng")
-        for name, state in ck.rng.items():
-            g.create_group(name).attrs["state"] = json.dumps(state)
-        if ck.neighbours is not None:
-            g = f.create_group("neighbours")
-            for name, arr in ck.neighbours.items():
-                g.create_dataset(name, data=arr)
+    try:
+        with atomic_path(path) as tmp:
+            with h5py.File(tmp, "w") as f:
+                _write_body(f, ck)
+            _verify(tmp, ck)
+    except (OSError, RuntimeError) as exc:  # h5py raises either, the errno in the text
+        if is_disk_full(exc) or no_space_left(path.parent):
+            raise ResourceExhaustedError(
+                f"disk full: checkpoint {path} could not be written (the previous one is kept)"
+            ) from None
+        detail = " ".join(str(exc).split())[:160]
+        raise CheckpointError(f"cannot write checkpoint {path}: {detail}") from None
     logger.info("checkpoint written: %s (step %d)", path, ck.step)
+
+
+def _write_body(f: h5py.File, ck: Checkpoint) -> None:
+    f.attrs["format"] = FORMAT
+    f.attrs["format_version"] = FORMAT_VERSION if _has_constraints(ck) else 1
+    f.attrs["step"] = ck.step
+    f.attrs["time"] = ck.time
+    f.attrs["model_hash"] = ck.model_hash
+    f.attrs["config_json"] = json.dumps(ck.config, sort_keys=True)
+    f.attrs["mdband_version"] = __version__
+    if ck.outputs:
+        f.attrs["outputs_json"] = json.dumps(ck.outputs, sort_keys=True)
+    f.attrs["sha256"] = _digest(ck)
+    if _has_constraints(ck):
+        f.attrs["constraints_json"] = ck.constraints
+    for name in _ARRAYS:
+        f.create_dataset(name, data=getattr(ck, name))
+    f.create_dataset("velocities", data=ck.velocities)
+    g = f.create_group("integrator")
+    for name, arr in ck.integrator.items():
+        g.create_dataset(name, data=arr)
+    g = f.create_group("rng")
+    for name, state in ck.rng.items():
+        g.create_group(name).attrs["state"] = json.dumps(state)
+    if ck.neighbours is not None:
+        g = f.create_group("neighbours")
+        for name, arr in ck.neighbours.items():
+            g.create_dataset(name, data=arr)
+
+
+def _verify(tmp: Path, ck: Checkpoint) -> None:
+    """Read the new file back: HDF5 can report a failed write only when the file is closed."""
+    try:
+        back = read_checkpoint(tmp)
+    except CheckpointError as exc:
+        raise OSError(f"the written file does not read back ({exc})") from None
+    if back.step != ck.step or _digest(_normalise(back)) != _digest(ck):
+        raise OSError("the written file does not read back (checksum mismatch)")
 
 
 def read_checkpoint(path) -> Checkpoint:
@@ -170,6 +214,7 @@ def read_checkpoint(path) -> Checkpoint:
                 if "neighbours" not in f
                 else {k: v[()] for k, v in f["neighbours"].items()},
                 constraints=str(f.attrs.get("constraints_json", "")),
+                outputs=json.loads(f.attrs.get("outputs_json", "{}")),
                 **{name: f[name][()] for name in _ARRAYS},
             )
             stored = str(f.attrs["sha256"])

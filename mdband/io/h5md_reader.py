@@ -23,25 +23,29 @@ from mdband.io.h5md_format import (
     TrajectoryError,
     TrajectoryHeader,
 )
+from mdband.io.repair import inspect_trajectory
 
 
 class H5MDReader:
     """Read an mdband H5MD trajectory.
 
-    Opens files left by a killed writer in SWMR-read mode (``recovered`` is then True). Only
-    complete frames are reported: the frame count is the length of the shared ``step``.
+    Opens files left by a killed writer in SWMR-read mode (``recovered`` is then True), after
+    a bounded check in a child process (:func:`mdband.io.repair.inspect_trajectory`: a damaged
+    file gives a :class:`TrajectoryError`, not a hang). Only complete frames are reported.
     """
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, *, stall_seconds: float | None = None) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise TrajectoryError(f"trajectory {self.path} does not exist")
         self.recovered = False
+        self._limit: int | None = None
         try:
             self.file = h5py.File(self.path, "r")
         except OSError as exc:
             if "already open for write" not in str(exc):
                 raise TrajectoryError(f"cannot read trajectory {self.path}: {exc}") from None
+            self._limit = inspect_trajectory(self.path, stall_seconds=stall_seconds).frames
             try:
                 self.file = h5py.File(self.path, "r", swmr=True, libver=LIBVER)
             except OSError as exc2:
@@ -67,7 +71,8 @@ class H5MDReader:
         n = self._part["position/step"].shape[0]
         n = min(n, self._part["position/time"].shape[0])
         names = [*PARTICLE_UNITS, *(["image"] if "image" in self._part else [])]
-        return int(min([n] + [self._part[f"{k}/value"].shape[0] for k in names]))
+        n = min([n] + [self._part[f"{k}/value"].shape[0] for k in names])
+        return int(n if self._limit is None else min(n, self._limit))
 
     def __len__(self) -> int:
         return self.n_frames

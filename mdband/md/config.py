@@ -40,7 +40,9 @@ PHYSICS_FIELDS = (
     "ploop",
     "barostat",
     "engine",
+    "dtype",  # float32 and float64 runs differ in every bit
 )
+TIMESTEP_BOUNDS_FS = (0.01, 20.0)  # outside: refused unless allow_unusual_timestep
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,23 @@ class RunConfig:
     model_devi_atomic: bool = setting(
         False, "Append the per-atom force deviations to each model_devi row."
     )
+    max_temperature: float | None = setting(
+        None,
+        "Stop the run (exit code 3, the last checkpoint kept) when the temperature exceeds "
+        "this, checked before each frame and checkpoint; 0 disables the check.",
+        unit="K",
+        default_text="max(10 x temperature, 10000 K)",
+    )
+    guard_distance: float = setting(
+        0.4,
+        "Stop the run (exit code 3) when two atoms come closer than this, checked like "
+        "max_temperature; 0 disables the check.",
+        unit="Å",
+    )
+    allow_unusual_timestep: bool = setting(
+        False,
+        "Accept a timestep outside 0.01-20 fs (refused by default: no atomistic run uses one).",
+    )
 
     def __post_init__(self) -> None:
         for name, value in split_models(self.model, self.committee).items():
@@ -265,6 +284,7 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError(f"threads must be >= 1; got {c.threads}")
     if c.seed is not None and c.seed < 0:
         raise ConfigError(f"seed must be >= 0; got {c.seed}")
+    _runaway_settings(c)
     if c.resume and c.overwrite:
         raise ConfigError("resume and overwrite exclude each other")
     if c.resume and not c.checkpoint:
@@ -284,6 +304,19 @@ def _validate(c: RunConfig) -> None:
             "mdband a.pt b.pt ... out_freq N out_file FILE in a LAMMPS input"
         )
     _validate_io(c)
+
+
+def _runaway_settings(c: RunConfig) -> None:
+    low, high = TIMESTEP_BOUNDS_FS
+    if not c.allow_unusual_timestep and not low < c.timestep < high:
+        raise ConfigError(
+            f"timestep {c.timestep:g} fs is outside {low:g}-{high:g} fs, where atomistic MD "
+            "runs; set allow_unusual_timestep (--allow-unusual-timestep) to run it anyway"
+        )
+    if c.max_temperature is not None and c.max_temperature < 0:
+        raise ConfigError(f"max_temperature must be >= 0 K (0: no limit); got {c.max_temperature}")
+    if c.guard_distance < 0:
+        raise ConfigError(f"guard_distance must be >= 0 Å (0: no check); got {c.guard_distance}")
 
 
 def _validate_io(c: RunConfig) -> None:

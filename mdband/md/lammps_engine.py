@@ -68,6 +68,7 @@ from mdband.io.checkpoint import CheckpointError, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter
 from mdband.io.h5md_reader import frame_atoms
 from mdband.io.run_files import write_final
+from mdband.md import outputs
 from mdband.md.config import RunConfig
 from mdband.md.errors import ConfigError, RunInterrupted, SimulationDivergedError
 from mdband.md.lammps_frames import State, gather, gather_state, trajectory_header
@@ -82,7 +83,7 @@ from mdband.md.lammps_input import (
     species_types,
 )
 from mdband.md.lammps_ranks import all_ranks, launcher_rank_size, on_root, serial_ase
-from mdband.md.lammps_start import PS, Start, checkpoint_record, prepare
+from mdband.md.lammps_start import HELD_LOCKS, PS, Start, checkpoint_record, prepare
 
 _MAX_CHUNK = 1000  # longest single `run` between two checks for a stop signal
 
@@ -134,6 +135,9 @@ def run_lammps(config: RunConfig, *, console=None):
             sys.stderr.flush()
             comm.Abort(70)
         raise
+    finally:
+        while HELD_LOCKS:
+            HELD_LOCKS.pop().release()
 
 
 class _LammpsRun:
@@ -319,6 +323,7 @@ class _LammpsRun:
         st = self._state(step)
 
         def write():
+            _check_runaway(self, step, st)
             t = self._time_ps(step)
             self.reporter.thermo(step, t, st.observables)
             if self.writer is not None:
@@ -339,7 +344,11 @@ class _LammpsRun:
         def write():
             data = path.read_bytes()
             path.unlink(missing_ok=True)
-            record = checkpoint_record(self.s, self.c, st, self._time_ps(step), data, bath)
+            _check_runaway(self, step, st)
+            if self.writer is not None:
+                self.writer.flush()  # the checkpoint never refers to a frame not on disk
+            written = None if self.writer is None else self.writer.written
+            record = checkpoint_record(self.s, self.c, st, self._time_ps(step), data, bath, written)
             write_checkpoint(self.c.checkpoint, record)
 
         self._root_io(write)
@@ -348,9 +357,14 @@ class _LammpsRun:
 
     def _open_trajectory(self) -> None:
         c, s = self.c, self.s
-        if not self.root or not c.trajectory:
+        if not self.root:
             return
-        if s.resumed and Path(c.trajectory).exists():
+        outputs.clean_temps(c)
+        if s.plan.log_size is not None:
+            os.truncate(c.log, s.plan.log_size)  # drop the log rows after the checkpoint
+        if not c.trajectory:
+            return
+        if s.resumed and s.plan.trajectory == "append":
             self.writer = H5MDWriter.resume(c.trajectory, s.start_step)
             return
         header = trajectory_header(s, int(self.lmp.version()), int(self.comm.size))
@@ -466,3 +480,17 @@ class _LammpsRun:
         atoms.set_velocities(final.velocities / PS)
         samples = self.reporter.samples if self.root else []
         return RunResult(c, atoms, s.start_step, c.steps, wall, summary, samples)
+
+
+def _check_runaway(run: _LammpsRun, step: int, st: State) -> None:
+    """Rank 0, before a frame or checkpoint: the ASE engine's runaway guard."""
+    from mdband.md.guards import RunawayGuard
+
+    if step == run.s.start_step:
+        return
+    guard = RunawayGuard.from_config(run.c)
+    atoms = Atoms(numbers=run.s.numbers, positions=st.positions, cell=st.cell, pbc=True)
+    problem = guard.temperature_problem(st.observables["temperature"])
+    problem = problem or guard.distance_problem(atoms)
+    if problem is not None:
+        raise run._diverged(step, problem)

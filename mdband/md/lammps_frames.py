@@ -18,6 +18,7 @@ from ase import units
 from mdband._version import __version__
 from mdband.io.h5md import TrajectoryHeader
 from mdband.md.lammps_input import BAR_PER_GPA, PRESSURE_KEYS
+from mdband.md.outputs import recorded_config
 
 
 @dataclass
@@ -91,7 +92,8 @@ def trajectory_header(s, lammps_version: int, mpi_ranks: int) -> TrajectoryHeade
     the ASE engine's layout, with the engine, LAMMPS version and rank count as parameters."""
     c = s.config
     params = {
-        "config_json": json.dumps(c.to_dict(), sort_keys=True),
+        "config_json": json.dumps(recorded_config(c), sort_keys=True),
+        "run_id": s.plan.run_id,
         "model_hash": s.model_hash,
         "model_kind": s.model_kind,
         "mdband_version": __version__,

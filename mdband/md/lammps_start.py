@@ -14,6 +14,7 @@ import numpy as np
 from ase import units
 
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
+from mdband.md import outputs
 from mdband.md.config import RunConfig
 from mdband.md.errors import ConfigError
 
@@ -22,6 +23,7 @@ RESTART = "lammps.restart"  # integrator/<key> entries of the checkpoint
 RESTART_BYTES = "lammps.restart_bytes"
 ROTATION = "lammps.rotation"
 BATH = "lammps.bath_energy"
+HELD_LOCKS: list = []  # rank 0: the output locks of the run in progress (run_lammps releases)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Start:
     model_kind: str
     model_hash: str
     notes: list[str] = field(default_factory=list)
+    plan: outputs.ResumePlan | None = None  # what happens to the outputs (mdband.md.outputs)
 
     @property
     def resumed(self) -> bool:
@@ -51,7 +54,7 @@ def prepare(config: RunConfig) -> Start:
     """Rank 0: validate as the ASE engine does and decide the starting state."""
     from mdband.md import setup
 
-    setup._check_paths(config)
+    HELD_LOCKS.append(outputs.claim_outputs(config))
     if config.checkpoint and '"' in str(Path(config.checkpoint).resolve()):
         raise ConfigError('--engine lammps cannot write a checkpoint whose path contains "')
     ck = read_checkpoint(config.checkpoint) if config.resume else None
@@ -69,7 +72,7 @@ def prepare(config: RunConfig) -> Start:
                 "--engine ase"
             )
         atoms = setup._atoms_from_checkpoint(ck, potential, config)
-        setup._check_trajectory(config, atoms, potential)
+        plan = outputs.plan_resume(config, ck, atoms, potential.model_hash, notes)
         restart = unpack_bytes(ck.integrator[RESTART], int(ck.integrator[RESTART_BYTES]))
         rotation = np.asarray(ck.integrator[ROTATION], dtype=np.float64)
         rotation = None if np.array_equal(rotation, np.eye(3)) else rotation
@@ -80,6 +83,7 @@ def prepare(config: RunConfig) -> Start:
         atoms = setup._fresh_atoms(config, potential, notes)
         restart, bath, start = None, 0.0, 0
         rotation = None
+        plan = outputs.ResumePlan(outputs.new_run_id(), "create", None)
     if not np.all(atoms.get_pbc()):
         raise ConfigError("--engine lammps needs a structure periodic in all three directions")
     cell = atoms.get_cell().array
@@ -106,15 +110,23 @@ def prepare(config: RunConfig) -> Start:
         model_kind=potential.kind,
         model_hash=potential.model_hash,
         notes=notes,
+        plan=plan,
     )
 
 
 def checkpoint_record(
-    s: Start, config: RunConfig, state, time_ps: float, restart: bytes, bath: float
+    s: Start,
+    config: RunConfig,
+    state,
+    time_ps: float,
+    restart: bytes,
+    bath: float,
+    written: tuple[int, int | None] | None = None,
 ) -> Checkpoint:
     """The checkpoint of gathered ``state`` (a :class:`mdband.md.lammps_frames.State`) with
     LAMMPS' restart file ``restart`` and the Bussi bath energy ``bath`` (eV) as its
-    ``integrator`` entries; ``time_ps`` in ps."""
+    ``integrator`` entries; ``time_ps`` in ps; ``written``: the trajectory's (frames, last
+    step) on disk, recorded with the other outputs (:func:`mdband.md.outputs.record`)."""
     rotation = np.eye(3) if s.rotation is None else s.rotation
     return Checkpoint(
         step=state.step,
@@ -125,7 +137,7 @@ def checkpoint_record(
         momenta=s.masses[:, None] * state.velocities / PS,
         cell=state.cell,
         pbc=np.ones(3, dtype=bool),
-        config=config.to_dict(),
+        config=outputs.recorded_config(config),
         model_hash=s.model_hash,
         integrator={
             RESTART: pack_bytes(restart),
@@ -133,6 +145,7 @@ def checkpoint_record(
             ROTATION: rotation,
             BATH: np.float64(bath),
         },
+        outputs=outputs.record(config, s.plan.run_id, written),
     )
 
 

@@ -3,30 +3,40 @@
 Order within a step that is both a sampling and a checkpoint step: the frame is written and
 flushed first, then the checkpoint, so a checkpoint never refers to a frame that is not on
 disk. Frames after the last checkpoint are dropped when the run is resumed.
+
+Every step is checked for NaN/inf; before a frame or a checkpoint is written, the runaway
+guard checks the temperature and the closest pair (:mod:`mdband.md.guards`); out of memory
+and a full disk stop the run with :class:`~mdband.errors.ResourceExhaustedError`. In each
+case no checkpoint is written after the problem: the last good one stays, and the trajectory
+is closed with the frames before it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import signal
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+import torch
 from ase import Atoms, units
 
 from mdband._version import __version__
-from mdband.errors import MdbandError, StructureError
+from mdband.errors import MdbandError, ResourceExhaustedError, StructureError
+from mdband.io.atomic import is_disk_full
 from mdband.io.checkpoint import Checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
 from mdband.io.run_files import write_final
+from mdband.md import outputs
 from mdband.md.config import RunConfig
 from mdband.md.constraints import constraints_json
 from mdband.md.errors import RunInterrupted, SimulationDivergedError
+from mdband.md.guards import RunawayGuard
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
 from mdband.md.thermo import observables
@@ -64,10 +74,16 @@ def run(config: RunConfig, *, potential: Potential | None = None, console=None) 
     ------
     MdbandError
         Bad input (before anything is written), :class:`SimulationDivergedError` when the run
-        produces NaN/inf (the last checkpoint and trajectory are kept), or
-        :class:`RunInterrupted` after SIGINT/SIGTERM (a checkpoint is written first).
+        produces NaN/inf or runs away (``max_temperature``, ``guard_distance``; the last
+        checkpoint and trajectory are kept), :class:`~mdband.errors.ResourceExhaustedError`
+        on a full disk or out of memory (the same), or :class:`RunInterrupted` after
+        SIGINT/SIGTERM (a checkpoint is written first).
     """
-    return _Run(prepare(config, potential), console).execute()
+    p = prepare(config, potential)
+    try:
+        return _Run(p, console).execute()
+    finally:
+        p.locks.release()
 
 
 class _Run:
@@ -77,6 +93,9 @@ class _Run:
         self.atoms = p.atoms
         self.writer: H5MDWriter | None = None
         self.last_checkpoint: int | None = p.start_step if p.resumed else None
+        self.guard = RunawayGuard.from_config(self.c)
+        self._guarded: int | None = None  # the last step the guard checked
+        self.step = p.start_step
         self.reporter = Reporter(
             p.start_step,
             self.c.steps,
@@ -106,16 +125,34 @@ class _Run:
         if not ok:
             raise self._diverged(step, "the energy, forces, positions or momenta are NaN/inf")
 
+    def _check_runaway(self, step: int) -> None:
+        """Stop before a runaway state is sampled or checkpointed (:mod:`mdband.md.guards`)."""
+        if step == self.p.start_step or self._guarded == step:
+            return
+        self._guarded = step
+        problem = self.guard.temperature_problem(self.atoms.get_temperature())
+        problem = problem or self.guard.distance_problem(self.atoms)
+        if problem is not None:
+            raise self._diverged(step, problem)
+
+    def _kept(self) -> str:
+        if self.last_checkpoint is not None:
+            return f"last good checkpoint: step {self.last_checkpoint} ({self.c.checkpoint})"
+        return "no checkpoint was written"
+
     def _diverged(self, step: int, what: str) -> SimulationDivergedError:
-        kept = (
-            f"last good checkpoint: step {self.last_checkpoint} ({self.c.checkpoint})"
-            if self.last_checkpoint is not None
-            else "no checkpoint was written"
-        )
-        return SimulationDivergedError(f"run stopped at step {step}: {what}; {kept}")
+        return SimulationDivergedError(f"run stopped at step {step}: {what}; {self._kept()}")
+
+    def _exhausted(self, what: str) -> ResourceExhaustedError:
+        return ResourceExhaustedError(f"run stopped at step {self.step}: {what}; {self._kept()}")
 
     def _sample(self, step: int) -> None:
-        obs = observables(self.atoms, self.p.ensemble.conserved_energy())
+        self._check_runaway(step)
+        try:
+            conserved = self.p.ensemble.conserved_energy()
+        except ArithmeticError as exc:  # e.g. a barostat mass of 0 from a 1e-300 fs timestep
+            raise self._diverged(step, f"the integrator failed ({exc})") from None
+        obs = observables(self.atoms, conserved)
         if self.p.model_devi is not None:
             obs.update(self.p.model_devi.observables(step, self.atoms))
         t = self._time_ps(step)
@@ -137,6 +174,9 @@ class _Run:
     def _checkpoint(self, step: int) -> None:
         if not self.c.checkpoint or self.last_checkpoint == step:
             return
+        self._check_runaway(step)
+        if self.writer is not None:
+            self.writer.flush()  # the checkpoint never refers to a frame not on disk
         a = self.atoms
         ref = self.p.calculator.neighbour_reference()
         if self.p.model_devi is not None:
@@ -152,7 +192,7 @@ class _Run:
                 momenta=a.get_momenta(),
                 cell=a.get_cell().array,
                 pbc=a.get_pbc(),
-                config=self.c.to_dict(),
+                config=outputs.recorded_config(self.c),
                 model_hash=self.p.potential.model_hash,
                 integrator=self.p.ensemble.get_state(),
                 rng=self.p.ensemble.rng_state(),
@@ -160,6 +200,9 @@ class _Run:
                 if ref is None
                 else {"positions": ref.positions, "cell": ref.cell, "pbc": ref.pbc},
                 constraints=constraints_json(a),
+                outputs=outputs.record(
+                    self.c, self.p.plan.run_id, None if self.writer is None else self.writer.written
+                ),
             ),
         )
         self.last_checkpoint = step
@@ -172,15 +215,16 @@ class _Run:
         return [f"Final structure: {self.c.final}"]
 
     def _open_trajectory(self) -> None:
-        if not self.c.trajectory:
+        if self.p.plan.trajectory == "none":
             return
-        if self.p.resumed and Path(self.c.trajectory).exists():
+        if self.p.plan.trajectory == "append":
             self.writer = H5MDWriter.resume(self.c.trajectory, self.p.start_step)
             return
         a = self.atoms
         pot = self.p.potential
         params = {
-            "config_json": json.dumps(self.c.to_dict(), sort_keys=True),
+            "config_json": json.dumps(outputs.recorded_config(self.c), sort_keys=True),
+            "run_id": self.p.plan.run_id,
             "model_hash": pot.model_hash,
             "model_kind": pot.kind,
             "mdband_version": __version__,
@@ -221,58 +265,111 @@ class _Run:
 
     # ------------------------------------------------------------------ loop
     def execute(self) -> RunResult:
-        c, start = self.c, self.p.start_step
-        self.atoms.get_forces()  # forces at the (restored) start positions
-        self._check_finite(start)
-        t0 = time.perf_counter()
+        failed = True
         try:
-            self._open_trajectory()
-            devi = self.p.model_devi
-            if devi is not None:
-                devi.open(self.p.resumed, start)
-            self.reporter.start(self._intro())
-            if not self.p.resumed:
-                if devi is not None:
-                    devi.at_step(0, self.atoms)
-                self._sample(0)
-                self._checkpoint(0)
-            with _deferred_signals() as stop:
-                for step in range(start + 1, c.steps + 1):
-                    self._advance(step)
-                    if devi is not None:
-                        devi.at_step(step, self.atoms)
-                    if step % c.traj_every == 0:
-                        self._sample(step)
-                    if step % c.checkpoint_every == 0 or step == c.steps:
-                        self._checkpoint(step)
-                    self.reporter.advance(step)
-                    if stop and step < c.steps:
-                        self._checkpoint(step)
-                        self._final()
-                        hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
-                        raise RunInterrupted(f"stopped by {stop[0]} at step {step}{hint}")
-            wall = time.perf_counter() - t0
-            extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
-            extra += self._final()
-            summary = self.reporter.finish(c.steps, len(self.atoms), extra)
+            with _resources(self):
+                self.atoms.get_forces()  # forces at the (restored) start positions
+                self._check_finite(self.p.start_step)
+                result = self._loop()
+            failed = False
+            return result
         except MdbandError as exc:
-            self.reporter.message(f"Stopped: {exc}")
+            try:
+                self.reporter.message(f"Stopped: {exc}")
+            except OSError:  # the log's disk is full
+                pass
             raise
         finally:
+            self._close(quiet=failed)
+
+    def _loop(self) -> RunResult:
+        c, start = self.c, self.p.start_step
+        t0 = time.perf_counter()
+        outputs.clean_temps(c)
+        if self.p.plan.log_size is not None:
+            os.truncate(c.log, self.p.plan.log_size)  # drop the rows after the checkpoint
+        self._open_trajectory()
+        devi = self.p.model_devi
+        if devi is not None:
+            devi.open(self.p.resumed, start)
+        self.reporter.start(self._intro())
+        if not self.p.resumed:
+            if devi is not None:
+                devi.at_step(0, self.atoms)
+            self._sample(0)
+            self._checkpoint(0)
+        with _deferred_signals() as stop:
+            for step in range(start + 1, c.steps + 1):
+                self.step = step
+                self._advance(step)
+                if devi is not None:
+                    devi.at_step(step, self.atoms)
+                if step % c.traj_every == 0:
+                    self._sample(step)
+                if step % c.checkpoint_every == 0 or step == c.steps:
+                    self._checkpoint(step)
+                self.reporter.advance(step)
+                if stop and step < c.steps:
+                    self._checkpoint(step)
+                    self._final()
+                    hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
+                    raise RunInterrupted(f"stopped by {stop[0]} at step {step}{hint}")
+        wall = time.perf_counter() - t0
+        if self.writer is not None:
+            self.writer.close()
+        extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
+        extra += self._final()
+        summary = self.reporter.finish(c.steps, len(self.atoms), extra)
+        return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
+
+    def _close(self, quiet: bool) -> None:
+        """Close the trajectory (writing its waiting frames) and the log; after a failure an
+        error here (the disk is still full) must not hide the first one."""
+        try:
             if self.writer is not None:
                 self.writer.close()
-            if self.p.model_devi is not None:
-                self.p.model_devi.close()
-            self.reporter.close()
-        return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
+        except (MdbandError, OSError):
+            if not quiet:
+                raise
+        finally:
+            try:
+                if self.p.model_devi is not None:
+                    self.p.model_devi.close()
+                self.reporter.close()
+            except OSError:
+                if not quiet:
+                    raise
 
     def _advance(self, step: int) -> None:
         with np.errstate(all="ignore"):
             try:
                 self.p.ensemble.step()
-            except (FloatingPointError, np.linalg.LinAlgError, StructureError) as exc:
+            except (ArithmeticError, np.linalg.LinAlgError, StructureError) as exc:
                 raise self._diverged(step, f"the integrator failed ({exc})") from None
         self._check_finite(step)
+
+
+@contextmanager
+def _resources(run: _Run):
+    """Turn out-of-memory and disk-full errors into :class:`ResourceExhaustedError`."""
+    try:
+        yield
+    except ResourceExhaustedError as exc:  # from the trajectory or checkpoint writer
+        raise run._exhausted(str(exc)) from None
+    except torch.OutOfMemoryError:
+        n = len(run.atoms)
+        raise run._exhausted(
+            f"out of GPU memory evaluating the model on {n} atoms (after the step graphs' own "
+            "fallbacks)"
+        ) from None
+    except MemoryError:
+        raise run._exhausted(
+            f"out of memory (CPU) evaluating the model on {len(run.atoms)} atoms"
+        ) from None
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise run._exhausted(f"disk full ({' '.join(str(exc).split())[:120]})") from None
 
 
 @contextmanager

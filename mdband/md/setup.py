@@ -1,4 +1,7 @@
-"""Everything a run checks before it writes anything: outputs, model, structure, checkpoint."""
+"""Everything a run checks before it writes anything: outputs, model, structure, checkpoint.
+
+The outputs are locked here (:func:`mdband.md.outputs.claim_outputs`); the run releases them.
+"""
 
 from __future__ import annotations
 
@@ -11,18 +14,16 @@ from ase import Atoms
 from mdband.calculator import Calculator, NeighbourReference
 from mdband.errors import StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
-from mdband.io.h5md import H5MDReader, TrajectoryError
-from mdband.io.run_files import default_final
+from mdband.io.locks import OutputLocks
 from mdband.io.structure import read_structure
 from mdband.md.config import RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
-from mdband.md.errors import ConfigError, OutputExistsError
+from mdband.md.errors import ConfigError
+from mdband.md.outputs import ResumePlan, claim_outputs, new_run_id, plan_resume
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
-
-_OUTPUTS = ("trajectory", "checkpoint", "log", "final", "model_devi")
 
 
 @dataclass
@@ -37,12 +38,25 @@ class Prepared:
     start_step: int
     resumed: bool
     notes: list[str]
+    locks: OutputLocks
+    plan: ResumePlan  # what happens to the outputs (a fresh run: "create", no log cut)
     model_devi: object | None = None  # mdband.committee.recorder.DeviationRecorder
 
 
 def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
-    """Validate everything and build the run; raises a typed error and writes nothing."""
-    _check_paths(config)
+    """Validate everything and build the run; raises a typed error and writes nothing.
+
+    The returned run holds the locks of its outputs (``Prepared.locks``; release them).
+    """
+    locks = claim_outputs(config)
+    try:
+        return _prepare(config, potential, locks)
+    except BaseException:
+        locks.release()
+        raise
+
+
+def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks) -> Prepared:
     ck = read_checkpoint(config.checkpoint) if config.resume else None
     if ck is not None:
         config = _resume_config(config, ck)
@@ -73,16 +87,19 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
     else:
         calc, recorder = Calculator(potential, skin=config.skin), None
     atoms.calc = calc
-    ensemble = Ensemble.build(atoms, config, thermostat_rng(config.seed))
+    ensemble = _build_ensemble(atoms, config)
+    plan = ResumePlan(new_run_id(), "create" if config.trajectory else "none", None)
     if ck is not None:
         if ck.neighbours is not None:
             calc.restore_neighbours(NeighbourReference(**ck.neighbours))
         ensemble.set_state(ck.integrator)
         ensemble.set_rng_state(ck.rng)
-        _check_trajectory(config, atoms, potential)
+        plan = plan_resume(config, ck, atoms, potential.model_hash, notes)
+        notes += _ignored_on_resume(config, ck)
     return Prepared(
-        config, potential, atoms, calc, ensemble, start, ck is not None, notes, recorder
-    )
+        config, potential, atoms, calc, ensemble, start, ck is not None, notes, locks, plan,
+        recorder,
+    )  # fmt: skip
 
 
 def _committee(config: RunConfig, potential: Potential, atoms: Atoms):
@@ -107,26 +124,35 @@ def _committee(config: RunConfig, potential: Potential, atoms: Atoms):
     return calc, recorder
 
 
-def _check_paths(c: RunConfig) -> None:
-    paths = {name: getattr(c, name) for name in _OUTPUTS if getattr(c, name)}
-    if not c.final and default_final(c.trajectory, c.log):
-        paths["final"] = default_final(c.trajectory, c.log)
-    resolved = [Path(p).resolve() for p in paths.values()]
-    if len(set(resolved)) != len(resolved):
+def _build_ensemble(atoms: Atoms, config: RunConfig) -> Ensemble:
+    try:
+        return Ensemble.build(atoms, config, thermostat_rng(config.seed))
+    except (ArithmeticError, np.linalg.LinAlgError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ConfigError(
-            "trajectory, checkpoint, log, final and model_devi must be different files"
+            f"cannot set up {config.ensemble} with timestep {config.timestep:g} fs: {detail}"
+        ) from None
+
+
+def _ignored_on_resume(config: RunConfig, ck: Checkpoint) -> list[str]:
+    """Warnings for settings a resumed run cannot use (the checkpoint holds the state)."""
+    out = []
+    old = ck.config.get("structure")
+    if config.structure and old and Path(config.structure).resolve() != Path(old).resolve():
+        out.append(
+            f"Warning: structure {config.structure} is ignored: a resumed run continues from "
+            f"the checkpoint's atoms (the run started from {old})"
         )
-    for name, p in paths.items():
-        path = Path(p)
-        if not path.parent.is_dir():
-            raise ConfigError(f"directory of {name} file {path} does not exist")
-        if path.is_dir():
-            raise ConfigError(f"{name} path {path} is a directory")
-        if c.resume or c.overwrite or not path.exists():
-            continue
-        raise OutputExistsError(
-            f"{name} file {path} exists; use --overwrite to replace it or --resume to continue"
-        )
+    if config.frame != ck.config.get("frame", config.frame):
+        out.append(f"Warning: frame {config.frame} is ignored on resume")
+    for name in ("traj_precision", "traj_force_unit"):
+        old = ck.config.get(name, getattr(config, name))
+        if getattr(config, name) != old and config.trajectory:
+            out.append(
+                f"Warning: {name} {getattr(config, name)!r} is ignored: the trajectory keeps "
+                f"its {old!r}"
+            )
+    return out
 
 
 def _resume_config(config: RunConfig, ck: Checkpoint) -> RunConfig:
@@ -188,23 +214,3 @@ def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> A
     if not np.all(np.isfinite(atoms.get_momenta())):
         raise StructureError(f"velocities in {config.structure} contain NaN or inf")
     return atoms
-
-
-def _check_trajectory(config: RunConfig, atoms: Atoms, potential: Potential) -> None:
-    if not config.trajectory or not Path(config.trajectory).exists():
-        return
-    with H5MDReader(config.trajectory) as r:
-        params = r.parameters
-        if r.n_atoms != len(atoms) or not np.array_equal(r.species, atoms.numbers):
-            raise TrajectoryError(
-                f"trajectory {config.trajectory} holds other atoms than the checkpoint"
-            )
-        if params.get("model_hash") != potential.model_hash:
-            raise TrajectoryError(
-                f"trajectory {config.trajectory} was written with another model "
-                f"({str(params.get('model_hash'))[:12]})"
-            )
-        if r.variable_cell != (config.ensemble == "npt-mtk"):
-            raise TrajectoryError(
-                f"trajectory {config.trajectory} was written by another ensemble's run"
-            )

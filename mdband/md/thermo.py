@@ -75,7 +75,7 @@ def drift_per_atom_ps(times_ps, energies, n_atoms: int) -> float:
     t = np.asarray(times_ps, dtype=np.float64)
     e = np.asarray(energies, dtype=np.float64)
     ok = np.isfinite(e)
-    if ok.sum() < 2 or np.ptp(t[ok]) == 0:
+    if ok.sum() < 2 or not np.ptp(t[ok]) > 1e-9:  # 1e-300 fs steps: polyfit's SVD fails
         return math.nan
     slope = np.polyfit(t[ok], e[ok], 1)[0]
     return float(slope / n_atoms)

@@ -119,7 +119,7 @@ def test_final_and_csv_log(work):
         (("--format", "lammps-data"), "has no Atoms section"),
         (("--final", "end.unknownext"), "ASE cannot write"),
         (("--final", "nodir/end.xyz"), "does not exist"),
-        (("--final", "ar.xyz"), "final file ar.xyz exists"),
+        (("--final", "ar.xyz"), "final file ar.xyz is the structure"),  # an input
         (("--log", "same.xyz", "--final", "same.xyz"), "must be different files"),
     ],
 )

@@ -1,5 +1,6 @@
 """Checkpoint file: exact round trip, atomic replacement, corruption detection."""
 
+import errno
 import os
 
 import h5py
@@ -115,3 +116,71 @@ def test_newer_format_is_refused(tmp_path):
         f.attrs["format_version"] = 99
     with pytest.raises(CheckpointError, match="newer"):
         read_checkpoint(path)
+
+
+def test_outputs_record_round_trips_and_is_checksummed(tmp_path):
+    path = tmp_path / "run.ckpt"
+    ck = sample()
+    ck.outputs = {
+        "run_id": "ab" * 16,
+        "trajectory": {"path": str(tmp_path / "t.h5"), "frames": 9, "last_step": 40},
+        "log": {"path": str(tmp_path / "r.log"), "size": 1234},
+    }
+    write_checkpoint(path, ck)
+    assert read_checkpoint(path).outputs == ck.outputs
+    with h5py.File(path, "r+") as f:
+        f.attrs["outputs_json"] = f.attrs["outputs_json"].replace('"frames": 9', '"frames": 8')
+    with pytest.raises(CheckpointError, match="checksum"):
+        read_checkpoint(path)
+
+
+def _fail_inside_write(monkeypatch, exc):
+    import mdband.io.checkpoint as checkpoint
+
+    write_body = checkpoint._write_body
+
+    def broken(f, ck):
+        write_body(f, ck)  # most of the file is written, then the disk fills up
+        raise exc
+
+    monkeypatch.setattr(checkpoint, "_write_body", broken)
+
+
+@pytest.mark.parametrize(
+    "exc, error, message",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "exhausted", "disk full"),
+        (OSError(errno.EIO, "Input/output error"), "checkpoint", "cannot write checkpoint"),
+    ],
+)
+def test_failed_write_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, exc, error, message):
+    from mdband.errors import ResourceExhaustedError
+
+    path = tmp_path / "run.ckpt"
+    write_checkpoint(path, sample(40))
+    before = path.read_bytes()
+    _fail_inside_write(monkeypatch, exc)
+    kind = ResourceExhaustedError if error == "exhausted" else CheckpointError
+    with pytest.raises(kind, match=message):
+        write_checkpoint(path, sample(50))
+    assert path.read_bytes() == before and read_checkpoint(path).step == 40
+    assert os.listdir(tmp_path) == ["run.ckpt"]  # no temporary file left
+
+
+def test_a_file_that_does_not_read_back_is_not_installed(tmp_path, monkeypatch):
+    """HDF5 may report a failed write only at close (or not at all): the new file is read
+    back before it replaces the old one."""
+    import mdband.io.checkpoint as checkpoint
+
+    path = tmp_path / "run.ckpt"
+    write_checkpoint(path, sample(40))
+    write_body = checkpoint._write_body
+
+    def silently_short(f, ck):
+        write_body(f, ck)
+        del f["momenta"]  # a dataset lost without an error
+
+    monkeypatch.setattr(checkpoint, "_write_body", silently_short)
+    with pytest.raises(CheckpointError, match="does not read back"):
+        write_checkpoint(path, sample(50))
+    assert read_checkpoint(path).step == 40 and os.listdir(tmp_path) == ["run.ckpt"]

@@ -1,5 +1,6 @@
 """H5MD writer/reader: schema, hard links, units, round trip, crash safety, truncation."""
 
+import errno
 import os
 import signal
 import subprocess
@@ -205,31 +206,188 @@ _KILLED_WRITER = textwrap.dedent(
     import numpy as np
     sys.path.insert(0, sys.argv[2])
     from test_h5md import frame, header
-    from mdband.io.h5md import H5MDWriter
+    import mdband.io.h5md as h5md
+    target, when = sys.argv[3], sys.argv[4]
     rng = np.random.default_rng(0)
-    w = H5MDWriter.create(sys.argv[1], header(variable_cell=True))
+    w = h5md.H5MDWriter.create(sys.argv[1], header(variable_cell=True), batch_seconds=1e9)
     for step in range(6):
         w.append(frame(step, rng))
+        w.flush()
+    put = h5md._put_rows
+
+    def put_then_die(ds, row, values):
+        if when == "before" and ds.name.endswith(target):
+            os.kill(os.getpid(), signal.SIGKILL)
+        put(ds, row, values)
+        if when == "after" and ds.name.endswith(target):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    h5md._put_rows = put_then_die
+    for step in range(6, 9):  # one batch of three frames, or (target "none") never written
+        w.append(frame(step, rng))
+    if target != "none":
+        w.flush()
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
 
-def test_sigkilled_writer_leaves_readable_frames(tmp_path):
-    path = tmp_path / "t.h5"
+def _killed_writer(path, target, when="before"):
     here = os.path.dirname(__file__)
     proc = subprocess.run(
-        [sys.executable, "-c", _KILLED_WRITER, str(path), here], capture_output=True, timeout=120
+        [sys.executable, "-c", _KILLED_WRITER, str(path), here, target, when],
+        capture_output=True,
+        timeout=120,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     rng = np.random.default_rng(0)
-    expected = [frame(s, rng) for s in range(6)]
+    return [frame(s, rng) for s in range(9)]
+
+
+def test_killed_between_batches_leaves_a_closed_file(tmp_path):
+    path = tmp_path / "t.h5"
+    _killed_writer(path, "none")  # killed with three frames waiting in memory
+    with h5py.File(path, "r") as f:  # any HDF5 reader opens it
+        assert list(f["particles/all/position/step"][()]) == list(range(6))
+        assert f["particles/all/force/value"].shape == (6, N, 3)
     with H5MDReader(path) as r:
-        assert r.recovered  # HDF5 still flags the file as open for write
-        np.testing.assert_array_equal(r.steps, np.arange(6))
+        assert not r.recovered and len(r) == 6
+
+
+@pytest.mark.parametrize(
+    "target, when, kept",
+    [
+        ("position/value", "before", 6),
+        ("observables/stress/value", "after", 6),
+        ("position/step", "before", 6),
+        ("position/step", "after", 9),  # the batch is complete, only the close is missing
+    ],
+)
+def test_killed_inside_a_batch_is_recovered(tmp_path, target, when, kept):
+    path = tmp_path / "t.h5"
+    expected = _killed_writer(path, target, when)
+    with pytest.raises(OSError, match="already open for write"):
+        h5py.File(path, "r")  # what MDAnalysis and HDF5's tools meet
+    with H5MDReader(path) as r:
+        assert r.recovered
+        np.testing.assert_array_equal(r.steps, np.arange(kept))
         for got, want in zip(r, expected):
             np.testing.assert_allclose(got.positions, want.positions, rtol=0, atol=2e-6)
             np.testing.assert_array_equal(got.cell, want.cell)
-    rewrite_trajectory(path)
+    old_umask = os.umask(0o027)
+    try:
+        rewrite_trajectory(path)
+    finally:
+        os.umask(old_umask)
+    assert os.stat(path).st_mode & 0o777 == 0o640  # the umask's mode, not mkstemp's 0600
+    assert sorted(os.listdir(tmp_path)) == ["t.h5"]
     with h5py.File(path, "r") as f:  # a plain (non-SWMR) open works after the rewrite
-        assert f["particles/all/position/value"].shape == (6, N, 3)
+        part = f["particles/all"]
+        assert part["position/value"].shape == (kept, N, 3)
+        assert part["velocity/step"] == part["position/step"]  # hard links kept
+        assert part["force/value"].attrs["unit"] == "eV Angstrom-1"
+    with H5MDWriter.resume(path, 100) as w:  # and it can be continued
+        w.append(frame(20, np.random.default_rng(3)))
+    with H5MDReader(path) as r:
+        assert list(r.steps) == [*range(kept), 20] and not r.recovered
+
+
+def test_frames_wait_for_their_batch(tmp_path):
+    path = tmp_path / "t.h5"
+    rng = np.random.default_rng(0)
+    w = H5MDWriter.create(path, header(), batch_seconds=1e9)
+    w.append(frame(0, rng))
+    w.append(frame(5, rng))
+    assert w.n_frames == 2 and w.last_step == 5 and w.written == (0, None)
+    with H5MDReader(path) as r:
+        assert len(r) == 0
+    w.flush()
+    assert w.written == (2, 5)
+    w.append(frame(7, rng))
+    w.close()  # writes the waiting frame
+    with H5MDReader(path) as r:
+        assert list(r.steps) == [0, 5, 7]
+    eager = H5MDWriter.create(tmp_path / "e.h5", header(), batch_seconds=0)
+    eager.append(frame(0, rng))
+    assert eager.written == (1, 0)  # written at once
+    eager.close()
+
+
+_HDF5_ENOSPC = (  # how h5py reports a real full disk (seen on a 1.3 MB tmpfs)
+    "Unable to flush dataset (file write failed: time = Tue Dec 1 11:11:40 2026 , filename = "
+    "'t.h5', file descriptor = 5, errno = 28, error message = 'No space left on device')"
+)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [OSError(errno.ENOSPC, "No space left on device"), RuntimeError(_HDF5_ENOSPC)],
+    ids=["oserror", "hdf5-runtimeerror"],
+)
+def test_a_failed_batch_is_rolled_back(tmp_path, monkeypatch, failure):
+    import mdband.io.h5md as h5md
+    from mdband.errors import ResourceExhaustedError
+
+    path = tmp_path / "t.h5"
+    rng = np.random.default_rng(0)
+    w = H5MDWriter.create(path, header(), batch_seconds=1e9)
+    w.append(frame(0, rng))
+    w.flush()
+    put = h5md._put_rows
+
+    def disk_full_at_step(ds, row, values):
+        if ds.name.endswith("position/step"):
+            raise failure
+        put(ds, row, values)
+
+    monkeypatch.setattr(h5md, "_put_rows", disk_full_at_step)
+    w.append(frame(1, rng))
+    with pytest.raises(ResourceExhaustedError, match="disk full.*through step 0 are kept"):
+        w.flush()
+    w.close()  # no second attempt, no error
+    with h5py.File(path, "r") as f:  # closed, and every time series is one frame long
+        for name in ("position", "velocity", "force", "box/edges"):
+            assert f[f"particles/all/{name}/value"].shape[0] == 1
+        assert f["observables/temperature/value"].shape == (1,)
+    monkeypatch.setattr(h5md, "_put_rows", put)
+    with pytest.raises(TrajectoryError, match="closed"):
+        w.append(frame(2, rng))
+
+
+_READER = (
+    "import h5py, sys, time; f = h5py.File(sys.argv[1], 'r'); print('open', flush=True); "
+    "time.sleep(30)"
+)
+
+
+def test_a_plain_reader_does_not_block_the_writer(tmp_path):
+    path = tmp_path / "t.h5"
+    rng = np.random.default_rng(0)
+    w = H5MDWriter.create(path, header(), batch_seconds=0)
+    w.append(frame(0, rng))
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(path)], stdout=subprocess.PIPE)
+    try:
+        assert reader.stdout.readline().strip() == b"open"  # it holds HDF5's file lock
+        w.append(frame(1, rng))
+        w.close()
+    finally:
+        reader.kill()
+        reader.wait()
+    with H5MDReader(path) as r:
+        assert list(r.steps) == [0, 1]
+
+
+def test_create_replaces_only_a_complete_file(tmp_path, monkeypatch):
+    import mdband.io.h5md as h5md
+
+    path = tmp_path / "t.h5"
+    write(path, [0, 5])
+    old = path.read_bytes()
+
+    def broken(f, header):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(h5md, "_write_header", broken)
+    with pytest.raises(TrajectoryError, match="cannot create"):
+        H5MDWriter.create(path, header())
+    assert path.read_bytes() == old and sorted(os.listdir(tmp_path)) == ["t.h5"]

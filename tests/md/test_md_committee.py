@@ -135,3 +135,32 @@ def test_existing_model_devi_refused_and_unknown_element(tmp_path, argon_xyz, lj
     with pytest.raises(UnknownElementError, match="committee model 2: element"):
         run(config(tmp_path, argon_xyz, lj_file, "y", 5, [str(kr)]))
     assert not (tmp_path / "y.h5").exists() and not (tmp_path / "y.out").exists()
+
+
+def test_model_devi_is_locked_recorded_and_never_an_input(
+    tmp_path, argon_xyz, lj_file, lj, members
+):
+    import os
+
+    from mdband.io.checkpoint import read_checkpoint
+    from mdband.io.locks import OutputLock, OutputLockedError
+
+    _, paths = members
+    c = config(tmp_path, argon_xyz, lj_file, "l", 5, paths)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with OutputLock(c.model_devi, "model_devi"):  # as another run holds it
+        with pytest.raises(OutputLockedError, match=f"model_devi .*l.out .*PID {os.getpid()}"):
+            run(c, potential=lj)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created, no lock left
+    for kw, message in [
+        ({"model_devi": str(argon_xyz)}, "model_devi file .* is the structure"),
+        ({"log": paths[1]}, "log file .* is the committee model 3"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            run(config(tmp_path, argon_xyz, lj_file, "l", 5, paths, overwrite=True, **kw))
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+    run(c, potential=lj)
+    ck = read_checkpoint(c.checkpoint)
+    assert ck.outputs["model_devi"] == {"path": str((tmp_path / "l.out").resolve())}
+    assert ck.config["committee"] == [str(tmp_path / "m1.pt"), str(tmp_path / "m2.pt")]
+    assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())
