@@ -280,7 +280,9 @@ def mdband_run(args, steps: int) -> dict:
                "--temperature", "300", "--steps", str(steps), "--traj-every", "100",
                "--checkpoint-every", "500", "--trajectory", str(Path(tmp, "t.h5")),
                "--checkpoint", str(Path(tmp, "c.ckpt")), "--log", str(Path(tmp, "run.log")),
-               "--no-progress", "--seed", "1"]  # fmt: skip
+               "--no-progress", "--seed", "1",
+               # random weights: no physics, only cost; the runaway guards would stop it
+               "--guard-distance", "0", "--max-temperature", "0"]  # fmt: skip
         if args.skin:
             toml = Path(tmp, "run.toml")
             toml.write_text(f"skin = {args.skin}\n")

@@ -99,7 +99,9 @@ class Committee:
         """The neighbour list of every model: the first model's (``first_graph``, or built with
         its cutoff) for models with that cutoff, else the largest-cutoff list filtered."""
         c0 = self.cutoffs[0]
-        g0 = first_graph if first_graph is not None else build_edge_graph(positions, cell, pbc, c0)
+        if first_graph is None:  # the list the first model's own evaluate builds (on the GPU
+            first_graph = self.potentials[0].edges(positions, cell, pbc)  # for CUDA models)
+        g0 = first_graph
         if any(c != c0 for c in self.cutoffs):
             g0 = _on_host(g0)  # filtered with numpy below
         wide = None
