@@ -35,15 +35,15 @@ if has kernels; then
 fi
 if has committee; then
     # graphs off: four potentials would hold four graph pools of ~28 GB each
-    MDBAND_CUDA_GRAPHS=off OUT=$OUT timeout 100 python3 benchmarks/committee.py --size 8 \
+    MDBAND_CUDA_GRAPHS=off OUT=$OUT timeout 90 python3 benchmarks/committee.py --size 8 \
         --models 4 --repeat 5 \
         >"$OUT/committee.log" 2>&1 || status=1
     tail -12 "$OUT/committee.log"
 fi
 if has run; then
     python3 -c "from mdband.model.factory import random_potential; from mdband.config import \
-SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain=0.5).save(\
-'/tmp/mdband-default.pt')" && OUT=$OUT timeout 150 python3 benchmarks/vs_deepmd.py mdband \
+SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain=0.02).save(\
+'/tmp/mdband-default.pt')" && OUT=$OUT timeout 125 python3 benchmarks/vs_deepmd.py mdband \
         --name default --checkpoint /tmp/mdband-default.pt --sizes 4 --md-size 4 \
         --run-steps ${RUN_STEPS:-2000} --json "$OUT/run.json" >"$OUT/run.log" 2>&1 || status=1
     grep -E '^\{"(default|mdband_run)' "$OUT/run.log"
