@@ -8,96 +8,22 @@ vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` 
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass, field
-from typing import Any
-
 import numpy as np
 import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
+    EdgeResult,
+    Result,
+    _result,
+    resolve_device,
+    resolve_dtype,
+    weights_hash,
+)
 from mdband.settings import EngineSettings
-from mdband.validate import check_device, check_frame_input
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        if dtype not in _DTYPES.values():
-            raise MdbandError(f"unsupported dtype {dtype}; use float32 or float64")
-        return dtype
-    if dtype not in _DTYPES:
-        raise MdbandError(f"unsupported dtype {dtype!r}; use 'float32' or 'float64'")
-    return _DTYPES[dtype]
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """mdband's one device rule: ``None`` or ``"auto"`` is CUDA when available, else CPU."""
-    if device is None or device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = check_device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise MdbandError("device 'cuda' requested but CUDA is not available")
-    if dev.type == "cuda" and dev.index is None:  # "cuda" means the current GPU: name it
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
-@dataclass
-class Result:
-    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,).
-
-    numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
-    (energy a 0-d tensor) for tensor input.
-    """
-
-    energy: float
-    forces: np.ndarray
-    virial: np.ndarray
-    atom_energy: np.ndarray
-    chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
-
-    def stress(self, volume: float) -> np.ndarray:
-        """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
-        return -self.virial / volume
-
-
-@dataclass
-class EdgeResult:
-    """Tensor results of :meth:`Potential.evaluate_edges` (all float64)."""
-
-    atom_energy: torch.Tensor
-    edge_grad: torch.Tensor | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1) -> Result:
-    if not compute_virial:
-        virial = torch.zeros_like(virial)
-    if not to_numpy:
-        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks)
-    return Result(
-        energy=float(atom_e.sum()),
-        forces=forces.cpu().numpy(),
-        virial=virial.cpu().numpy(),
-        atom_energy=atom_e.cpu().numpy(),
-        chunks=chunks,
-    )
-
-
-def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
-    """sha256 over the canonical config JSON and the raw bytes of every tensor (sorted keys)."""
-    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-    for key in sorted(state_dict):
-        t = state_dict[key].detach().cpu().contiguous()
-        h.update(key.encode())
-        h.update(str(t.dtype).encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+from mdband.validate import check_frame_input
 
 
 class Potential:
