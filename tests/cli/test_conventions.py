@@ -16,14 +16,6 @@ from mdband.testing.lj import lennard_jones_potential
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(autouse=True)
 def _reset_logging():
     yield
     logger = logging.getLogger("mdband")

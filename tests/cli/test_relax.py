@@ -4,7 +4,6 @@ are one line with exit code 2 and write nothing."""
 import ase.io
 import numpy as np
 import pytest
-import torch
 from ase import Atoms
 from ase.build import bulk
 from click.testing import CliRunner
@@ -12,20 +11,6 @@ from click.testing import CliRunner
 from mdband.calculator import Calculator
 from mdband.cli import main
 from mdband.testing.lj import lennard_jones_potential
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # only slower (see tests/md/test_md_relax.py)
-        yield
-    else:
-        with threadpool_limits(1):
-            yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture

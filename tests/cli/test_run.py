@@ -5,7 +5,6 @@ import json
 import ase.io
 import numpy as np
 import pytest
-import torch
 from ase import Atoms
 from ase.build import bulk
 from click.testing import CliRunner
@@ -14,14 +13,6 @@ from mdband.cli import main
 from mdband.io.checkpoint import read_checkpoint
 from mdband.io.h5md import H5MDReader
 from mdband.testing.lj import lennard_jones_potential
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture

@@ -3,20 +3,11 @@
 import ase.io
 import numpy as np
 import pytest
-import torch
 from ase.build import bulk
 from click.testing import CliRunner
 
 from mdband.cli import main
 from mdband.testing.lj import lennard_jones_potential
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from pathlib import Path
 import ase.io
 import numpy as np
 import pytest
-import torch
 from ase.build import bulk
 from click.testing import CliRunner
 
@@ -20,14 +19,6 @@ DEEPMD = SHARED / "deepmd-water" / "data_0"
 needs_water = pytest.mark.skipif(
     not (WATER / "pretrained.pt").is_file(), reason="../shared water checkpoint absent"
 )
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ from mdband.io.checkpoint import read_checkpoint
 from mdband.io.h5md import H5MDReader
 from mdband.io.locks import lock_path
 
-work = test_run.work  # the fixtures of test_run: an argon run directory, one torch thread
-_one_thread = test_run._one_thread
+work = test_run.work  # test_run's fixture: an argon run directory
 BASE = ("--config", "run.toml", "--trajectory", "t.h5", "--checkpoint", "c.ckpt")
 
 
