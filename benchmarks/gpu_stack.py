@@ -2,8 +2,9 @@
 
 Checks both precisions (``ieee``, ``tf32x3``) forward and backward against a float64 reference,
 times the op against mdband's torch path of the same layer (SO2Linear + GatedActivation, exact
-fp32 cuBLAS), sweeps launch configurations and writes the fastest to ``$OUT/gpu_stack.json``
-(``benchmarks/gpu_model.py --stack-config`` reads it).
+fp32 cuBLAS), sweeps launch configurations (linear kernel, then the gate kernels) and writes
+the fastest to ``$OUT/gpu_stack-L{lmax}-C{channels}.json`` (``benchmarks/gpu_model.py
+--stack-config`` reads it).
 
     python benchmarks/gpu_stack.py [--edges 647154] [--lmax 3] [--channels 64]
 """
@@ -103,8 +104,10 @@ def timing(device, L, C, E, configs):
     y_t = None
     sweep = []
     runs = [("tf32x3", c) for c in configs] + [("ieee", (64, 4, 2))]  # ieee: cuBLAS GEMMs
+    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
     for prec, (be, warps, stages) in runs:
         ss.CONFIG[prec] = dict(BE=be, warps=warps, stages=stages)
+        shape.pop("linear", None)  # the sweep's launch, not a tuned one
         try:
             row = time_config(x, w0, wm, wg, gy, L, prec)
         except Exception as exc:  # a config the compiler refuses (shared memory, registers)
@@ -127,7 +130,36 @@ def timing(device, L, C, E, configs):
             best[prec] = {k: b[k] for k in ("BE", "warps", "stages")}
     out["best"] = best
     ss.CONFIG.update(best)
+    out["gate_sweep"], out["best_gate"] = gate_sweep(x, w0, wm, wg, gy, L)
     return out
+
+
+def gate_sweep(x, w0, wm, wg, gy, L):
+    """Gate kernels' launch (edges per program, warps): the whole op timed per launch with the
+    linear kernel at its best; returns (rows, best {BE, fwd_warps, bwd_warps})."""
+    C = x.shape[-1]
+    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
+    rows = []
+    for be in (16, 32, 64, 128):
+        for warps in (2, 4, 8):
+            shape["gate"] = {"BE": be, "fwd_warps": warps, "bwd_warps": warps}
+            try:
+                t = time_config(x, w0, wm, wg, gy, L, "tf32x3")
+            except Exception as exc:  # registers or shared memory: not a candidate
+                print(f"  gate BE={be} w={warps}: {type(exc).__name__}"[:200])
+                continue
+            rows.append({"BE": be, "warps": warps, "fwd_ms": t["fwd_ms"], "bwd_ms": t["bwd_ms"]})
+            print(f"  gate BE={be:3d} w={warps}: fwd {t['fwd_ms']:6.2f} ms, "
+                  f"bwd {t['bwd_ms']:6.2f} ms", flush=True)  # fmt: skip
+    best, best_ms = None, float("inf")
+    for be in sorted({r["BE"] for r in rows}):
+        fwd = min((r for r in rows if r["BE"] == be), key=lambda r: r["fwd_ms"])
+        bwd = min((r for r in rows if r["BE"] == be), key=lambda r: r["bwd_ms"])
+        if fwd["fwd_ms"] + bwd["bwd_ms"] < best_ms:
+            best_ms = fwd["fwd_ms"] + bwd["bwd_ms"]
+            best = {"BE": be, "fwd_warps": fwd["warps"], "bwd_warps": bwd["warps"]}
+    shape.pop("gate", None)
+    return rows, best
 
 
 def main(argv=None):
@@ -144,16 +176,18 @@ def main(argv=None):
     if args.quick:
         configs = [(128, 8, 2), (128, 8, 3), (64, 4, 2), (64, 4, 3), (256, 8, 2)]
     else:
-        configs = [(be, w, s) for be in (64, 128) for w in (4, 8) for s in (1, 2, 3)]
+        configs = [(be, w, s) for be in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3)]
     result["timing"] = timing(device, args.lmax, args.channels, args.edges, configs)
     ok = all(r["ok"] for r in result["checks"])
     result["ok"] = ok
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gpu_stack.json"), "w") as fh:
+        name = f"gpu_stack-L{args.lmax}-C{args.channels}.json"
+        with open(os.path.join(os.environ["OUT"], name), "w") as fh:
             json.dump(result, fh, indent=1)
     t = result["timing"]
     print(f"torch path: fwd {t['torch_fwd_ms']:.2f} ms, bwd {t['torch_bwd_ms']:.2f} ms, "
-          f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}")  # fmt: skip
+          f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}, "
+          f"gate {t['best_gate']}")  # fmt: skip
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

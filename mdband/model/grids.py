@@ -184,7 +184,9 @@ def so3_projector(lmax: int, kmax: int) -> GridProjector:
 def frame_linear(coeff: torch.Tensor, weight: torch.Tensor, n_frames: int) -> torch.Tensor:
     """Channel map applied per frame: (..., D, K·Cin) @ W (Cin, Cout) → (..., D, K·Cout)."""
     *lead, d, kc = coeff.shape
-    out = coeff.reshape(*lead, d, n_frames, kc // n_frames) @ weight
+    # one (rows, Cin) @ (Cin, Cout) GEMM: a strided view (e.g. one half of a chunk) would make
+    # matmul broadcast W into a batched GEMM per (l, m) row, 30x slower on an H200 (DPA4-Mini)
+    out = coeff.reshape(-1, kc // n_frames) @ weight
     return out.reshape(*lead, d, -1)
 
 

@@ -187,3 +187,54 @@ def test_packed_weights_released_with_the_weights():
     assert key in ss._PACKED
     del w0
     assert key not in ss._PACKED
+
+
+def test_shape_config_sets_the_launch(kdev, monkeypatch):
+    """A per-(L, C) entry of SHAPE_CONFIG is the launch of both kernels, and the result is the
+    reference's whatever the launch."""
+    seen = []
+    real = ss.cm.wrap
+
+    def wrap(kernel):
+        launcher = real(kernel)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    seen.append((kernel.__name__, kw["BE"], kw.get("num_warps")))
+                    return launcher[grid](*args, **kw)
+
+                return run
+
+        return Grid()
+
+    monkeypatch.setattr(ss.cm, "wrap", wrap)
+    monkeypatch.setattr(ss, "_WORKING", {})
+    shape = {"linear": {"BE": 16, "warps": 2, "stages": 1},
+             "gate": {"BE": 16, "fwd_warps": 2, "bwd_warps": 1}}  # fmt: skip
+    monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), shape)
+    assert ss.linear_config("tf32x3", 2, 16) == shape["linear"]
+    assert ss.gate_config(2, 16) == shape["gate"]
+    assert ss.gate_config(3, 16)["BE"] == ss.ELEMENTWISE_BE  # other shapes keep the default
+    x, w0, wm, wg, gy = _inputs(2, 16, 1, 37)
+    xa = x.clone().requires_grad_(True)
+    want, _ = so2_mix_layer_reference(xa, w0, wm, wg, 2, True)
+    (gwant,) = torch.autograd.grad(want, xa, gy)
+    x32 = x.to(F32).to(kdev).requires_grad_(True)
+    w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
+    with cm.force_triton():
+        y = so2_mix_layer(x32, *w, 2, "tf32x3")
+        (gx,) = torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
+    assert ("_linear_kernel", 16, 2) in seen
+    assert ("_gate_fwd_kernel", 16, 2) in seen and ("_gate_bwd_kernel", 16, 1) in seen
+    torch.testing.assert_close(y.detach().cpu().double(), want.detach(), rtol=0,
+                               atol=2e-6 * float(want.abs().max()))  # fmt: skip
+    torch.testing.assert_close(
+        gx.cpu().double(), gwant, rtol=0, atol=2e-6 * float(gwant.abs().max())
+    )
+
+
+def test_backward_without_output_cotangent_gives_none():
+    """Cotangents are not materialised (no zero-filled (F, E, Dm, C) tensor for h): a backward
+    with neither output used returns no gradient instead of running the kernels on zeros."""
+    assert ss._backward(None, None, None) == (None,) * 7

@@ -1,0 +1,311 @@
+"""Where the model step's time goes, and what compiling the torch glue buys (one device call).
+
+For DPA4-Mini and the default DPA4 config (random weights, rattled diamond, float32, energy +
+forces + virial through ``Potential.evaluate`` with its GPU neighbour list, CUDA graphs on):
+
+* ``profile``: self CUDA time per kernel and input shape of one eager call (graphs off), and
+  the forward time of each module (CUDA events around its forward; the backward is not split);
+* ``compile``: the user-level call with the torch code between mdband's fused ops compiled by
+  ``torch.compile`` in one of these variants, against the same weights uncompiled:
+
+  - ``modules``: every pure-torch module compiled on its own (norms, linear maps, FFNs, the
+    message-node grid, radial MLP, readout, fitting net);
+  - ``breaks``: the whole model compiled, with dynamo stopped at each fused op (graph breaks),
+    so that every stretch of torch code between two fused ops becomes one compiled region.
+
+Usage (device)::
+
+    python3 benchmarks/gpu_profile.py --configs mini default --sizes 4 8 --variants modules breaks
+
+Prints JSON lines and writes ``$OUT/profile.json``.
+"""
+
+# ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vs_deepmd import MINI, diamond  # noqa: E402
+
+
+def config(name: str) -> dict:
+    from mdband.config import SeZMConfig, config_from_deepmd
+
+    if name == "mini":
+        return config_from_deepmd(MINI, 1.1).to_dict()
+    return SeZMConfig(type_map=("C",)).to_dict()
+
+
+def potential(name: str, device: str):
+    from mdband.model.factory import random_potential
+
+    return random_potential(config(name), seed=0, gain=0.5, device=device, dtype="float32")
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeat):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(ts)
+
+
+def call_args(atoms):
+    return atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols()
+
+
+def use_stack_configs(paths) -> None:
+    """Take the best launches of ``benchmarks/gpu_stack.py`` sweeps for their (L, C)."""
+    from mdband.kernels import so2_stack as ss
+
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        t = doc["timing"]
+        key = (doc["args"]["lmax"], doc["args"]["channels"])
+        ss.SHAPE_CONFIG[key] = {"linear": t["best"]["tf32x3"], "gate": t["best_gate"]}
+        print("so2_mix_layer launch", key, ss.SHAPE_CONFIG[key], flush=True)
+
+
+# ------------------------------------------------------------------ profile
+def kernel_table(pot, atoms, rows: int) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    steps, pot._steps = pot._steps, None
+    try:
+        pot.evaluate(*call_args(atoms))
+        acts = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            acts.append(ProfilerActivity.CUDA)
+        with profile(activities=acts, record_shapes=True) as prof:
+            pot.evaluate(*call_args(atoms))
+            sync()
+    finally:
+        pot._steps = steps
+    key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    avg = prof.key_averages(group_by_input_shape=True)
+    return avg.table(sort_by=key, row_limit=rows, max_name_column_width=40,
+                     max_shapes_column_width=70)  # fmt: skip
+
+
+def module_forward_ms(pot, atoms) -> dict[str, float]:
+    """Forward CUDA time of named modules (summed over calls) in one eager call."""
+    model = pot.model
+    names = {"descriptor.radial_embedding", "descriptor.output_ffn", "fitting_net"}
+    for i, blk in enumerate(model.descriptor.blocks):
+        p = f"descriptor.blocks.{i}"
+        names |= {f"{p}.pre_so2_norm", f"{p}.so2_conv", f"{p}.post_so2_norm"}
+        names |= {f"{p}.so2_conv.message_node_grid_product", f"{p}.so2_conv.post_focus_mix"}
+        for j in range(len(blk.ffns)):
+            names |= {f"{p}.ffns.{j}", f"{p}.pre_ffn_norms.{j}", f"{p}.post_ffn_norms.{j}"}
+    events: dict[str, list] = defaultdict(list)
+    handles = []
+    cuda = torch.cuda.is_available()
+    for name, mod in model.named_modules():
+        if name not in names:
+            continue
+
+        def pre(m, args, name=name):
+            if cuda:
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                events[name].append([ev, None])
+            else:
+                events[name].append([time.perf_counter(), None])
+
+        def post(m, args, out, name=name):
+            if cuda:
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                events[name][-1][1] = ev
+            else:
+                events[name][-1][1] = time.perf_counter()
+
+        handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+    steps, pot._steps = pot._steps, None
+    try:
+        sync()
+        t0 = time.perf_counter()
+        pot.evaluate(*call_args(atoms))
+        sync()
+        total = 1e3 * (time.perf_counter() - t0)
+    finally:
+        pot._steps = steps
+        for h in handles:
+            h.remove()
+    out = {"eager call (fwd + bwd)": total}
+    for name, pairs in sorted(events.items()):
+        if cuda:
+            out[name] = sum(a.elapsed_time(b) for a, b in pairs if b is not None)
+        else:
+            out[name] = 1e3 * sum(b - a for a, b in pairs if b is not None)
+    return out
+
+
+# ------------------------------------------------------------------ compile variants
+def pure_torch_modules(model):
+    from mdband.model.block import InteractionBlock
+    from mdband.model.energy import FittingNet
+    from mdband.model.ffn import EquivariantFFN
+    from mdband.model.layers import EquivariantRMSNorm, SO3Linear
+    from mdband.model.message_grid import MessageNodeSO3
+    from mdband.model.radial import RadialMLP
+
+    kinds = (EquivariantFFN, EquivariantRMSNorm, SO3Linear, MessageNodeSO3, RadialMLP, FittingNet)
+    found = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, kinds) and not isinstance(mod, InteractionBlock):
+            # the outermost match only: a compiled module's children are compiled with it
+            if not any(name.startswith(f + ".") for f, _ in found):
+                found.append((name, mod))
+    return found
+
+
+def fused_entry_points():
+    """(module, attribute) of every fused op or host-synchronising helper the model calls."""
+    from mdband.model import block, chunked, conv
+
+    pairs = []
+    for mod in (block, conv, chunked):
+        for attr in ("rotate_mix", "aggregate", "so2_mix_layer", "band_producer", "zonal_embed",
+                     "csr", "segment_sum", "edge_dot", "rotation_storage"):  # fmt: skip
+            if hasattr(mod, attr):
+                pairs.append((mod, attr))
+    return pairs
+
+
+def apply_variant(pot, variant: str):
+    """Compile ``pot``'s model per ``variant``; returns an undo function."""
+    model = pot.model
+    if variant == "modules":
+        for _, mod in pure_torch_modules(model):
+            mod.compile(dynamic=False)
+        return lambda: None
+    if variant == "breaks":
+        saved = []
+        for mod, attr in fused_entry_points():
+            fn = getattr(mod, attr)
+            saved.append((mod, attr, fn))
+            setattr(mod, attr, torch.compiler.disable(fn, recursive=True))
+        model.compile(dynamic=False)
+
+        def undo():
+            for mod, attr, fn in saved:
+                setattr(mod, attr, fn)
+
+        return undo
+    raise SystemExit(f"unknown variant {variant}")
+
+
+def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: str) -> dict:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    pot = potential(name, device)
+    base = {}
+    for n in sizes:
+        atoms = diamond(n)
+        base[n] = pot.evaluate(*call_args(atoms))
+    ref_ms = {n: median_ms(lambda: pot.evaluate(*call_args(diamond(n))), repeat) for n in sizes}
+    del pot
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    pot = potential(name, device)
+    undo = apply_variant(pot, variant)
+    row = {"config": name, "variant": variant}
+    try:
+        for n in sizes:
+            atoms = diamond(n)
+            t0 = time.perf_counter()
+            r = pot.evaluate(*call_args(atoms))
+            sync()
+            first = time.perf_counter() - t0
+            ms = median_ms(lambda: pot.evaluate(*call_args(atoms)), repeat)
+            r = pot.evaluate(*call_args(atoms))
+            row[str(n)] = {
+                "atoms": len(atoms),
+                "uncompiled_ms": ref_ms[n],
+                "compiled_ms": ms,
+                "first_call_s": first,
+                "max_force_diff": float(np.abs(r.forces - base[n].forces).max()),
+                "energy_diff": float(abs(r.energy - base[n].energy)),
+            }
+            print(json.dumps({"compile": {name: {variant: row[str(n)]}}}), flush=True)
+    except Exception as exc:  # a failing variant is a result, not the end of the run
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        print(json.dumps({"compile": {name: {variant: row["error"]}}}), flush=True)
+    finally:
+        undo()
+    return row
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", default=["mini", "default"])
+    ap.add_argument("--sizes", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--profile-size", type=int, default=8)
+    ap.add_argument("--variants", nargs="*", default=["modules", "breaks"])
+    ap.add_argument("--rows", type=int, default=45)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--budget-s", type=float, default=480.0, help="skip what would start later")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--stack-config", nargs="*", default=[],
+                    help="gpu_stack-L*-C*.json files whose best launches to use")  # fmt: skip
+    args = ap.parse_args(argv)
+    use_stack_configs(args.stack_config)
+    t_start = time.perf_counter()
+    res: dict = {"torch": torch.__version__, "profile": {}, "compile": []}
+    out = Path(os.environ.get("OUT", "benchmarks/out"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save():
+        (out / "profile.json").write_text(json.dumps(res, indent=1))
+
+    if args.profile_size:
+        for name in args.configs:
+            pot = potential(name, args.device)
+            calls = {}
+            for n in args.sizes:
+                atoms = diamond(n)
+                calls[len(atoms)] = median_ms(lambda: pot.evaluate(*call_args(atoms)), args.repeat)
+            print(json.dumps({"call_ms": {name: calls}}), flush=True)
+            res.setdefault("call_ms", {})[name] = calls
+            atoms = diamond(args.profile_size)
+            table = kernel_table(pot, atoms, args.rows)
+            print(f"== {name}: kernels of one eager call, {len(atoms)} atoms ==\n{table}")
+            mods = module_forward_ms(pot, atoms)
+            print(json.dumps({"module_forward_ms": {name: mods}}, indent=1), flush=True)
+            res["profile"][name] = {"kernels": table, "module_forward_ms": mods}
+            save()
+            del pot
+    for variant in args.variants:
+        for name in args.configs:
+            if time.perf_counter() - t_start > args.budget_s:
+                print(f"skipped {name}/{variant}: past the budget", flush=True)
+                continue
+            res["compile"].append(run_variant(name, variant, args.sizes, args.repeat, args.device))
+            save()
+    print(f"done in {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
