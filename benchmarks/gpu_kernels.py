@@ -45,6 +45,7 @@ if "mdband" not in sys.modules:
 from mdband.kernels import _common as cm  # noqa: E402
 from mdband.kernels.aggregate import aggregate  # noqa: E402
 from mdband.kernels.band_producer import band_producer  # noqa: E402
+from mdband.kernels.edge_dot import edge_dot  # noqa: E402
 from mdband.kernels.force_assembly import force_assembly  # noqa: E402
 from mdband.kernels.rotate_mix import mixer_size, rotate_mix  # noqa: E402
 from mdband.kernels.zonal import zonal_embed  # noqa: E402
@@ -179,6 +180,15 @@ def run_force(c):
     return list(force_assembly(c["g"], c["v"], c["src"], c["dst"], c["N"]))
 
 
+def run_edge_dot(c):
+    """edge_dot of (N, H, C/H) node rows (attention q·k) and its (gq, gk)."""
+    N, H = c["N"], max(c["H"], 1)
+    q = _leaf(c["x"][:, 0].reshape(N, H, -1))
+    k = _leaf(c["x"][:, 1].reshape(N, H, -1))
+    out = edge_dot(q, k, c["dst"], c["src"], cm.csr(c["dst"], N), cm.csr(c["src"], N))
+    return [out, *_grads(out, [q, k], c["logits"][:, :H].contiguous())]
+
+
 # ---------------------------------------------------------------------------- checks
 class Checks:
     def __init__(self):
@@ -298,6 +308,11 @@ def run_checks(device, full, E, N):
                 tri = run_producer(c)
             for name, a, b in zip(["band", "gv"], tri, ref):
                 checks.add("band_producer", f"L={L} E={E}", dtype, name, "rel", rel(a, b), thr)
+    for H in (1, 2):
+        c64 = make_case(E, N, 64, 1, 1, device, seed=50 + H, H=H)
+        names = ["out", "gq", "gk"]
+        compare_to_reference(checks, f"edge_dot[H={H}]", f"E={E} N={N} C=64", run_edge_dot, c64,
+                             cast(c64, F32), names)  # fmt: skip
     c64 = make_case(E, N, 4, 1, 1, device, seed=99)
     with cm.force_backend("reference"):
         ref = run_force(c64)
@@ -418,6 +433,21 @@ def run_timing(device, E, N, C, L, H, R, with_reference):
         with cm.force_backend("reference"):
             t_ref = bench(lambda: torch.ops.mdband.force_assembly(*fa), device)
     rows.append(_row("force_assembly", "fwd", "-", t_tri, t_ref))
+    q = c["x"][:, 0].reshape(N, 1, -1).contiguous()
+    kk = c["x"][:, 1].reshape(N, 1, -1).contiguous()
+    ed = (q, kk, c["dst"], c["src"], dperm, dptr, sperm, sptr)
+    g1 = c["logits"][:, :1].contiguous()
+    for pas, fn in (
+        ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
+        ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
+    ):
+        with cm.force_backend("triton"):
+            t_tri = bench(fn, device)
+        t_ref = None
+        if with_reference:
+            with cm.force_backend("reference"):
+                t_ref = bench(fn, device)
+        rows.append(_row("edge_dot", pas, "-", t_tri, t_ref))
     return rows
 
 

@@ -1,8 +1,9 @@
 """Fused SeZM edge kernels: one op per module (torch reference + Triton kernel + triton_op).
 
-Modules: ``band_producer``, ``rotate_mix``, ``aggregate``, ``zonal`` (``zonal_embed``),
-``force_assembly`` and the gate ``capability``; import the op functions from their modules
-(``from mdband.kernels.rotate_mix import rotate_mix``).
+Modules: ``band_producer``, ``rotate_mix``, ``so2_stack`` (``so2_mix_layer``), ``edge_dot``,
+``aggregate``, ``zonal`` (``zonal_embed``), ``force_assembly`` and the gate ``capability``;
+import the op functions from their modules (``from mdband.kernels.rotate_mix import
+rotate_mix``).
 
 Every op reads the rotation storage in either layout (BAND or DENSE) through the tables of
 ``mdband.so3.storage``; CUDA tensors of fp32/fp64 run the Triton kernel, anything else the torch

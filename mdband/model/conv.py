@@ -16,6 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mdband.kernels._common import segment_sum
 from mdband.kernels.aggregate import aggregate
+from mdband.kernels.edge_dot import edge_dot as fused_edge_dot
 from mdband.kernels.rotate_mix import rotate_mix
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
 from mdband.kernels.so2_stack import so2_mix_layer
@@ -51,8 +52,13 @@ class _EdgeDot(torch.autograd.Function):
         return gq, gk, None, None, None, None
 
 
-def edge_dot(q, k, ec):
-    """Per-edge dot products of destination rows of q and source rows of k: (E, K)."""
+def edge_dot(q, k, ec, fused: bool = False):
+    """Per-edge dot products of destination rows of q and source rows of k: (E, K).
+
+    ``fused``: the Triton op (differentiable once: force evaluation); otherwise the torch
+    function, differentiable to any order (training)."""
+    if fused:
+        return fused_edge_dot(q, k, ec.dst, ec.src, ec.dst_csr(), ec.src_csr())
     return _EdgeDot.apply(q, k, ec.dst, ec.src, ec.dst_csr(), ec.src_csr())
 
 
@@ -272,7 +278,8 @@ class SO2Convolution(nn.Module):
         E = ec.src.shape[0]
         F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
         q, k, _ = nodes
-        logits = edge_dot(q[ec.rows], k, ec).reshape(E, F, H) * hd**-0.5
+        fused = self.settings.ops_on(q)
+        logits = edge_dot(q[ec.rows], k, ec, fused).reshape(E, F, H) * hd**-0.5
         logits = logits + torch.einsum(
             "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
         )

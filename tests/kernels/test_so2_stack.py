@@ -7,6 +7,7 @@ import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import so2_stack as ss
+from mdband.kernels._stack_launch import ELEMENTWISE_BE
 from mdband.kernels.so2_stack import (
     so2_mix_layer,
     so2_mix_layer_bwd_reference,
@@ -215,7 +216,7 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), shape)
     assert ss.linear_config("tf32x3", 2, 16) == shape["linear"]
     assert ss.gate_config(2, 16) == shape["gate"]
-    assert ss.gate_config(3, 16)["BE"] == ss.ELEMENTWISE_BE  # other shapes keep the default
+    assert ss.gate_config(3, 16)["BE"] == ELEMENTWISE_BE  # other shapes keep the default
     x, w0, wm, wg, gy = _inputs(2, 16, 1, 37)
     xa = x.clone().requires_grad_(True)
     want, _ = so2_mix_layer_reference(xa, w0, wm, wg, 2, True)
