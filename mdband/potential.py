@@ -342,7 +342,8 @@ class Potential:
 
     def evaluate_vectors(self, types, src, dst, vectors):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
-        from numpy edge arrays whose atoms are all local (N = len(types); ``vectors`` (E, 3) Å).
+        from edge arrays (numpy, or tensors on any device) whose atoms are all local
+        (N = len(types); ``vectors`` (E, 3) Å).
 
         On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
@@ -351,6 +352,8 @@ class Potential:
         dev = self.device
 
         def t(a):
+            if isinstance(a, torch.Tensor):
+                return a.to(dev)
             return torch.as_tensor(np.ascontiguousarray(a), device=dev)
 
         return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))

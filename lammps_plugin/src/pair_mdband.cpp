@@ -226,6 +226,9 @@ PairMdband::PairMdband(LAMMPS *lmp) : Pair(lmp)
   comm_stride = comm_offset = comm_width = 0;
   ncalls = 0;
   t_edges = t_python = t_post = 0.0;
+  listed = list_sent = false;
+  list_nall = -1;
+  list_sends = 0;
   std::fill(out, out + 7, 0.0);
   out_freq = 100;
   out_atomic = 0;
@@ -240,9 +243,9 @@ PairMdband::~PairMdband()
   if (ncalls && std::getenv("MDBAND_TIMING")) {
     std::fprintf(stderr,
                  "mdband rank %d (%s): %ld calls; per call: edges %.3f ms, python %.3f ms, "
-                 "forces %.3f ms; last step %zu edges\n",
+                 "forces %.3f ms; last step %zu edges; neighbour lists sent %ld\n",
                  comm->me, device_used.c_str(), ncalls, 1e3 * t_edges / ncalls,
-                 1e3 * t_python / ncalls, 1e3 * t_post / ncalls, src.size());
+                 1e3 * t_python / ncalls, 1e3 * t_post / ncalls, src.size(), list_sends);
   }
   if (bridge && Py_IsInitialized()) {
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -401,6 +404,8 @@ void PairMdband::coeff(int narg, char **arg)
       PyObject *w = PyObject_GetAttrString(made, "exchange_width");
       if (w) width = PyLong_AsLong(w);
       Py_XDECREF(w);
+      listed = PyObject_HasAttrString(made, "compute_listed") == 1;
+      list_sent = false;
       PyObject *dev = PyObject_GetAttrString(made, "device_name");
       if (dev && PyUnicode_Check(dev)) device_used = PyUnicode_AsUTF8(dev);
       Py_XDECREF(dev);
@@ -499,22 +504,32 @@ void PairMdband::compute(int eflag, int vflag)
   double **f = atom->f;
   const double t0 = wall_time();
 
-  // ---- edges: centre (dst) local, neighbour (src) local or ghost, 0 < r < cutoff
+  // ---- edges: centre (dst) local, neighbour (src) local or ghost, 0 < r < cutoff; or, on the
+  // listed path, the list's pairs when LAMMPS rebuilt it (between builds atoms keep their rows)
   const double rc2 = cutoff * cutoff;
-  src.clear();
-  dst.clear();
-  vec.clear();
+  const bool use_list = listed && model_files.size() == 1 && comm->nprocs == 1;
+  const bool send_list = use_list && (neighbor->ago == 0 || !list_sent || nall != list_nall);
   const int inum = list->inum;
   const int *ilist = list->ilist;
   const int *numneigh = list->numneigh;
   int **firstneigh = list->firstneigh;
-  for (int ii = 0; ii < inum; ii++) {
+  if (!use_list || send_list) {
+    src.clear();
+    dst.clear();
+    vec.clear();
+  }
+  for (int ii = 0; ii < inum && (!use_list || send_list); ii++) {
     const int i = ilist[ii];
     const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
     const int *jlist = firstneigh[i];
     const int jnum = numneigh[i];
     for (int jj = 0; jj < jnum; jj++) {
       const int j = jlist[jj] & NEIGHMASK;
+      if (use_list) {    // every pair: the bridge selects those within the cutoff each step
+        src.push_back(j);
+        dst.push_back(i);
+        continue;
+      }
       const double dx = x[j][0] - xi, dy = x[j][1] - yi, dz = x[j][2] - zi;
       const double r2 = dx * dx + dy * dy + dz * dz;
       if (r2 < rc2 && r2 > COINCIDENT_R2) {
@@ -525,6 +540,11 @@ void PairMdband::compute(int eflag, int vflag)
         vec.push_back(dz);
       }
     }
+  }
+  if (send_list) {
+    list_sent = true;
+    list_nall = nall;
+    list_sends++;
   }
   fbuf.assign(3 * static_cast<size_t>(nall), 0.0);
   // committee: this step's row (once per step) and/or a deviation asked for by fix pair
@@ -567,10 +587,18 @@ void PairMdband::compute(int eflag, int vflag)
                               a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out, a_dv, a_da);
     Py_XDECREF(a_dv);
     Py_XDECREF(a_da);
+  } else if (use_list) {
+    PyObject *a_x = view(&x[0][0], sizeof(double) * 3 * nall, false);
+    PyObject *l_src = send_list ? a_src : Py_None;
+    PyObject *l_dst = send_list ? a_dst : Py_None;
+    res = PyObject_CallMethod(bridge, "compute_listed", "iiOOOOOOOO", nlocal, nall - nlocal,
+                              a_type, a_x, l_src, l_dst, a_f, a_ea, a_va, a_out);
+    Py_XDECREF(a_x);
   } else {
     res = PyObject_CallMethod(bridge, "compute", "iiOOOOOOOO", nlocal, nall - nlocal, a_type,
                               a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out);
   }
+  if (!res) list_sent = false;    // the bridge may not hold the list: send it again
   for (PyObject *o : {a_type, a_src, a_dst, a_vec, a_f, a_ea, a_va, a_out}) Py_XDECREF(o);
   if (!res) {
     const std::string msg = python_error();

@@ -15,6 +15,9 @@ from mdband.potential import Potential
 
 _CACHE: dict[tuple, Potential] = {}
 
+#: pairs closer than this (Å²) are left out, as the plugin and :mod:`mdband.graph` do
+COINCIDENT_R2 = 1e-10
+
 # LAMMPS' order of the six virial components
 _VOIGT_A = [0, 1, 2, 0, 0, 1]
 _VOIGT_B = [0, 1, 2, 1, 2, 2]
@@ -97,6 +100,8 @@ class LammpsModel:
         self.last_exchange_calls = 0
         self.last_path = ""  # "owners" (one rank) or "exchange", for tests and logs
         self.last_virial = None  # (3, 3) −Σ g ⊗ vec of the rank's edges in the last compute
+        self._list = None  # compute_listed: (n_all, rows, owners, centres) of LAMMPS' list
+        self.list_copies = 0  # neighbour lists taken by compute_listed
         self.announce = True  # print which path a single rank takes
 
     @property
@@ -167,6 +172,10 @@ class LammpsModel:
             f, e_local, w6, va, w33 = self._compute_exchange(
                 nlocal, n_all, ltypes, src_np, dst_np, vec_np, vatom is not None
             )
+        self._write(n_all, f, e_local, w6, va, w33, forces, eatom, vatom, out)
+
+    def _write(self, n_all, f, e_local, w6, va, w33, forces, eatom, vatom, out) -> None:
+        """Results into the plugin's buffers (rows beyond f's stay as they were: zero)."""
         self.last_virial = w33.cpu().numpy()
         head = torch.cat([e_local.sum().reshape(1), w6])
         np.frombuffer(out, dtype=np.float64)[:] = head.cpu().numpy()
@@ -177,6 +186,63 @@ class LammpsModel:
         if vatom is not None:
             vv = np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)
             vv[: va.shape[0]] = va.cpu().numpy()
+
+    def compute_listed(self, nlocal, nghost, types, x, src, dst, forces, eatom, vatom, out):
+        """One step from the positions ``x`` float64 (n_all, 3) of local and ghost atoms, with
+        LAMMPS' full neighbour list (``src``/``dst`` int64 (E,), skin pairs included) only on
+        steps where LAMMPS rebuilt it (None otherwise: between builds atoms keep their rows).
+
+        The plugin takes this path on one rank with one model. The pairs stay on the model's
+        device with each neighbour's owner; every step the positions are copied over, the
+        edge vectors formed there and the pairs within the cutoff selected (as the plugin
+        does on the host for :meth:`compute`). Buffers as for :meth:`compute`.
+        """
+        n_all = nlocal + nghost
+        x_np = np.frombuffer(x, dtype=np.float64).reshape(n_all, 3)
+        if src is not None:
+            self._list = self._take_list(nlocal, n_all, src, dst)
+            self.list_copies += 1
+        elif self._list is None or self._list[0] != n_all:
+            raise MdbandError("pair_style mdband: no neighbour list from LAMMPS yet")
+        _, rows, owner_src, dst_t = self._list
+        if owner_src is None:  # no owner map (outside LAMMPS): the edges through compute()
+            r_src, r_dst = rows.cpu().numpy(), dst_t.cpu().numpy()
+            vec = x_np[r_src] - x_np[r_dst]
+            keep = self._within_cutoff(torch.from_numpy(vec)).numpy()
+            return self.compute(nlocal, nghost, types, np.ascontiguousarray(r_src[keep]),
+                                np.ascontiguousarray(r_dst[keep]), np.ascontiguousarray(vec[keep]),
+                                forces, eatom, vatom, out)  # fmt: skip
+        dev = self.potential.device
+        x_t = torch.tensor(x_np, device=dev)  # the plugin's view is read-only: a copy
+        vec = x_t.index_select(0, rows) - x_t.index_select(0, dst_t)
+        keep = torch.nonzero(self._within_cutoff(vec))[:, 0]  # one count back to the host
+        ltypes = np.frombuffer(types, dtype=np.int32)[:nlocal].astype(np.int64)
+        self.last_path = "owners"
+        self.last_exchange_calls = 0
+        f, e_local, w6, va, w33 = self._compute_owned(
+            self._lut_np[ltypes], owner_src[keep], dst_t[keep], vec[keep], vatom is not None
+        )
+        self._write(n_all, f, e_local, w6, va, w33, forces, eatom, vatom, out)
+
+    def _within_cutoff(self, vec: torch.Tensor) -> torch.Tensor:
+        """Pairs the evaluation keeps: 0 < r² (above the plugin's coincidence bound) < rc²."""
+        r2 = (vec * vec).sum(1)
+        return (r2 < self.cutoff * self.cutoff) & (r2 > COINCIDENT_R2)
+
+    def _take_list(self, nlocal, n_all, src, dst):
+        """(n_all, neighbour rows, their owners (None without an owner map), centres) of a
+        new LAMMPS list, as device tensors; the owners come from one forward communication."""
+        dev = self.potential.device
+        src_np = np.frombuffer(src, dtype=np.int64)
+        rows = torch.from_numpy(src_np.copy()).to(dev)
+        dst_t = torch.from_numpy(np.frombuffer(dst, dtype=np.int64).copy()).to(dev)
+        owner = self.owners(n_all, nlocal) if self.single_rank else None
+        if owner is not None and self.last_path != "owners" and self.announce:
+            print("pair_style mdband: one rank, LAMMPS' neighbour list kept on "
+                  f"{self.device_name} between its builds, ghost atoms mapped to their owners; "
+                  f"CUDA graphs {self.potential.cuda_graphs}", flush=True)  # fmt: skip
+        owner_src = None if owner is None else torch.from_numpy(owner[src_np]).to(dev)
+        return n_all, rows, owner_src, dst_t
 
     def _compute_exchange(self, nlocal, n_all, ltypes, src, dst, vec, per_atom_virial):
         """Local + ghost atoms as nodes, ghost features refreshed by the per-layer exchange."""
@@ -204,9 +270,7 @@ class LammpsModel:
             w6 = virial[_VOIGT_B, _VOIGT_A]
             return f, atom_e, w6, None, virial
         dev = pot.device
-        src_t = torch.from_numpy(src).to(dev)
-        dst_t = torch.from_numpy(dst).to(dev)
-        vec_t = torch.from_numpy(vec).to(dev)
+        src_t, dst_t, vec_t = (torch.as_tensor(a, device=dev) for a in (src, dst, vec))
         res = pot.evaluate_edges(torch.from_numpy(types).to(dev), src_t, dst_t, vec_t)
         return self._assemble(res, src_t, dst_t, vec_t, n, n, per_atom_virial)
 
