@@ -9,6 +9,8 @@ the one a fresh list would give.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from ase.calculators.calculator import Calculator as _AseCalculator
 from ase.calculators.calculator import all_changes
@@ -75,6 +77,10 @@ class Calculator(_AseCalculator):
             self.potential = load_model(model, device=device, dtype=dtype or "float32", head=head)
         self._neighbours = self.potential.neighbour_list(skin)
         self.skin = self._neighbours.skin
+        #: wall seconds spent in evaluations (neighbour list and model, results on the host)
+        #: and their number: what ``mdband run`` reports as time in the model
+        self.model_seconds = 0.0
+        self.model_calls = 0
 
     def _check_matches(self, device, dtype) -> None:
         from mdband.potential import resolve_device, resolve_dtype
@@ -117,7 +123,10 @@ class Calculator(_AseCalculator):
         cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
-        res = self._evaluate(positions, cell, pbc, numbers)
+        t0 = time.perf_counter()
+        res = self._evaluate(positions, cell, pbc, numbers)  # numpy out: the device is done
+        self.model_seconds += time.perf_counter() - t0
+        self.model_calls += 1
         self.results = {
             "energy": res.energy,
             "free_energy": res.energy,

@@ -285,6 +285,7 @@ class _Run:
     def _loop(self) -> RunResult:
         c, start = self.c, self.p.start_step
         t0 = time.perf_counter()
+        model_s0 = getattr(self.atoms.calc, "model_seconds", None)
         outputs.clean_temps(c)
         if self.p.plan.log_size is not None:
             os.truncate(c.log, self.p.plan.log_size)  # drop the rows after the checkpoint
@@ -319,6 +320,9 @@ class _Run:
             self.writer.close()
         extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
         extra += self._final()
+        if model_s0 is not None and c.steps > start:
+            in_model = self.atoms.calc.model_seconds - model_s0
+            extra.append(time_split(wall, in_model, c.steps - start))
         summary = self.reporter.finish(c.steps, len(self.atoms), extra)
         return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
 
@@ -347,6 +351,14 @@ class _Run:
             except (ArithmeticError, np.linalg.LinAlgError, StructureError) as exc:
                 raise self._diverged(step, f"the integrator failed ({exc})") from None
         self._check_finite(step)
+
+
+def time_split(wall: float, model: float, steps: int) -> str:
+    """The summary line splitting a step's wall time between the model and everything else."""
+    per, in_model = 1e3 * wall / steps, 1e3 * model / steps
+    return (f"Time per step: {per:.2f} ms, of which {in_model:.2f} ms in the model (forces, "
+            f"neighbour list) and {per - in_model:.2f} ms elsewhere (integrator, trajectory, "
+            "checkpoints, output)")  # fmt: skip
 
 
 @contextmanager

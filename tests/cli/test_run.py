@@ -1,6 +1,7 @@
 """``mdband run``: TOML + flags, resume, and one-line errors (exit 2) that change no file."""
 
 import json
+import re
 
 import ase.io
 import numpy as np
@@ -50,6 +51,11 @@ def test_toml_and_flags(work):
         assert cfg["structure"] == str(work / "ar.xyz")  # relative to the TOML file
     log = (work / "r.log").read_text()
     assert "Finished at step 20" in log and log.count("\n") > 5
+    # the summary splits a step's time between the model and the rest of the loop
+    m = re.search(r"Time per step: ([0-9.]+) ms, of which ([0-9.]+) ms in the model", log)
+    assert m, log
+    per, in_model = float(m.group(1)), float(m.group(2))
+    assert 0 < in_model < per
 
 
 def test_resume_from_the_checkpoint_alone(work):
