@@ -265,9 +265,7 @@ class StepGraphs:
         if not self.capture:
             return step.compute(pot)
         if step.graph is not None:
-            step.graph.replay()
-            self.n_replays += 1
-            return _copies(step.outputs)
+            return self._replay(step, pot)
         if step.calls >= 2 and not self.disabled_reason and not step.chunked:
             try:
                 self._capture(step, pot)
@@ -278,10 +276,15 @@ class StepGraphs:
             except Exception as exc:  # an op that cannot be captured: stay eager from now on
                 self._give_up(exc)
             else:
-                step.graph.replay()
-                self.n_replays += 1
-                return _copies(step.outputs)
+                return self._replay(step, pot)
         return self._on_stream(lambda: step.compute(pot))
+
+    def _replay(self, step: DeviceStep, pot):
+        step.graph.replay()
+        self.n_replays += 1
+        if hasattr(pot.model, "last_chunks"):
+            pot.model.last_chunks = 1  # captured buckets are never chunked (no forward ran)
+        return _copies(step.outputs)
 
     def _on_stream(self, fn):
         cur = torch.cuda.current_stream(self.device)

@@ -323,3 +323,45 @@ def test_buckets_the_budget_chunks_are_not_captured(budget, chunked):
                     config=cfg, device="cpu", dtype="float64")  # fmt: skip
     assert pot.would_chunk(8, 400) is chunked
     assert sg.DeviceStep(pot, "positions", 8, 448).chunked is chunked
+
+
+def test_replay_after_a_chunked_call_reports_one_chunk():
+    """A replayed graph runs no forward: its Result must not repeat the chunk count of an
+    earlier chunked (eager) call."""
+    from mdband.model.factory import build_sezm
+    from mdband.potential import Potential
+
+    cfg = small_config()
+    small, big = frame(), frame() * (2, 1, 1)
+    est = potential().model.descriptor.memory_estimate(torch.float64)
+
+    def unchunked(atoms):
+        g = build_edge_graph(atoms.positions, atoms.cell.array, atoms.pbc, cfg["rcut"])
+        return est.unchunked(len(atoms), sg.edge_capacity(g.n_edges))
+
+    budget = str(int(unchunked(small) * 1.02))  # bytes: the small cell fits, the big one chunks
+    model = build_sezm(cfg, potential().model.state_dict(), {"memory_budget": budget})
+    pot = Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=cfg["rcut"],
+                    config=cfg, device="cpu", dtype="float64")  # fmt: skip
+    runner = sg.StepGraphs(pot, capture=False)
+    runner.capture = True
+    runner._on_stream = lambda fn: fn()
+
+    class FrozenGraph:  # as a CUDA graph: replay rewrites the captured outputs, no forward runs
+        def replay(self):
+            pass
+
+    def capture(step, pot):
+        step.outputs = step.compute(pot)
+        step.graph = FrozenGraph()
+
+    runner._capture = capture
+    pot._steps = runner
+
+    def chunks(atoms):
+        return pot.evaluate(atoms.positions, atoms.cell.array, True,
+                            atoms.get_chemical_symbols()).chunks  # fmt: skip
+
+    assert [chunks(small), chunks(small)] == [1, 1]  # eager, then captured
+    assert chunks(big) > 1  # chunked: eager every call
+    assert chunks(small) == 1 and runner.n_replays == 2  # the capture replays once too

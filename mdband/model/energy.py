@@ -109,6 +109,10 @@ class SeZMEnergyModel(nn.Module):
         """Chunks of destination atoms the last forward used (1: unchunked)."""
         return self.descriptor.last_chunks
 
+    @last_chunks.setter
+    def last_chunks(self, n: int) -> None:  # a replayed CUDA graph ran no forward: it says 1
+        self.descriptor.last_chunks = int(n)
+
     def memory_budget_text(self, device) -> str:
         """The memory budget setting and what it resolves to on ``device`` (one line)."""
         return describe_budget(self.settings.memory_budget, device)
