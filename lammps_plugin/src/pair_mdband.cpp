@@ -507,7 +507,7 @@ void PairMdband::compute(int eflag, int vflag)
   // ---- edges: centre (dst) local, neighbour (src) local or ghost, 0 < r < cutoff; or, on the
   // listed path, the list's pairs when LAMMPS rebuilt it (between builds atoms keep their rows)
   const double rc2 = cutoff * cutoff;
-  const bool use_list = listed && model_files.size() == 1 && comm->nprocs == 1;
+  const bool use_list = listed && model_files.size() == 1;
   const bool send_list = use_list && (neighbor->ago == 0 || !list_sent || nall != list_nall);
   const int inum = list->inum;
   const int *ilist = list->ilist;

@@ -85,9 +85,9 @@ class PairMdband : public Pair {
   std::vector<double> devi_atom;            // per-atom force deviation of the local atoms
   void reduce_deviation(long long step, bool write_row, int nlocal);
 
-  // one rank, one model, a bridge with compute_listed: LAMMPS' full list goes to the bridge only
-  // after LAMMPS rebuilt it (its pairs, skin included, stay on the model's device; each step
-  // sends the positions); otherwise every step sends the edges within the cutoff
+  // one model, a bridge with compute_listed: LAMMPS' full list goes to the bridge only after
+  // LAMMPS rebuilt it (its pairs, skin included, stay on the model's device; each step sends
+  // the positions); a committee gets the edges within the cutoff every step
   bool listed;            // the bridge offers compute_listed
   bool list_sent;         // the bridge holds the pairs of the current list
   int list_nall;          // local + ghost atoms when the list was sent

@@ -192,10 +192,12 @@ class LammpsModel:
         LAMMPS' full neighbour list (``src``/``dst`` int64 (E,), skin pairs included) only on
         steps where LAMMPS rebuilt it (None otherwise: between builds atoms keep their rows).
 
-        The plugin takes this path on one rank with one model. The pairs stay on the model's
-        device with each neighbour's owner; every step the positions are copied over, the
-        edge vectors formed there and the pairs within the cutoff selected (as the plugin
-        does on the host for :meth:`compute`). Buffers as for :meth:`compute`.
+        The plugin takes this path with one model (committees use :meth:`compute`). The pairs
+        stay on the model's device, on one rank with each neighbour's owner; every step the
+        positions are copied over, the edge vectors formed there and the pairs within the
+        cutoff selected (as the plugin does on the host for :meth:`compute`), then evaluated
+        as :meth:`compute` does (owners on one rank, the per-layer exchange on several).
+        Buffers as for :meth:`compute`.
         """
         n_all = nlocal + nghost
         x_np = np.frombuffer(x, dtype=np.float64).reshape(n_all, 3)
@@ -205,23 +207,27 @@ class LammpsModel:
         elif self._list is None or self._list[0] != n_all:
             raise MdbandError("pair_style mdband: no neighbour list from LAMMPS yet")
         _, rows, owner_src, dst_t = self._list
-        if owner_src is None:  # no owner map (outside LAMMPS): the edges through compute()
-            r_src, r_dst = rows.cpu().numpy(), dst_t.cpu().numpy()
-            vec = x_np[r_src] - x_np[r_dst]
-            keep = self._within_cutoff(torch.from_numpy(vec)).numpy()
-            return self.compute(nlocal, nghost, types, np.ascontiguousarray(r_src[keep]),
-                                np.ascontiguousarray(r_dst[keep]), np.ascontiguousarray(vec[keep]),
-                                forces, eatom, vatom, out)  # fmt: skip
         dev = self.potential.device
         x_t = torch.tensor(x_np, device=dev)  # the plugin's view is read-only: a copy
         vec = x_t.index_select(0, rows) - x_t.index_select(0, dst_t)
         keep = torch.nonzero(self._within_cutoff(vec))[:, 0]  # one count back to the host
-        ltypes = np.frombuffer(types, dtype=np.int32)[:nlocal].astype(np.int64)
-        self.last_path = "owners"
-        self.last_exchange_calls = 0
-        f, e_local, w6, va, w33 = self._compute_owned(
-            self._lut_np[ltypes], owner_src[keep], dst_t[keep], vec[keep], vatom is not None
-        )
+        ltypes = np.frombuffer(types, dtype=np.int32).astype(np.int64)
+        per_atom_virial = vatom is not None
+        if owner_src is None:  # several ranks (or no owner map): the per-layer exchange
+            self.last_path = "exchange"
+            f, e_local, w6, va, w33 = self._compute_exchange(
+                nlocal, n_all, ltypes, rows[keep], dst_t[keep], vec[keep], per_atom_virial
+            )
+        else:
+            self.last_path = "owners"
+            self.last_exchange_calls = 0
+            f, e_local, w6, va, w33 = self._compute_owned(
+                self._lut_np[ltypes[:nlocal]],
+                owner_src[keep],
+                dst_t[keep],
+                vec[keep],
+                per_atom_virial,
+            )
         self._write(n_all, f, e_local, w6, va, w33, forces, eatom, vatom, out)
 
     def _within_cutoff(self, vec: torch.Tensor) -> torch.Tensor:
@@ -249,9 +255,7 @@ class LammpsModel:
         pot = self.potential
         dev = pot.device
         types_t = self._lut[torch.from_numpy(ltypes).to(dev)]
-        src_t = torch.from_numpy(src).to(dev)
-        dst_t = torch.from_numpy(dst).to(dev)
-        vec_t = torch.from_numpy(vec).to(dev)
+        src_t, dst_t, vec_t = (torch.as_tensor(a, device=dev) for a in (src, dst, vec))
         exchange = self.exchange_for(n_all, nlocal)
         res = pot.evaluate_edges(
             types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange, n_local=nlocal

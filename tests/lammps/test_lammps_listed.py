@@ -41,42 +41,52 @@ def _listed(model, frame, x, owner, src, dst, per_atom=True):
     return out, forces, eatom
 
 
-def _check(ref, out, forces, eatom, n):
+def _check(ref, out, forces, eatom, owner):
+    """Results against Potential.evaluate; ghost rows' forces (several ranks: LAMMPS adds them
+    to their owners) folded onto the owners."""
+    n = len(eatom)
+    folded = np.zeros((n, 3))
+    np.add.at(folded, owner, forces)
     assert out[0] == pytest.approx(ref.energy, rel=1e-12)
-    np.testing.assert_allclose(forces[:n], ref.forces, rtol=0, atol=1e-11)
-    assert not forces[n:].any()
+    np.testing.assert_allclose(folded, ref.forces, rtol=0, atol=1e-11)
     np.testing.assert_allclose(eatom, ref.atom_energy, rtol=0, atol=1e-12)
     np.testing.assert_allclose(out[1:], [ref.virial[a, b] for a, b in VOIGT], rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("nprocs,path", [(1, "owners"), (2, "exchange")])
 @pytest.mark.parametrize("per_atom", [True, False])
 @pytest.mark.parametrize("kind", ["mp2", "sezm"])
-def test_list_once_positions_every_step(kind, per_atom, frame):
+def test_list_once_positions_every_step(kind, per_atom, nprocs, path, frame):
     """Steps between two builds send only positions: the kept pairs (skin included) give the
-    same results as a fresh evaluation of the moved atoms; the list is copied once."""
+    same results as a fresh evaluation of the moved atoms, on one rank (ghosts as owners) and
+    on several (the per-layer exchange); the list is copied once."""
     pot = _potential(kind)
     n = len(frame.positions)
     x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff + SKIN)
     r = np.linalg.norm(x[src] - x[dst], axis=1)
     assert (r >= pot.cutoff).sum() > len(src) // 4  # the list reaches well past the cutoff
-    model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), {"nprocs": 1},
+    model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), {"nprocs": nprocs},
                                backend=owner_backend(owner))  # fmt: skip
     ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
-    _check(ref, *_listed(model, frame, x, owner, src, dst, per_atom), n)
-    assert model.last_path == "owners" and model.list_copies == 1
+    out, forces, eatom = _listed(model, frame, x, owner, src, dst, per_atom)
+    _check(ref, out, forces, eatom, owner)
+    assert model.last_path == path and model.list_copies == 1
+    if path == "owners":
+        assert not forces[n:].any()
     image = x - frame.positions[owner]  # each row's periodic image shift, fixed between builds
     rng = np.random.default_rng(1)
     for _ in range(2):  # atoms move less than half the skin: LAMMPS keeps its list
         moved = frame.positions + rng.uniform(-0.3, 0.3, frame.positions.shape)
         ref = pot.evaluate(moved, frame.cell, True, frame.species)
-        out = _listed(model, frame, moved[owner] + image, owner, None, None, per_atom)
-        _check(ref, *out, n)
+        out, forces, eatom = _listed(model, frame, moved[owner] + image, owner, None, None,
+                                     per_atom)  # fmt: skip
+        _check(ref, out, forces, eatom, owner)
     assert model.list_copies == 1
 
 
-def test_list_without_owner_map_goes_through_compute(frame):
-    """No owner map (a backend that fills no ghost rows): the pairs within the cutoff are
-    evaluated by compute(), the per-layer exchange."""
+def test_list_without_owner_map_takes_the_exchange(frame):
+    """One rank but no owner map (a backend that fills no ghost rows): the pairs within the
+    cutoff go through the per-layer exchange."""
     pot = _potential("mp2")
     x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff + SKIN)
     model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), {"nprocs": 1},
