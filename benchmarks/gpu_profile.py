@@ -10,8 +10,8 @@ forces + virial through ``Potential.evaluate`` with its GPU neighbour list, CUDA
 
   - ``modules``: every pure-torch module compiled on its own (norms, linear maps, FFNs, the
     message-node grid, radial MLP, readout, fitting net);
-  - ``breaks``: the whole model compiled, with dynamo stopped at each fused op (graph breaks),
-    so that every stretch of torch code between two fused ops becomes one compiled region.
+  - ``breaks``: the setting ``compile=on``: the model compiled with a graph break at each
+    fused op, so that every stretch of torch code between two ops is one compiled region.
 
 Usage (device)::
 
@@ -47,10 +47,17 @@ def config(name: str) -> dict:
     return SeZMConfig(type_map=("C",)).to_dict()
 
 
-def potential(name: str, device: str):
-    from mdband.model.factory import random_potential
+def potential(name: str, device: str, **options):
+    """Random weights (seed 0, gain 0.5), float32; ``options`` are engine settings."""
+    from mdband.config import SeZMConfig
+    from mdband.model.factory import build_sezm, initialise_weights
+    from mdband.potential import Potential
 
-    return random_potential(config(name), seed=0, gain=0.5, device=device, dtype="float32")
+    cfg = config(name)
+    model = build_sezm(cfg, None, options)
+    initialise_weights(model, seed=0, gain=0.5)
+    return Potential(model, kind="sezm", type_map=["C"], cutoff=SeZMConfig.from_dict(cfg).rcut,
+                     config=cfg, device=device, dtype="float32")  # fmt: skip
 
 
 def sync() -> None:
@@ -181,39 +188,15 @@ def pure_torch_modules(model):
     return found
 
 
-def fused_entry_points():
-    """(module, attribute) of every fused op or host-synchronising helper the model calls."""
-    from mdband.model import block, chunked, conv
-
-    pairs = []
-    for mod in (block, conv, chunked):
-        for attr in ("rotate_mix", "aggregate", "so2_mix_layer", "band_producer", "zonal_embed",
-                     "csr", "segment_sum", "edge_dot", "rotation_storage"):  # fmt: skip
-            if hasattr(mod, attr):
-                pairs.append((mod, attr))
-    return pairs
-
-
-def apply_variant(pot, variant: str):
-    """Compile ``pot``'s model per ``variant``; returns an undo function."""
-    model = pot.model
+def compiled_potential(name: str, variant: str, device: str):
+    """A potential of ``name`` with the torch code compiled per ``variant``."""
+    if variant == "breaks":  # the compile=on setting: graph breaks at the fused ops
+        return potential(name, device, compile="on")
     if variant == "modules":
-        for _, mod in pure_torch_modules(model):
+        pot = potential(name, device)
+        for _, mod in pure_torch_modules(pot.model):
             mod.compile(dynamic=False)
-        return lambda: None
-    if variant == "breaks":
-        saved = []
-        for mod, attr in fused_entry_points():
-            fn = getattr(mod, attr)
-            saved.append((mod, attr, fn))
-            setattr(mod, attr, torch.compiler.disable(fn, recursive=True))
-        model.compile(dynamic=False)
-
-        def undo():
-            for mod, attr, fn in saved:
-                setattr(mod, attr, fn)
-
-        return undo
+        return pot
     raise SystemExit(f"unknown variant {variant}")
 
 
@@ -229,8 +212,7 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
     ref_ms = {n: median_ms(lambda: pot.evaluate(*call_args(diamond(n))), repeat) for n in sizes}
     del pot
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    pot = potential(name, device)
-    undo = apply_variant(pot, variant)
+    pot = compiled_potential(name, variant, device)
     row = {"config": name, "variant": variant}
     try:
         for n in sizes:
@@ -253,8 +235,6 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
     except Exception as exc:  # a failing variant is a result, not the end of the run
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         print(json.dumps({"compile": {name: {variant: row["error"]}}}), flush=True)
-    finally:
-        undo()
     return row
 
 

@@ -41,6 +41,7 @@ def load_model(
     recompute: str | bool | None = None,
     stack_precision: str | None = None,
     cuda_graphs: str | bool | None = None,
+    compile: str | bool | None = None,
     neighbour_list: str | None = None,
     memory_budget: str | int | None = None,
 ) -> Potential:
@@ -72,6 +73,9 @@ def load_model(
         ``"auto"`` (default) replays captured CUDA graphs for repeated evaluations on CUDA
         (edge list padded to a size bucket with edges beyond the cutoff, which contribute
         exactly zero); ``"off"`` launches every kernel from Python.
+    compile : {"off", "on"} or bool, optional
+        ``"on"``: ``torch.compile`` the SeZM model's torch code between its fused ops (the
+        first call of each new size compiles, tens of seconds on a GPU); ``"off"`` (default).
     neighbour_list : {"auto", "cell_list", "vesin"}, optional
         ``"auto"`` (default): the torch cell list on the GPU for CUDA models, vesin on the CPU
         for CPU models; ``"cell_list"`` / ``"vesin"`` force one.
@@ -90,6 +94,7 @@ def load_model(
         "recompute": recompute,
         "stack_precision": stack_precision,
         "cuda_graphs": cuda_graphs,
+        "compile": compile,
         "neighbour_list": neighbour_list,
         "memory_budget": memory_budget,
     }

@@ -31,6 +31,13 @@ neighbour_list     MDBAND_NEIGHBOUR_LIST    auto (default): the torch cell list 
                                             numpy for CPU models | cell_list: the torch
                                             cell list on any device | vesin: vesin on
                                             the CPU (a CUDA model copies the list over)
+compile            MDBAND_COMPILE           off (default) | on: torch.compile the SeZM
+                                            model's torch code between the fused ops
+                                            (one compiled stretch between two ops;
+                                            the first call of a new size compiles,
+                                            tens of seconds); chunked, recomputed and
+                                            LAMMPS-exchange evaluations stay eager;
+                                            training never compiles
 memory_budget      MDBAND_MEMORY_BUDGET     auto (default): on CUDA 90 % of the memory
                                             the GPU has free, on CPU no limit | off: no
                                             limit | a size ("8GB", "512MiB", "1.5 GiB",
@@ -52,6 +59,7 @@ ENV = {
     "recompute": "MDBAND_RECOMPUTE",
     "stack_precision": "MDBAND_STACK_PRECISION",
     "cuda_graphs": "MDBAND_CUDA_GRAPHS",
+    "compile": "MDBAND_COMPILE",
     "neighbour_list": "MDBAND_NEIGHBOUR_LIST",
     "memory_budget": "MDBAND_MEMORY_BUDGET",
 }
@@ -61,6 +69,7 @@ _CHOICES = {
     "recompute": ("off", "stack", "all"),
     "stack_precision": ("tf32x3", "ieee"),
     "cuda_graphs": ("auto", "off"),
+    "compile": ("off", "on"),
     "neighbour_list": ("auto", "cell_list", "vesin"),
 }
 _BOOL = {
@@ -112,6 +121,7 @@ def _check_budget(value, source: str = "memory_budget") -> str:
 _BOOL_MEANS = {
     "recompute": {True: "all", False: "off"},
     "cuda_graphs": {True: "auto", False: "off"},
+    "compile": {True: "on", False: "off"},
 }
 
 
@@ -122,6 +132,7 @@ class EngineSettings:
     recompute: str = "off"
     stack_precision: str = "tf32x3"
     cuda_graphs: str = "auto"
+    compile: str = "off"
     neighbour_list: str = "auto"
     memory_budget: str = "auto"
 

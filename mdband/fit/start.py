@@ -14,8 +14,8 @@ from mdband.fit.data import elements_of, fit_energy_shift
 
 #: engine settings of the model being trained: the torch path everywhere, whose backward is
 #: differentiable again (the force loss needs ∂²E/∂r∂w); the fused ops' closed-form backward ops
-#: are not, and the fused SO(2) layers give no weight gradients
-TRAIN_OPTIONS = {"kernels": "torch", "recompute": "off"}
+#: are not, and the fused SO(2) layers give no weight gradients; compiled graphs are not either
+TRAIN_OPTIONS = {"kernels": "torch", "recompute": "off", "compile": "off"}
 
 
 @dataclass

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels._common import csr, segment_sum
-from mdband.kernels.band_producer import band_producer
-from mdband.kernels.zonal import zonal_embed
+from mdband.kernels import _common
+from mdband.kernels import band_producer as _producer
+from mdband.kernels import zonal as _zonal
 from mdband.model.chunking import plan_for_budget, resolve_budget
+from mdband.model.compiling import compiled, opaque
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
     EnvironmentSeed,
@@ -30,7 +31,12 @@ from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
-from mdband.so3.wigner import rotation_storage
+from mdband.so3.wigner import rotation_storage as _rotation_storage
+
+# the fused ops (and the host-synchronising CSR build) are graph breaks under compile=on
+csr, segment_sum = opaque(_common.csr), opaque(_common.segment_sum)
+band_producer, zonal_embed = opaque(_producer.band_producer), opaque(_zonal.zonal_embed)
+rotation_storage = opaque(_rotation_storage)
 
 
 @dataclass
@@ -153,6 +159,7 @@ class SeZMDescriptor(nn.Module):
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
         self.deg_floor = 0.25 if cfg.version >= 1.1 else cfg.eps
         self.last_chunks = 1  # chunks the last forward used
+        self.__dict__["_compiled"] = None  # _unchunked under torch.compile (compile=on)
 
     def needs_rotations(self) -> bool:
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
@@ -231,7 +238,15 @@ class SeZMDescriptor(nn.Module):
             from mdband.model.chunked import chunked_descriptor
 
             return chunked_descriptor(self, types, src, dst, edge_vec, plan, exchange)
-        cfg = self.cfg
+        if exchange is None and self.settings.compile == "on" and self.recompute == "off":
+            if self._compiled is None:
+                self.__dict__["_compiled"] = compiled(self._unchunked)  # not a submodule
+            return self._compiled(types, src, dst, edge_vec)
+        return self._unchunked(types, src, dst, edge_vec, exchange)
+
+    def _unchunked(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
+        """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on)."""
+        cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N)
         te = self.type_embedding(types)  # (N, C)
         radial = self.radial_features(ec)

@@ -14,12 +14,13 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mdband.kernels import aggregate as _aggregate
+from mdband.kernels import rotate_mix as _rotate_mix
+from mdband.kernels import so2_stack as _so2_stack
 from mdband.kernels._common import segment_sum
-from mdband.kernels.aggregate import aggregate
 from mdband.kernels.edge_dot import edge_dot as fused_edge_dot
-from mdband.kernels.rotate_mix import rotate_mix
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
-from mdband.kernels.so2_stack import so2_mix_layer
+from mdband.model.compiling import opaque
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
     FocusLinear,
@@ -29,6 +30,10 @@ from mdband.model.so2 import (
     reduced_degree_index,
 )
 from mdband.so3 import storage as st
+
+# the fused ops are graph breaks under compile=on (see mdband.model.compiling)
+aggregate, rotate_mix = opaque(_aggregate.aggregate), opaque(_rotate_mix.rotate_mix)
+so2_mix_layer = opaque(_so2_stack.so2_mix_layer)
 
 
 class _EdgeDot(torch.autograd.Function):
@@ -52,6 +57,7 @@ class _EdgeDot(torch.autograd.Function):
         return gq, gk, None, None, None, None
 
 
+@opaque
 def edge_dot(q, k, ec, fused: bool = False):
     """Per-edge dot products of destination rows of q and source rows of k: (E, K).
 

@@ -1,0 +1,30 @@
+"""The ``compile`` engine setting: torch.compile of the SeZM model's torch code between its ops.
+
+Dynamo does not trace into mdband's fused ops (:func:`opaque` makes each call a graph break:
+their kernels read constant tables that fake tensors cannot stand in for), so every stretch
+of torch code between two ops (norms, FFNs and grid nets, radial MLPs, attention logits) is one
+compiled region with a compiled backward. Eager calls of the ops are unchanged.
+
+Measured on an H200 (``benchmarks/gpu_profile.py --variants breaks``, 4,096 atoms, user-level
+call, before the first kernel-speed fixes of 2026-12-01): DPA4-Mini 79.5 → 67.6 ms, the default
+config 204.4 → 189.3 ms; the first call of each new size compiles (25–38 s). Only the
+unchunked evaluation without a LAMMPS exchange and without recomputation is compiled; training
+never is (compiled graphs cannot be differentiated twice).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: torch.compile backend (tests use "aot_eager": the same graphs, no code generation)
+BACKEND = "inductor"
+
+
+def opaque(fn):
+    """``fn`` as a graph break under torch.compile; eager calls unchanged."""
+    return torch.compiler.disable(fn, recursive=True)
+
+
+def compiled(fn):
+    """``fn`` compiled for the shapes it meets (a new size recompiles, then dynamically)."""
+    return torch.compile(fn, backend=BACKEND, dynamic=False)
