@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -36,7 +35,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_deepmd import MINI, diamond  # noqa: E402
+from vs_deepmd import MINI, diamond, median_ms, sync  # noqa: E402
 
 
 def config(name: str) -> dict:
@@ -58,24 +57,6 @@ def potential(name: str, device: str, **options):
     initialise_weights(model, seed=0, gain=0.5)
     return Potential(model, kind="sezm", type_map=["C"], cutoff=SeZMConfig.from_dict(cfg).rcut,
                      config=cfg, device=device, dtype="float32")  # fmt: skip
-
-
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def median_ms(fn, repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(ts)
 
 
 def call_args(atoms):

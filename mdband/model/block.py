@@ -6,17 +6,19 @@ Block: ``x ← x + post_so2_norm(SO2Conv(pre_so2_norm(x)))``, then for each FFN 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels import _common
-from mdband.kernels import band_producer as _producer
-from mdband.kernels import zonal as _zonal
+from mdband.kernels._common import csr, segment_sum
+from mdband.kernels.band_producer import band_producer
+from mdband.kernels.zonal import zonal_embed
+from mdband.model import compiling
+from mdband.model import conv as _conv
 from mdband.model.chunking import plan_for_budget, resolve_budget
-from mdband.model.compiling import compiled, opaque
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
     EnvironmentSeed,
@@ -31,12 +33,10 @@ from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
-from mdband.so3.wigner import rotation_storage as _rotation_storage
+from mdband.so3.wigner import rotation_storage
 
-# the fused ops (and the host-synchronising CSR build) are graph breaks under compile=on
-csr, segment_sum = opaque(_common.csr), opaque(_common.segment_sum)
-band_producer, zonal_embed = opaque(_producer.band_producer), opaque(_zonal.zonal_embed)
-rotation_storage = opaque(_rotation_storage)
+#: what compile=on turns into graph breaks: the fused ops and the host-synchronising CSR build
+OPAQUE = ("csr", "segment_sum", "band_producer", "zonal_embed", "rotation_storage")
 
 
 @dataclass
@@ -240,7 +240,9 @@ class SeZMDescriptor(nn.Module):
             return chunked_descriptor(self, types, src, dst, edge_vec, plan, exchange)
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
-                self.__dict__["_compiled"] = compiled(self._unchunked)  # not a submodule
+                compiling.make_opaque(sys.modules[__name__], OPAQUE)
+                compiling.make_opaque(_conv, _conv.OPAQUE)
+                self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
             return self._compiled(types, src, dst, edge_vec)
         return self._unchunked(types, src, dst, edge_vec, exchange)
 

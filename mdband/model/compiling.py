@@ -1,6 +1,6 @@
 """The ``compile`` engine setting: torch.compile of the SeZM model's torch code between its ops.
 
-Dynamo does not trace into mdband's fused ops (:func:`opaque` makes each call a graph break:
+Dynamo does not trace into mdband's fused ops (:func:`make_opaque` makes each call a graph break:
 their kernels read constant tables that fake tensors cannot stand in for), so every stretch
 of torch code between two ops (norms, FFNs and grid nets, radial MLPs, attention logits) is one
 compiled region with a compiled backward. Eager calls of the ops are unchanged.
@@ -20,9 +20,16 @@ import torch
 BACKEND = "inductor"
 
 
-def opaque(fn):
-    """``fn`` as a graph break under torch.compile; eager calls unchanged."""
-    return torch.compiler.disable(fn, recursive=True)
+def make_opaque(module, names) -> None:
+    """Module attributes ``names`` become graph breaks under torch.compile (eager calls give
+    the same results). Done on the first compile only, so that a process which never compiles
+    keeps the plain functions (no wrapper on every call)."""
+    for name in names:
+        fn = getattr(module, name)
+        if not getattr(fn, "_mdband_opaque", False):
+            wrapped = torch.compiler.disable(fn, recursive=True)
+            wrapped._mdband_opaque = True
+            setattr(module, name, wrapped)
 
 
 def compiled(fn):

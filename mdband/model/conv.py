@@ -14,13 +14,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels import aggregate as _aggregate
-from mdband.kernels import rotate_mix as _rotate_mix
-from mdband.kernels import so2_stack as _so2_stack
 from mdband.kernels._common import segment_sum
+from mdband.kernels.aggregate import aggregate
 from mdband.kernels.edge_dot import edge_dot as fused_edge_dot
+from mdband.kernels.rotate_mix import rotate_mix
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
-from mdband.model.compiling import opaque
+from mdband.kernels.so2_stack import so2_mix_layer
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
     FocusLinear,
@@ -31,9 +30,8 @@ from mdband.model.so2 import (
 )
 from mdband.so3 import storage as st
 
-# the fused ops are graph breaks under compile=on (see mdband.model.compiling)
-aggregate, rotate_mix = opaque(_aggregate.aggregate), opaque(_rotate_mix.rotate_mix)
-so2_mix_layer = opaque(_so2_stack.so2_mix_layer)
+#: what compile=on turns into graph breaks (see mdband.model.compiling)
+OPAQUE = ("aggregate", "rotate_mix", "so2_mix_layer", "edge_dot")
 
 
 class _EdgeDot(torch.autograd.Function):
@@ -57,7 +55,6 @@ class _EdgeDot(torch.autograd.Function):
         return gq, gk, None, None, None, None
 
 
-@opaque
 def edge_dot(q, k, ec, fused: bool = False):
     """Per-edge dot products of destination rows of q and source rows of k: (E, K).
 
