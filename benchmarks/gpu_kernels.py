@@ -412,42 +412,37 @@ def run_timing(device, E, N, C, L, H, R, with_reference):
             rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
     v = c["v"]
     gb = c["gband"].to(F32)
-    for pas, fn in (
+    rows += _time_passes("band_producer", "band", device, with_reference, (
         ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
         ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
-    ):
-        with cm.force_backend("triton"):
-            t_tri = bench(fn, device)
-        t_ref = None
-        if with_reference:
-            with cm.force_backend("reference"):
-                t_ref = bench(fn, device)
-        rows.append(_row("band_producer", pas, "band", t_tri, t_ref))
+    ))  # fmt: skip
     dperm, dptr = perm, ptr
     sperm, sptr = cm.csr(c["src"], N)
     fa = (c["g"], v, c["src"], c["dst"], dperm, dptr, sperm, sptr)
-    with cm.force_backend("triton"):
-        t_tri = bench(lambda: torch.ops.mdband.force_assembly(*fa), device)
-    t_ref = None
-    if with_reference:
-        with cm.force_backend("reference"):
-            t_ref = bench(lambda: torch.ops.mdband.force_assembly(*fa), device)
-    rows.append(_row("force_assembly", "fwd", "-", t_tri, t_ref))
+    rows += _time_passes("force_assembly", "-", device, with_reference,
+                         (("fwd", lambda: torch.ops.mdband.force_assembly(*fa)),))  # fmt: skip
     q = c["x"][:, 0].reshape(N, 1, -1).contiguous()
     kk = c["x"][:, 1].reshape(N, 1, -1).contiguous()
     ed = (q, kk, c["dst"], c["src"], dperm, dptr, sperm, sptr)
     g1 = c["logits"][:, :1].contiguous()
-    for pas, fn in (
+    rows += _time_passes("edge_dot", "-", device, with_reference, (
         ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
         ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
-    ):
+    ))  # fmt: skip
+    return rows
+
+
+def _time_passes(op, layout, device, with_reference, passes):
+    """Rows of (pass, fn) timed on the Triton kernel and, if asked, on the torch reference."""
+    rows = []
+    for pas, fn in passes:
         with cm.force_backend("triton"):
             t_tri = bench(fn, device)
         t_ref = None
         if with_reference:
             with cm.force_backend("reference"):
                 t_ref = bench(fn, device)
-        rows.append(_row("edge_dot", pas, "-", t_tri, t_ref))
+        rows.append(_row(op, pas, layout, t_tri, t_ref))
     return rows
 
 

@@ -6,7 +6,7 @@ import math
 import h5py
 import numpy as np
 import pytest
-from rich.console import Console
+from run_helpers import argon_config, quiet
 
 from mdband.io.checkpoint import read_checkpoint
 from mdband.md import ConfigError, RunConfig, SimulationDivergedError, run
@@ -14,27 +14,8 @@ from mdband.md.guards import RunawayGuard
 
 
 def config(tmp_path, argon_xyz, lj_file, **kw):
-    base = dict(
-        structure=str(argon_xyz),
-        model=str(lj_file),
-        ensemble="nvt-langevin",
-        temperature=3000.0,
-        timestep=5.0,
-        steps=60,
-        seed=4,
-        traj_every=5,
-        checkpoint_every=10,
-        trajectory=str(tmp_path / "t.h5"),
-        checkpoint=str(tmp_path / "c.ckpt"),
-        dtype="float64",
-        progress=False,
-    )
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def quiet(tmp_path):
-    return Console(file=open(tmp_path / "console.txt", "a"))
+    base = dict(temperature=3000.0, steps=60, seed=4, checkpoint=str(tmp_path / "c.ckpt"), log=None)
+    return argon_config(tmp_path, argon_xyz, lj_file, "t", **{**base, **kw})
 
 
 def test_long_timestep_is_stopped(tmp_path, argon_xyz, lj_file, lj):

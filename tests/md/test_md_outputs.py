@@ -7,38 +7,18 @@ import shutil
 import h5py
 import pytest
 from rich.console import Console
+from run_helpers import argon_config, quiet
 
 from mdband.errors import MdbandError
 from mdband.io.checkpoint import CheckpointError, read_checkpoint
 from mdband.io.h5md import H5MDReader, TrajectoryError
 from mdband.io.locks import OutputLock, OutputLockedError
-from mdband.md import ConfigError, RunConfig, run
+from mdband.md import ConfigError, run
 from mdband.md.thermo import header as thermo_header
 
 
 def config(tmp_path, argon_xyz, lj_file, name="r", steps=20, **kw):
-    base = dict(
-        structure=str(argon_xyz),
-        model=str(lj_file),
-        ensemble="nvt-langevin",
-        temperature=80.0,
-        timestep=5.0,
-        steps=steps,
-        seed=5,
-        traj_every=5,
-        checkpoint_every=10,
-        trajectory=str(tmp_path / f"{name}.h5"),
-        checkpoint=str(tmp_path / f"{name}.ckpt"),
-        log=str(tmp_path / f"{name}.log"),
-        dtype="float64",
-        progress=False,
-    )
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def quiet(tmp_path):
-    return Console(file=open(tmp_path / "console.txt", "a"))
+    return argon_config(tmp_path, argon_xyz, lj_file, name, **{"steps": steps, "seed": 5, **kw})
 
 
 def files(directory):

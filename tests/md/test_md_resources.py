@@ -6,38 +6,18 @@ import errno
 import h5py
 import pytest
 import torch
-from rich.console import Console
+from run_helpers import argon_config, quiet
 from test_md_stops import Sabotaged
 
 from mdband.errors import ResourceExhaustedError
 from mdband.io.checkpoint import read_checkpoint
-from mdband.md import RunConfig, run
+from mdband.md import run
 from mdband.potential import Potential
 
 
 def config(tmp_path, argon_xyz, lj_file, **kw):
-    base = dict(
-        structure=str(argon_xyz),
-        model=str(lj_file),
-        ensemble="nvt-langevin",
-        temperature=80.0,
-        timestep=5.0,
-        steps=30,
-        seed=8,
-        traj_every=5,
-        checkpoint_every=10,
-        trajectory=str(tmp_path / "t.h5"),
-        checkpoint=str(tmp_path / "c.ckpt"),
-        log=str(tmp_path / "r.log"),
-        dtype="float64",
-        progress=False,
-    )
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def quiet(tmp_path):
-    return Console(file=open(tmp_path / "console.txt", "a"))
+    base = dict(steps=30, seed=8, checkpoint=str(tmp_path / "c.ckpt"), log=str(tmp_path / "r.log"))
+    return argon_config(tmp_path, argon_xyz, lj_file, "t", **{**base, **kw})
 
 
 def frames(path):

@@ -7,11 +7,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from rich.console import Console
+from run_helpers import argon_config, quiet
 
 from mdband.io.checkpoint import read_checkpoint
 from mdband.io.h5md import H5MDReader
-from mdband.md import RunConfig, RunInterrupted, SimulationDivergedError, run
+from mdband.md import RunInterrupted, SimulationDivergedError, run
 from mdband.potential import Potential
 from mdband.testing.lj import LennardJones
 
@@ -49,28 +49,7 @@ def potential(after=None, action="nan"):
 
 
 def config(tmp_path, argon_xyz, lj_file, name, **kw):
-    base = dict(
-        structure=str(argon_xyz),
-        model=str(lj_file),
-        ensemble="nvt-langevin",
-        temperature=80.0,
-        timestep=5.0,
-        steps=40,
-        seed=2,
-        traj_every=5,
-        checkpoint_every=10,
-        trajectory=str(tmp_path / f"{name}.h5"),
-        checkpoint=str(tmp_path / f"{name}.ckpt"),
-        log=str(tmp_path / f"{name}.log"),
-        dtype="float64",
-        progress=False,
-    )
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def quiet(tmp_path):
-    return Console(file=open(tmp_path / "console.txt", "a"))
+    return argon_config(tmp_path, argon_xyz, lj_file, name, **kw)
 
 
 def test_nan_stops_and_keeps_last_good_outputs(tmp_path, argon_xyz, lj_file):
