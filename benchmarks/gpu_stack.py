@@ -1,6 +1,7 @@
 """GPU check and launch sweep of the fused SO(2) mixing layer (``mdband::so2_mix_layer``).
 
-Checks both precisions (``ieee``, ``tf32x3``) forward and backward against a float64 reference,
+Checks every precision (``ieee``, ``tf32x3``, ``fp16x3``, ``fp16``) forward and backward against a
+float64 reference,
 times the op against mdband's torch path of the same layer (SO2Linear + GatedActivation, exact
 fp32 cuBLAS), sweeps launch configurations (linear kernel, then the gate kernels) and writes
 the fastest to ``$OUT/gpu_stack-L{lmax}-C{channels}.json`` (``benchmarks/gpu_model.py
@@ -25,7 +26,7 @@ from mdband.kernels import so2_stack as ss
 from mdband.model.so2 import GatedActivation, SO2Linear
 
 F64, F32 = torch.float64, torch.float32
-THRESHOLD = {"ieee": 2e-6, "tf32x3": 2e-5}  # max |err| / max |value|
+THRESHOLD = {"ieee": 2e-6, "tf32x3": 2e-5, "fp16x3": 2e-5, "fp16": 2e-3}  # max |err| / max |value|
 
 
 def inputs(L, C, F, E, device, seed=0):
@@ -45,7 +46,7 @@ def rel(a, b):
 
 def checks(device, L, C):
     rows = []
-    for prec, F, gated in itertools.product(("tf32x3", "ieee"), (1, 2), (True, False)):
+    for prec, F, gated in itertools.product(ss.PRECISIONS, (1, 2), (True, False)):
         E = 20000
         x, w0, wm, wg, gy = inputs(L, C, F, E, device, seed=F)
         xa = x.clone().requires_grad_(True)
@@ -82,7 +83,7 @@ def time_config(x, w0, wm, wg, gy, L, prec):
         }
 
 
-def timing(device, L, C, E, configs):
+def timing(device, L, C, E, configs, precisions=("tf32x3",)):
     x, w0, wm, wg, gy = (t.float() for t in inputs(L, C, 1, E, device))
     lin = SO2Linear(L, C, C, 1).to(device)
     act = GatedActivation(L, C, 1).to(device)
@@ -103,11 +104,12 @@ def timing(device, L, C, E, configs):
     out["torch_saved_MB"] = (torch.cuda.memory_allocated() - base) / 2**20
     y_t = None
     sweep = []
-    runs = [("tf32x3", c) for c in configs] + [("ieee", (64, 4, 2))]  # ieee: cuBLAS GEMMs
+    runs = [(p, c) for p in precisions for c in configs] + [("ieee", (64, 4, 2))]  # ieee: cuBLAS
     shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
     for prec, (be, warps, stages) in runs:
         ss.CONFIG[prec] = dict(BE=be, warps=warps, stages=stages)
-        shape.pop("linear", None)  # the sweep's launch, not a tuned one
+        for key in ("linear", "linear-fp16x3", "linear-fp16"):
+            shape.pop(key, None)  # the sweep's launch, not a tuned one
         try:
             row = time_config(x, w0, wm, wg, gy, L, prec)
         except Exception as exc:  # a config the compiler refuses (shared memory, registers)
@@ -117,7 +119,7 @@ def timing(device, L, C, E, configs):
         row.update(precision=prec, BE=be, warps=warps, stages=stages)
         row["linear_tflops"] = flop / row["linear_ms"] / 1e9
         sweep.append(row)
-        print(f"  {prec:6s} BE={be:3d} w={warps} s={stages}: "
+        print(f"  {prec:7s} BE={be:3d} w={warps} s={stages}: "
               f"fwd {row['fwd_ms']:6.2f} ms, "
               f"bwd {row['bwd_ms']:6.2f} ms, linear {row['linear_ms']:6.2f} ms "
               f"({row['linear_tflops']:.1f} TFLOP/s)", flush=True)  # fmt: skip
@@ -167,17 +169,25 @@ def main(argv=None):
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
-    ap.add_argument("--quick", action="store_true", help="sweep 5 configurations only")
+    ap.add_argument("--quick", action="store_true", help="sweep 6 configurations only")
+    ap.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["tf32x3", "fp16x3", "fp16"],
+        help="linear-kernel modes swept (ieee is always timed once)",
+    )
     args = ap.parse_args(argv)
     device = torch.device("cuda")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     result = {"gpu": torch.cuda.get_device_name(), "args": vars(args)}
     result["checks"] = checks(device, args.lmax, args.channels)
     if args.quick:
-        configs = [(128, 8, 2), (128, 8, 3), (64, 4, 2), (64, 4, 3), (256, 8, 2)]
+        configs = [(128, 8, 2), (128, 8, 3), (64, 4, 2), (64, 4, 3), (256, 8, 2), (256, 4, 3)]
     else:
         configs = [(be, w, s) for be in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3)]
-    result["timing"] = timing(device, args.lmax, args.channels, args.edges, configs)
+    result["timing"] = timing(
+        device, args.lmax, args.channels, args.edges, configs, args.precisions
+    )
     ok = all(r["ok"] for r in result["checks"])
     result["ok"] = ok
     if os.environ.get("OUT"):

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mdband.kernels import _stack_weights as sw
 from mdband.kernels import so2_stack as ss
 
 
@@ -115,7 +116,7 @@ def main():
     ne = min(E, 20000)
     ref = ss.linear_reference(x[:, :ne].double(), w0.double(), wm.double(), L)
     ref = ref + x[:, :ne].double()
-    wp = ss._weight_tiles(w0, wm, F, L, C, False)
+    wp = sw.weight_tiles(w0, wm, F, L, C, False)
     wh, wl = split_host(wp)
     xh, xl = split_host(x)
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F

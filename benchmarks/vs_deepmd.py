@@ -245,7 +245,58 @@ def cmd_mdband(args) -> None:
         res["mdband_run"] = {}
         for steps in args.run_steps:
             res["mdband_run"][str(steps)] = mdband_run(args, steps)
+    if args.variants:
+        del pot
+        res["variants"] = mdband_variants(args)
     Path(args.json).write_text(json.dumps(res))
+
+
+#: engine settings of the variants timed beside the default (``--variants``)
+VARIANTS = {
+    "tf32x3": {},
+    "fp16x3": {"stack_precision": "fp16x3"},
+    "fp16": {"stack_precision": "fp16"},
+    "compile": {"compile": "on"},
+    "compile-fp16x3": {"compile": "on", "stack_precision": "fp16x3"},
+}
+
+
+def mdband_variants(args) -> dict:
+    """Each variant: forces vs a float64 evaluation of 512 atoms on the same device (max and
+    RMS error, eV/Å), first call and ms per user call at every size."""
+    import torch
+
+    import mdband
+
+    check = diamond(4, seed=2)
+    a = (check.positions, check.cell.array, True, check.get_chemical_symbols())
+    ref = mdband.load_model(args.checkpoint, device=args.device, dtype="float64").evaluate(*a)
+    out = {}
+    for name in args.variants:
+        torch.cuda.empty_cache() if args.device == "cuda" else None
+        pot = mdband.load_model(args.checkpoint, device=args.device, dtype="float32",
+                                **VARIANTS[name])  # fmt: skip
+        t0 = time.perf_counter()
+        r = pot.evaluate(*a)
+        row = {"first_call_s": time.perf_counter() - t0}
+        for _ in range(2):  # capture and replay of the graph, then the checked result
+            r = pot.evaluate(*a)
+        d = r.forces - ref.forces
+        row["max_force_err_vs_fp64"] = float(np.abs(d).max())
+        row["rms_force_err_vs_fp64"] = float(np.sqrt((d**2).mean()))
+        row["energy_err_vs_fp64"] = float(abs(r.energy - ref.energy))
+        for n in args.variant_sizes or args.sizes:
+            atoms = diamond(n)
+            b = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+            try:
+                pot.evaluate(*b)
+                row[f"call_ms_{len(atoms)}"] = median_ms(lambda: pot.evaluate(*b), args.repeat)
+            except torch.OutOfMemoryError:
+                row[f"call_ms_{len(atoms)}"] = "out of memory"
+        out[name] = row
+        print(json.dumps({"variant": {args.name: {name: row}}}), flush=True)
+        pot = r = None  # free the graphs before the next variant loads
+    return out
 
 
 def profile(pot, atoms, rows: int = 25) -> str:
@@ -293,6 +344,12 @@ def mdband_run(args, steps: int) -> dict:
         log = Path(tmp, "run.log").read_text() if Path(tmp, "run.log").exists() else ""
     m = re.search(r"in ([0-9.]+) s, ([0-9,.]+) steps/s", log)
     out = {"steps": steps, "rc": p.returncode, "process_s": wall, "skin": args.skin}
+    split = re.search(
+        r"Time per step: ([0-9.]+) ms, of which ([0-9.]+) ms in the model",
+        log + p.stdout + p.stderr,
+    )
+    if split:  # the run's own split of a step: model (forces, virial) and the rest of the loop
+        out["step_ms"], out["model_ms"] = float(split.group(1)), float(split.group(2))
     if m:
         out["ms_per_step"] = 1e3 / float(m.group(2).replace(",", ""))
     else:
@@ -410,10 +467,13 @@ def cmd_all(args) -> None:
         ck = str(work / f"{name}.pt")
         js = work / f"mdband-{name}.json"
         run_steps = [str(s) for s in args.run_steps]
+        vsizes = [str(s) for s in args.variant_sizes]
         sub(["mdband", "--name", name, "--checkpoint", ck, "--sizes", *sizes, *md,
              "--json", str(js), "--repeat", str(args.repeat), "--skin", str(args.skin),
              "--profile", str(args.profile),
-             *(["--run-steps", *run_steps] if run_steps else [])])  # fmt: skip
+             *(["--run-steps", *run_steps] if run_steps else []),
+             *(["--variants", *args.variants] if args.variants else []),
+             *(["--variant-sizes", *vsizes] if vsizes else [])], timeout=560)  # fmt: skip
         if js.exists():
             results[f"mdband-{name}"] = json.loads(js.read_text())
         if not args.no_deepmd:
@@ -448,6 +508,12 @@ def table(results: dict, args) -> None:
               f"deepmd {fmt(d.get('ase_md_ms'))}")  # fmt: skip
         for steps, r in (m.get("mdband_run") or {}).items():
             print(f"  mdband run {steps} steps: {fmt(r.get('ms_per_step'))} ms/step (rc {r['rc']})")
+        for v, r in (m.get("variants") or {}).items():
+            calls = ", ".join(f"{k[8:]} atoms {fmt(t) if isinstance(t, float) else t}"
+                              for k, t in r.items() if k.startswith("call_ms_"))  # fmt: skip
+            print(f"  variant {v}: max force err {r['max_force_err_vs_fp64']:.2e} eV/A "
+                  f"(rms {r['rms_force_err_vs_fp64']:.1e}); first call "
+                  f"{r['first_call_s']:.1f} s; call ms: {calls}")  # fmt: skip
     for r in (results.get("neighbours") or {}).values():
         print(f"  neighbours {r}")
 
@@ -470,6 +536,14 @@ def main(argv=None) -> None:
     a.add_argument("--neighbours", type=int, nargs="*", default=[])
     a.add_argument("--no-deepmd", action="store_true")
     a.add_argument("--profile", type=int, default=0)
+    a.add_argument(
+        "--variants",
+        nargs="*",
+        default=[],
+        choices=sorted(VARIANTS),
+        help="mdband settings also timed (precision modes, compile=on)",
+    )
+    a.add_argument("--variant-sizes", type=int, nargs="*", default=[], help="default: --sizes")
     a.add_argument("--deepmd-timeout", type=int, default=400)
     a.add_argument("--mini-json", default=str(MINI_JSON))
     c = sp.add_parser("checkpoints")
@@ -488,6 +562,8 @@ def main(argv=None) -> None:
         s.add_argument("--run-steps", type=int, nargs="*", default=[])
         s.add_argument("--device", default="cuda")
         s.add_argument("--profile", type=int, default=0, help="profile one call at this size")
+        s.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
+        s.add_argument("--variant-sizes", type=int, nargs="*", default=[])
     n = sp.add_parser("neighbours")
     n.add_argument("--sizes", type=int, nargs="+", required=True)
     n.add_argument("--json", required=True)

@@ -18,8 +18,11 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             layers (CUDA, float32) multiply on tensor cores
                                             with three TF32 products per fp32 product
                                             (about fp32 rounding; GPUs with TMA, sm90+,
-                                            else exact cuBLAS) | ieee: exact fp32 cuBLAS
-                                            products
+                                            else exact cuBLAS) | fp16x3: three fp16
+                                            products (same rounding, twice the tensor
+                                            rate; inputs below 2^22) | fp16: one fp16
+                                            product (about 2^-11 relative per product) |
+                                            ieee: exact fp32 cuBLAS products
 cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edge list
                                             to a size bucket with edges beyond the
                                             cutoff (exactly zero contribution) and
@@ -67,7 +70,7 @@ _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
     "kernels": ("auto", "ops", "torch"),
     "recompute": ("off", "stack", "all"),
-    "stack_precision": ("tf32x3", "ieee"),
+    "stack_precision": ("tf32x3", "fp16x3", "fp16", "ieee"),
     "cuda_graphs": ("auto", "off"),
     "compile": ("off", "on"),
     "neighbour_list": ("auto", "cell_list", "vesin"),
@@ -122,6 +125,18 @@ _BOOL_MEANS = {
     "recompute": {True: "all", False: "off"},
     "cuda_graphs": {True: "auto", False: "off"},
     "compile": {True: "on", False: "off"},
+}
+
+
+#: measured force error of each ``stack_precision`` mode against float64 (max |ΔF|; one H200,
+#: 2026-12-01, BENCHMARKS.md and docs/precision.md), printed by ``mdband info``
+PRECISION_ACCURACY = {
+    "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
+    "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 4.4e-9 (trained "
+    "water); 25 % faster linear kernel; inputs must stay below 2^22",
+    "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
+    "exploratory runs only",
+    "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",
 }
 
 

@@ -28,7 +28,10 @@ def test_stack_precision(monkeypatch):
     monkeypatch.setenv("MDBAND_STACK_PRECISION", "IEEE")
     assert EngineSettings.resolve().stack_precision == "ieee"
     assert EngineSettings.resolve(stack_precision="tf32x3").stack_precision == "tf32x3"
-    monkeypatch.setenv("MDBAND_STACK_PRECISION", "fp16")
+    for mode in ("fp16x3", "FP16"):
+        monkeypatch.setenv("MDBAND_STACK_PRECISION", mode)
+        assert EngineSettings.resolve().stack_precision == mode.lower()
+    monkeypatch.setenv("MDBAND_STACK_PRECISION", "bf16")
     with pytest.raises(ValueError, match="MDBAND_STACK_PRECISION"):
         EngineSettings.resolve()
 

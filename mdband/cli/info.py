@@ -22,7 +22,7 @@ from mdband.cli.common import fail_on_user_error
 def command(model, head, device, dtype, rotation_layout, as_json):
     """Show a model's configuration, type map, cutoff, size and rotation layout."""
     from mdband.loader import load_model
-    from mdband.settings import ENV, EngineSettings
+    from mdband.settings import ENV, PRECISION_ACCURACY, EngineSettings
 
     settings = EngineSettings.resolve(rotation_layout=rotation_layout)
     pot = load_model(model, device=device, dtype=dtype, head=head, rotation_layout=rotation_layout)
@@ -41,6 +41,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "cuda_graphs": pot.cuda_graphs,
         "neighbour_list": pot.neighbour_backend,
         "memory_budget": pot.memory_budget,
+        "stack_precision_accuracy": PRECISION_ACCURACY[settings.stack_precision],
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
         "config": pot.config,
@@ -61,6 +62,10 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"cuda graphs      {info['cuda_graphs']}")
     click.echo(f"neighbour list   {info['neighbour_list']}")
     click.echo(f"memory budget    {info['memory_budget']} (${ENV['memory_budget']})")
+    click.echo(
+        f"SO(2) products   {settings.stack_precision} (${ENV['stack_precision']}): "
+        f"{info['stack_precision_accuracy']}"
+    )
     click.echo(f"model hash       {pot.model_hash[:16]}")
     click.echo(
         "settings         "

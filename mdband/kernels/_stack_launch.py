@@ -6,9 +6,14 @@ where another launch measured faster (``gpu_stack.py --lmax L --channels C`` rep
 
 from __future__ import annotations
 
-#: launch parameters of the tf32x3 linear kernel (edges per program, warps, pipeline stages),
-#: from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (about 96 kB of shared memory)
-CONFIG = {"tf32x3": {"BE": 128, "warps": 8, "stages": 2}}
+#: launch parameters of the linear kernel per precision mode (edges per program, warps,
+#: pipeline stages), from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (tf32x3: about
+#: 96 kB of shared memory; the fp16 weight tiles are half as large)
+CONFIG = {
+    "tf32x3": {"BE": 128, "warps": 8, "stages": 2},
+    "fp16x3": {"BE": 128, "warps": 8, "stages": 2},
+    "fp16": {"BE": 128, "warps": 8, "stages": 2},
+}
 #: smaller launches tried in turn when shared memory runs out (about 64 and 32 kB)
 FALLBACK_CONFIGS = (
     {"BE": 64, "warps": 4, "stages": 2},
@@ -19,20 +24,31 @@ FALLBACK_CONFIGS = (
 ELEMENTWISE_BE = 32
 ELEMENTWISE_WARPS = 8
 #: per-shape launches that beat the defaults above in the sweep of ``benchmarks/gpu_stack.py``
-#: on an H200, keyed (L, C): "linear" replaces CONFIG["tf32x3"], "gate" gives the gate
+#: on an H200, keyed (L, C): "linear" replaces CONFIG["tf32x3"] ("linear-fp16x3" and
+#: "linear-fp16" the other modes' entries), "gate" gives the gate
 #: kernels' edges per program (BE) and warps (fwd_warps, bwd_warps)
 SHAPE_CONFIG: dict[tuple[int, int], dict[str, dict]] = {
     # DPA4-Mini (647,154 edges): linear 0.69 -> 0.57 ms, gate backward 0.64 -> 0.30 ms
+    # the default config (L = 3, C = 64), fp16 modes (2026-12-01 sweep, 647,154 edges):
+    # fp16x3 linear 2.56 -> 2.39 ms (tf32x3 3.16 ms), fp16 1.64 ms
+    (3, 64): {
+        "linear-fp16x3": {"BE": 64, "warps": 4, "stages": 2},
+        "linear-fp16": {"BE": 64, "warps": 4, "stages": 2},
+    },
     (2, 32): {
         "linear": {"BE": 256, "warps": 4, "stages": 3},
+        "linear-fp16x3": {"BE": 64, "warps": 4, "stages": 3},  # 0.52 ms (tf32x3 0.59)
+        "linear-fp16": {"BE": 256, "warps": 4, "stages": 3},  # 0.38 ms
         "gate": {"BE": 16, "fwd_warps": 8, "bwd_warps": 2},
     },
 }
 
 
 def linear_config(precision: str, L: int, C: int) -> dict:
-    """Launch (BE, warps, stages) of the tf32x3 linear kernel for degree L and C channels."""
-    return SHAPE_CONFIG.get((L, C), {}).get("linear", CONFIG[precision])
+    """Launch (BE, warps, stages) of the linear kernel in ``precision`` for degree L and C
+    channels."""
+    key = "linear" if precision == "tf32x3" else f"linear-{precision}"
+    return SHAPE_CONFIG.get((L, C), {}).get(key, CONFIG[precision])
 
 
 def gate_config(L: int, C: int) -> dict:

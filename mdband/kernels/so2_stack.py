@@ -34,17 +34,16 @@ writing gh (no logit buffer, no GEMMs, measured faster than the GEMM route on an
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import _stack_launch as launch
+from mdband.kernels import _stack_weights as sw
 
 OP = "mdband::so2_mix_layer"
 OP_BWD = "mdband::so2_mix_layer_bwd"
 
-PRECISIONS = ("ieee", "tf32x3")
+PRECISIONS = ("ieee", *sw.SPLIT_MODES)
 #: channel widths the kernel is compiled for (tl.dot tiles need a power of two ≥ 16)
 CHANNELS = (16, 32, 64, 128)
 _WORKING: dict = {}  # (device, configured launch) -> the launch that fit there
@@ -53,22 +52,6 @@ linear_config, gate_config = launch.linear_config, launch.gate_config
 
 
 # ---------------------------------------------------------------------------- references
-def _blocks(w0, wm, F, L):
-    """Per-focus weights: W0 (F, (L+1)Ci, (L+1)Co), Wu and Wv (F, L·Ci, L·Co)."""
-    W0 = w0.view(w0.shape[0], F, w0.shape[1] // F).permute(1, 0, 2)
-    W = wm.view(wm.shape[0], F, wm.shape[1] // F).permute(1, 0, 2)
-    half = W.shape[2] // 2
-    return W0, W[..., :half], W[..., half:]
-
-
-def _oriented(w0, wm, F, L, transpose):
-    """(W0, Wu, Wv) of x·W, or of x·Wᵀ: (W0ᵀ, Wuᵀ, −Wvᵀ) (the complex product's conjugate)."""
-    W0, Wu, Wv = _blocks(w0, wm, F, L)
-    if transpose:
-        W0, Wu, Wv = W0.transpose(1, 2), Wu.transpose(1, 2), -Wv.transpose(1, 2)
-    return W0, Wu, Wv
-
-
 def _gauss(a, b, c, d):
     """(re, im) of (a + i·b)(c + i·d) with three real GEMMs."""
     t1 = torch.bmm(a + b, c)
@@ -82,7 +65,7 @@ def so2_linear(x, w0, wm, L, transpose=False, gauss=True):
     with three GEMMs (``gauss``) or four.
     """
     F, E = x.shape[0], x.shape[1]
-    W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
+    W0, Wu, Wv = sw.oriented(w0, wm, F, L, transpose)
     x0, xn, xp = torch.split(x, [L + 1, L, L], dim=2)  # one backward concat, no zero-fill
     x0 = x0.reshape(F, E, W0.shape[1])
     xn, xp = xn.reshape(F, E, Wu.shape[1]), xp.reshape(F, E, Wu.shape[1])
@@ -172,16 +155,20 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _linear_kernel(
-        x_d, res_d, wh_d, wl_d, y_d,
+        x_d, res_d, wh_d, wl_d, y_d, out_scale,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
+        MODE: tl.constexpr,
     ):  # fmt: skip
         """Row j of y = x·W (+ res) on BE edges of focus f: acc (BE, C), one k-loop.
 
         TMA descriptors: x, res, y (F, E, Dm·C), tiles [1, BE, C] (zero-filled / clipped past
         E); wh, wl (F·Dm·2L·C, C), tiles [C, C]: tile (f, j, k) is the block of W feeding row j
-        from input row k of the row's k-list, stored [c_out][c_in] (K-major), split
-        W = wh + wl into TF32 values by :func:`_pack_weights`. x is split in registers,
-        x = xh + xl, and acc += xl·wh + xh·wl + xh·wh: three TF32 tensor-core products.
+        from input row k of the row's k-list, stored [c_out][c_in] (K-major), split by
+        :func:`mdband.kernels._stack_weights.pack_weights` in the mode MODE:
+        0 tf32x3: W = wh + wl (TF32), x = xh + xl in registers, acc += xl·wh + xh·wl + xh·wh;
+        1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator,
+        x scaled by 2⁻⁶ and W by a power of two, both undone by ``out_scale``;
+        2 fp16: acc += xh·wh, one fp16 product (scaled as in fp16x3).
         """
         DM: tl.constexpr = 3 * L + 1
         NK: tl.constexpr = 2 * L
@@ -193,15 +180,31 @@ if cm.TRITON_AVAILABLE:
         xr0 = tl.where(m0, 0, L + 1)
         wrow = (f * DM + j) * (NK * C)
         acc = tl.zeros((BE, C), tl.float32)
+        lo = tl.zeros((BE, C), tl.float32)  # fp16x3's cross products (2¹¹ × their value)
         for k in range(nk):
             xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-            xh = _rna_tf32(xa)
-            xl = _rna_tf32(xa - xh)
             wh = wh_d.load([wrow + k * C, 0])
-            acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
-            wl = wl_d.load([wrow + k * C, 0])
-            acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
-            acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
+            if MODE == 0:
+                xh = _rna_tf32(xa)
+                xl = _rna_tf32(xa - xh)
+                acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
+                wl = wl_d.load([wrow + k * C, 0])
+                acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
+                acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
+            elif MODE == 1:
+                xs = xa * 0.015625  # FP16_X_SCALE = 2⁻⁶
+                xh = xs.to(tl.float16)
+                xl = ((xs - xh.to(tl.float32)) * 2048.0).to(tl.float16)  # FP16_LO_SCALE
+                lo = tl.dot(xl, wh.T, lo)
+                wl = wl_d.load([wrow + k * C, 0])
+                lo = tl.dot(xh, wl.T, lo)
+                acc = tl.dot(xh, wh.T, acc)
+            else:
+                acc = tl.dot((xa * 0.015625).to(tl.float16), wh.T, acc)
+        if MODE == 1:
+            acc = (acc + lo * (1.0 / 2048.0)) * out_scale
+        if MODE == 2:
+            acc = acc * out_scale
         if RES:
             acc += res_d.load([f, e0, j * C]).reshape(BE, C)
         y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
@@ -288,51 +291,6 @@ def _dispatch(x, lmax) -> str:
     )
 
 
-def _split_tf32(t):
-    """(hi, lo): t = hi + lo + O(2⁻²²·|t|), both TF32 values (round to nearest, ties away)."""
-    hi = ((t.view(torch.int32) + 0x1000) & -8192).view(torch.float32)
-    lo = ((t - hi).view(torch.int32) + 0x1000) & -8192
-    return hi, lo.view(torch.float32)
-
-
-def _weight_tiles(w0, wm, F, L, C, transpose):
-    """Kernel weight tiles (F·Dm·2L·C, C): tile (f, j, k) = the block of W from input row k of
-    row j's k-list to row j, stored [c_out][c_in]; rows j ≤ L (m = 0) read x rows 0..L through
-    W0, rows m = ∓1 read x₋ then x₊ through the (P, Q) pair of :func:`_oriented`: P₋ = Wu,
-    Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 1 MB at L = 3, C = 64)."""
-    W0, Wu, Wv = _oriented(w0, wm, F, L, transpose)
-    K = 2 * L
-    # W0 (F, (L+1)C, (L+1)C) -> [f, j, k, c_out, c_in], k-list padded to 2L steps
-    t0 = W0.reshape(F, L + 1, C, L + 1, C).permute(0, 3, 1, 4, 2)
-    t0 = torch.nn.functional.pad(t0, (0, 0, 0, 0, 0, K - (L + 1)))
-    pq = torch.stack([torch.stack([Wu, -Wv], 1), torch.stack([Wv, Wu], 1)], 1)  # (F,2,2,LC,LC)
-    tm = pq.reshape(F, 2, 2, L, C, L, C).permute(0, 1, 5, 2, 3, 6, 4).reshape(F, K, K, C, C)
-    return torch.cat([t0, tm], 1).reshape(-1, C).contiguous()
-
-
-def _pack_weights(w0, wm, F, L, C, transpose):
-    """The kernel's weights: :func:`_weight_tiles` split into TF32 pairs (wh, wl)."""
-    return _split_tf32(_weight_tiles(w0, wm, F, L, C, transpose))
-
-
-_PACKED: dict = {}  # (id(w0), id(wm), transpose) -> (ref w0, ref wm, versions, tiles)
-
-
-def _packed_weights(w0, wm, F, L, C, transpose):
-    """:func:`_pack_weights`, cached per weight pair while its data is unchanged (an MD run
-    calls every layer with the same frozen weights; in-place edits bump ``_version``; an entry
-    goes when either tensor is freed)."""
-    key = (id(w0), id(wm), transpose)
-    versions = (w0._version, wm._version, F, L, C)
-    hit = _PACKED.get(key)
-    if hit is not None and hit[0]() is w0 and hit[1]() is wm and hit[2] == versions:
-        return hit[3]
-    tiles = _pack_weights(w0, wm, F, L, C, transpose)
-    drop = lambda _ref: _PACKED.pop(key, None)  # noqa: E731
-    _PACKED[key] = (weakref.ref(w0, drop), weakref.ref(wm, drop), versions, tiles)
-    return tiles
-
-
 def _tma_capable(device) -> bool:
     """TMA and TF32 tensor cores: compute capability 9.0 or newer (the interpreter emulates
     both); older GPUs take the exact cuBLAS path."""
@@ -342,7 +300,8 @@ def _tma_capable(device) -> bool:
 
 
 def _linear(x, res, w0, wm, lmax, transpose, precision):
-    """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3) or exact fp32 cuBLAS GEMMs (ieee)."""
+    """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3, fp16x3, fp16) or exact fp32 cuBLAS
+    GEMMs (ieee)."""
     F, E, _, C = x.shape
     L = lmax
     if precision == "ieee" or not _tma_capable(x.device):
@@ -351,9 +310,10 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     y = torch.empty_like(x)
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
-    wh, wl = _packed_weights(w0, wm, F, L, C, transpose)
+    wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision)
+    out_scale = 1.0 / (sw.FP16_X_SCALE * w_scale) if precision != "tf32x3" else 1.0
     primary = linear_config(precision, L, C)
-    key = (x.device.type, x.device.index, tuple(sorted(primary.items())))
+    key = (x.device.type, x.device.index, precision, tuple(sorted(primary.items())))
     tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
     for cfg in tried:
         be = cfg["BE"]
@@ -362,8 +322,9 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
             cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, be), F)](
-                rows[0], rows[1], *wd, rows[2],
-                L=L, C=C, BE=be, RES=res is not None, num_warps=cfg["warps"],
+                rows[0], rows[1], *wd, rows[2], out_scale,
+                L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
+                num_warps=cfg["warps"],
                 num_stages=cfg["stages"],
             )  # fmt: skip
         except OutOfResources:  # not enough shared memory on this GPU: a smaller launch

@@ -24,6 +24,10 @@ BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
 VELOCITIES = ("auto", "maxwell", "file")
+#: ``compile = "auto"`` compiles CUDA runs of at least this many steps. On an H200 compiling
+#: costs 39-54 s once (and again for each new edge-list bucket) and saves 6-13 ms per step at
+#: 4,096 atoms (BENCHMARKS.md, 2026-12-01 evening): break-even after 3,000-8,500 steps
+COMPILE_AUTO_STEPS = 50_000
 PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final", "model_devi")
 # settings that define the dynamics: a resumed run must keep them
 PHYSICS_FIELDS = (
@@ -127,6 +131,20 @@ class RunConfig:
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
     )
     dtype: str = setting("float32", "Model precision.", choices=DTYPES)
+    stack_precision: str | None = setting(
+        None,
+        "Products of the fused SO(2) mixing layers on CUDA: tf32x3, fp16x3 (faster, same "
+        "rounding), fp16 (fastest, about 2^-11 per product) or ieee; docs/precision.md.",
+        choices=("tf32x3", "fp16x3", "fp16", "ieee"),
+        default_text="tf32x3 or $MDBAND_STACK_PRECISION",
+    )
+    compile: str = setting(
+        "auto",
+        "torch.compile the model's torch code between its fused ops: auto (on for CUDA runs "
+        f"of {COMPILE_AUTO_STEPS:,} steps or more: the first step compiles, tens of seconds), "
+        "on or off.",
+        choices=("auto", "on", "off"),
+    )
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
     log: str | None = setting(
         None,

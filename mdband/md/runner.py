@@ -256,6 +256,10 @@ class _Run:
             + (f", skin {c.skin:g} Å" if c.skin > 0 else ", rebuilt every step (skin 0)"),
         ]
         lines.append(f"Memory budget: {pot.memory_budget}")
+        settings = getattr(pot.model, "settings", None)
+        if settings is not None and pot.device.type == "cuda":
+            lines.append(f"Engine: SO(2) products {settings.stack_precision}, "
+                         f"torch.compile {settings.compile}")  # fmt: skip
         lines += self.p.notes
         names = ("trajectory", "checkpoint", "log", "model_devi")
         outs = [f"{k} {getattr(c, k)}" for k in names if getattr(c, k, None)]

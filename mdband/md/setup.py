@@ -16,7 +16,7 @@ from mdband.errors import StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.locks import OutputLocks
 from mdband.io.structure import read_structure
-from mdband.md.config import RunConfig, merge_for_resume
+from mdband.md.config import COMPILE_AUTO_STEPS, RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
 from mdband.md.errors import ConfigError
@@ -69,9 +69,7 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
     if potential is None:
         from mdband.loader import load_model
 
-        potential = load_model(
-            config.model, device=config.device, dtype=config.dtype, head=config.head
-        )
+        potential = load_model(config.model, **model_options(config))
     notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)
@@ -102,16 +100,32 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
     )  # fmt: skip
 
 
+def compile_for(config: RunConfig) -> str:
+    """The ``compile`` engine setting of a run: ``auto`` is on for CUDA runs of at least
+    ``COMPILE_AUTO_STEPS`` steps (the compile pays for itself), off otherwise."""
+    if config.compile != "auto":
+        return config.compile
+    device = str(config.device)
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return "on" if device.startswith("cuda") and config.steps >= COMPILE_AUTO_STEPS else "off"
+
+
+def model_options(config: RunConfig) -> dict:
+    """load_model's arguments for the run's model(s)."""
+    return dict(device=config.device, dtype=config.dtype, head=config.head,
+                stack_precision=config.stack_precision, compile=compile_for(config))  # fmt: skip
+
+
 def _committee(config: RunConfig, potential: Potential, atoms: Atoms):
     """The committee's calculator (first model = ``potential``) and its recorder."""
     from mdband.committee import CommitteeCalculator
     from mdband.committee.recorder import DeviationRecorder
     from mdband.loader import load_model
 
-    others = [
-        load_model(m, device=config.device, dtype=config.dtype, head=config.head)
-        for m in config.committee
-    ]
+    others = [load_model(m, **model_options(config)) for m in config.committee]
     calc = CommitteeCalculator([potential, *others], skin=config.skin, deviations=False)
     calc.committee.check_species(atoms.get_atomic_numbers())
     recorder = DeviationRecorder(

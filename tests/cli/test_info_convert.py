@@ -77,3 +77,18 @@ def test_info_prints_the_memory_budget(monkeypatch):
     monkeypatch.setenv("MDBAND_MEMORY_BUDGET", "lots")
     res = CliRunner().invoke(main, ["info", str(fixture)])
     assert res.exit_code == 2 and "MDBAND_MEMORY_BUDGET" in res.output
+
+
+@pytest.mark.parametrize("mode", ["tf32x3", "fp16x3", "fp16", "ieee"])
+def test_info_states_the_precision_modes_measured_error(monkeypatch, mode):
+    from mdband.settings import PRECISION_ACCURACY
+
+    fixture = REPO / "tests" / "fixtures" / "deepmd" / "s2ffn.pt"
+    monkeypatch.setenv("MDBAND_STACK_PRECISION", mode)
+    res = CliRunner().invoke(main, ["info", str(fixture)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("SO(2) products"))
+    assert line.startswith(f"SO(2) products   {mode} ($MDBAND_STACK_PRECISION): ")
+    assert PRECISION_ACCURACY[mode] in line
+    info = json.loads(CliRunner().invoke(main, ["info", str(fixture), "--json"]).output)
+    assert info["stack_precision_accuracy"] == PRECISION_ACCURACY[mode]

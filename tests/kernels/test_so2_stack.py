@@ -16,6 +16,9 @@ from mdband.kernels.so2_stack import (
 from mdband.model.so2 import GatedActivation, SO2Linear
 
 F64, F32 = torch.float64, torch.float32
+#: error bound relative to the largest output (fp32 rounding for the split modes; fp16's 2⁻¹¹
+#: per product for the single-product mode)
+TOLERANCE = {"ieee": 2e-6, "tf32x3": 2e-6, "fp16x3": 2e-6, "fp16": 2e-3}
 
 
 def _inputs(L, C, F, E, seed=0):
@@ -61,7 +64,8 @@ def test_reference_equals_model_layer(L, F, gated):
 @pytest.mark.parametrize("L,C,F,E", [(1, 16, 1, 5), (2, 16, 2, 40), (3, 32, 1, 33), (4, 16, 1, 17)])
 def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, monkeypatch):
     cfg = {"BE": 16, "warps": 4, "stages": 2}  # several programs, a ragged tail
-    monkeypatch.setitem(ss.CONFIG, "tf32x3", cfg)
+    if precision != "ieee":
+        monkeypatch.setitem(ss.CONFIG, precision, cfg)
     x, w0, wm, wg, gy = _inputs(L, C, F, E)
     xa = x.clone().requires_grad_(True)
     want, _ = so2_mix_layer_reference(xa, w0, wm, wg, L, gated)
@@ -71,10 +75,11 @@ def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, mo
     with cm.force_triton():
         y = so2_mix_layer(x32, w[0], w[1], w[2] if gated else None, L, precision)
         (gx,) = torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
+    tol = TOLERANCE[precision]
     scale = float(want.detach().abs().max())
-    torch.testing.assert_close(y.cpu().double(), want.detach(), rtol=0, atol=2e-6 * scale)
+    torch.testing.assert_close(y.cpu().double(), want.detach(), rtol=0, atol=tol * scale)
     gscale = float(gwant.abs().max())
-    torch.testing.assert_close(gx.cpu().double(), gwant, rtol=0, atol=2e-6 * gscale)
+    torch.testing.assert_close(gx.cpu().double(), gwant, rtol=0, atol=tol * gscale)
 
 
 def test_zero_edges(kdev):
@@ -145,49 +150,6 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
         y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
     torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
     assert list(ss._WORKING.values()) == [small]
-
-
-def test_packed_weights_follow_in_place_edits():
-    """The per-call weight tiles are cached per weight tensor and rebuilt after an in-place edit."""
-    _, w0, wm, _, _ = _inputs(2, 16, 1, 3)
-    w0, wm = w0.float(), wm.float()
-    a = ss._packed_weights(w0, wm, 1, 2, 16, False)
-    assert ss._packed_weights(w0, wm, 1, 2, 16, False) is a
-    assert ss._packed_weights(w0, wm, 1, 2, 16, True) is not a
-    with torch.no_grad():
-        wm.mul_(2.0)
-    b = ss._packed_weights(w0, wm, 1, 2, 16, False)
-    assert b is not a
-    want = ss._pack_weights(w0, wm, 1, 2, 16, False)
-    assert all(torch.equal(u, v) for u, v in zip(b, want))
-    wm2 = wm.clone()
-    assert ss._packed_weights(w0, wm2, 1, 2, 16, False) is not b
-
-
-def test_weight_tiles_split_exactly():
-    """Every packed tile pair is two TF32 values whose sum is the fp32 weight to 2^-21."""
-    _, w0, wm, _, _ = _inputs(2, 16, 1, 3)
-    w0, wm = w0.float(), wm.float()
-    wh, wl = ss._pack_weights(w0, wm, 1, 2, 16, False)
-    for t in (wh, wl):
-        assert not (t.view(torch.int32) & 0x1FFF).any()  # 10 mantissa bits at most
-    tiles = (wh.double() + wl.double()).view(1, 7, 4, 16, 16)
-    W0, Wu, Wv = ss._oriented(w0, wm, 1, 2, False)
-    # row j = 1 (m = 0, l = 1), k = 2: W0[x row 2 -> out row 1], stored [c_out][c_in]
-    want = W0[0, 32:48, 16:32].T.double()
-    torch.testing.assert_close(tiles[0, 1, 2], want, rtol=2**-20, atol=0)
-    # row j = 2L + 1 = 5 (m = +1, l = 1), k = L = 2 (x₊ of l = 1): Q₊ = Wu
-    torch.testing.assert_close(tiles[0, 5, 2], Wu[0, 0:16, 0:16].T.double(), rtol=2**-20, atol=0)
-
-
-def test_packed_weights_released_with_the_weights():
-    _, w0, wm, _, _ = _inputs(1, 16, 1, 3)
-    w0, wm = w0.float(), wm.float()
-    ss._packed_weights(w0, wm, 1, 1, 16, False)
-    key = (id(w0), id(wm), False)
-    assert key in ss._PACKED
-    del w0
-    assert key not in ss._PACKED
 
 
 def test_shape_config_sets_the_launch(kdev, monkeypatch):

@@ -7,14 +7,15 @@ import torch
 from mdband.md.runner import _Run
 
 
-def intro(device: str, skin: float = 0.0) -> list[str]:
+def intro(device: str, skin: float = 0.0, settings=None) -> list[str]:
     run = object.__new__(_Run)
     run.c = SimpleNamespace(ensemble="nve", timestep=1.0, steps=10, trajectory=None,
                             checkpoint=None, log=None, skin=skin)  # fmt: skip
     backend = "cell_list" if device == "cuda" else "vesin"
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
                           dtype=torch.float32, cuda_graphs="on",
-                          neighbour_backend=backend, memory_budget="8 GB (8gb)")  # fmt: skip
+                          neighbour_backend=backend, memory_budget="8 GB (8gb)",
+                          model=SimpleNamespace(settings=settings))  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
     return run._intro()
@@ -32,3 +33,29 @@ def test_intro_names_the_neighbour_list():
 
 def test_intro_reports_the_memory_budget():
     assert intro("cpu")[3] == "Memory budget: 8 GB (8gb)"
+
+
+def test_intro_reports_precision_and_compile_on_cuda():
+    from mdband.settings import EngineSettings
+
+    s = EngineSettings.resolve(stack_precision="fp16x3", compile="on")
+    assert intro("cuda", settings=s)[4] == "Engine: SO(2) products fp16x3, torch.compile on"
+    assert not any(line.startswith("Engine:") for line in intro("cpu", settings=s))
+
+
+def test_compile_auto_only_for_long_cuda_runs():
+    from mdband.md.config import COMPILE_AUTO_STEPS, RunConfig
+    from mdband.md.setup import compile_for, model_options
+
+    def cfg(**kw):
+        return RunConfig(structure="s.xyz", model="m.pt", **kw)
+
+    assert compile_for(cfg(device="cuda", steps=COMPILE_AUTO_STEPS)) == "on"
+    assert compile_for(cfg(device="cuda:1", steps=COMPILE_AUTO_STEPS - 1)) == "off"
+    assert compile_for(cfg(device="cpu", steps=10**6)) == "off"
+    assert compile_for(cfg(device="cpu", steps=10, compile="on")) == "on"
+    assert compile_for(cfg(device="cuda", steps=10**6, compile="off")) == "off"
+    auto = compile_for(cfg(device="auto", steps=10**6))
+    assert auto == ("on" if torch.cuda.is_available() else "off")
+    opts = model_options(cfg(device="cpu", stack_precision="fp16x3"))
+    assert opts["stack_precision"] == "fp16x3" and opts["compile"] == "off"

@@ -126,7 +126,8 @@ def test_triton_kernels_in_the_model(lmax):
 
 
 @pytest.mark.parametrize("precision,recompute", [("ieee", "off"), ("tf32x3", "off"),
-                                                  ("tf32x3", "stack")])  # fmt: skip
+                                                  ("tf32x3", "stack"), ("fp16x3", "off"),
+                                                  ("fp16x3", "stack")])  # fmt: skip
 def test_fused_mixing_layers_in_the_model(precision, recompute):
     """float32 model with the fused SO(2) mixing layers (Triton, interpreter on CPU) against the
     float64 torch path: energy and forces to float32 accuracy."""
@@ -143,6 +144,22 @@ def test_fused_mixing_layers_in_the_model(precision, recompute):
         got = pot.evaluate(POS, None, False, SYM)
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
+
+
+def test_single_fp16_products_in_the_model():
+    """stack_precision="fp16": one fp16 product per fp32 product, forces off by fp16 rounding
+    (2⁻¹¹ relative per product) but no more, and measurably off (the mode does run in fp16)."""
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2)
+    ref = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
+    model = build_sezm(cfg, None, dict(kernels="ops", stack_precision="fp16"))
+    initialise_weights(model, seed=2, gain=0.5)
+    pot = Potential(model, kind="sezm", type_map=["H", "C", "O"], cutoff=4.0, config=cfg,
+                    dtype="float32")  # fmt: skip
+    with force_triton():
+        got = pot.evaluate(POS, None, False, SYM)
+    err = np.abs(got.forces - ref.forces).max()
+    scale = np.abs(ref.forces).max()
+    assert 1e-6 * scale < err < 2e-2 * scale
 
 
 def test_fused_mixing_layers_only_with_frozen_weights():

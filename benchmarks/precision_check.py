@@ -1,0 +1,65 @@
+"""Force and energy errors of each SO(2) product mode (``stack_precision``) against float64.
+
+A trained model on a real structure, the modes on the GPU in float32 against the same model in
+float64 on the same device; one JSON line per mode, last a summary line.
+
+    python benchmarks/precision_check.py --model pretrained.pt --structure water.lmp \
+        --repeat 3 --type-map O H
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+MODES = ("tf32x3", "fp16x3", "fp16", "ieee")
+
+
+def main(argv=None) -> None:
+    import ase.io
+
+    import mdband
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--structure", required=True)
+    ap.add_argument("--format", default=None, help="ASE format (lammps-data for .lmp)")
+    ap.add_argument("--type-map", nargs="*", default=None, help="symbols of LAMMPS types 1..n")
+    ap.add_argument("--repeat", type=int, default=1, help="replicate the cell n×n×n")
+    ap.add_argument("--rattle", type=float, default=0.05, help="Å (off equilibrium forces)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--modes", nargs="*", default=list(MODES))
+    args = ap.parse_args(argv)
+    fmt = args.format or ("lammps-data" if args.structure.endswith(".lmp") else None)
+    kw = {"atom_style": "atomic"} if fmt == "lammps-data" else {}
+    atoms = ase.io.read(args.structure, format=fmt, **kw)
+    if args.type_map:  # LAMMPS types come back as H, He, ...: rename by type number
+        atoms.set_chemical_symbols([args.type_map[t - 1] for t in atoms.get_array("type")])
+    atoms = atoms.repeat(args.repeat)
+    atoms.rattle(args.rattle, seed=1)
+    call = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+    ref = mdband.load_model(args.model, device=args.device, dtype="float64").evaluate(*call)
+    fscale = float(np.abs(ref.forces).max())
+    rows = {}
+    for mode in args.modes:
+        pot = mdband.load_model(args.model, device=args.device, dtype="float32",
+                                stack_precision=mode)  # fmt: skip
+        r = pot.evaluate(*call)
+        d = r.forces - ref.forces
+        rows[mode] = {
+            "atoms": len(atoms),
+            "max_force_err": float(np.abs(d).max()),
+            "rms_force_err": float(np.sqrt((d**2).mean())),
+            "energy_err_per_atom": float(abs(r.energy - ref.energy)) / len(atoms),
+            "max_force": fscale,
+        }
+        print(json.dumps({"precision": {mode: rows[mode]}}), flush=True)
+    print(
+        json.dumps({"precision_summary": {m: f"{r['max_force_err']:.2e}" for m, r in rows.items()}})
+    )
+
+
+if __name__ == "__main__":
+    main()

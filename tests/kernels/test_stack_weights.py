@@ -1,0 +1,114 @@
+"""The linear kernel's weight tiles: layout, the exact splits of each precision mode, the cache,
+and fp16 modes kept accurate for weights and inputs far from 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mdband.kernels import _common as cm
+from mdband.kernels import _stack_weights as sw
+from mdband.kernels import so2_stack as ss
+from mdband.kernels.so2_stack import so2_mix_layer, so2_mix_layer_reference
+
+F64, F32 = torch.float64, torch.float32
+
+
+def _weights(L, C, F=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w0 = torch.randn((L + 1) * C, F * (L + 1) * C, generator=g, dtype=F64) / ((L + 1) * C) ** 0.5
+    wm = torch.randn(L * C, F * 2 * L * C, generator=g, dtype=F64) / (L * C) ** 0.5
+    wg = torch.randn(C, F * L * C, generator=g, dtype=F64) / C**0.5
+    return w0, wm, wg
+
+
+def test_packed_weights_follow_in_place_edits():
+    """The per-call weight tiles are cached per weight tensor and mode and rebuilt after an
+    in-place edit."""
+    w0, wm, _ = (t.float() for t in _weights(2, 16))
+    a = sw.packed_weights(w0, wm, 1, 2, 16, False)
+    assert sw.packed_weights(w0, wm, 1, 2, 16, False) is a
+    assert sw.packed_weights(w0, wm, 1, 2, 16, True) is not a
+    assert sw.packed_weights(w0, wm, 1, 2, 16, False, "fp16x3") is not a
+    with torch.no_grad():
+        wm.mul_(2.0)
+    b = sw.packed_weights(w0, wm, 1, 2, 16, False)
+    assert b is not a
+    want = sw.pack_weights(w0, wm, 1, 2, 16, False)
+    assert all(torch.equal(u, v) for u, v in zip(b[:2], want[:2]))
+    wm2 = wm.clone()
+    assert sw.packed_weights(w0, wm2, 1, 2, 16, False) is not b
+
+
+def test_weight_tiles_split_exactly():
+    """Every packed tf32x3 tile pair is two TF32 values whose sum is the fp32 weight to 2^-21."""
+    w0, wm, _ = (t.float() for t in _weights(2, 16))
+    wh, wl, scale = sw.pack_weights(w0, wm, 1, 2, 16, False)
+    assert scale == 1.0
+    for t in (wh, wl):
+        assert not (t.view(torch.int32) & 0x1FFF).any()  # 10 mantissa bits at most
+    tiles = (wh.double() + wl.double()).view(1, 7, 4, 16, 16)
+    W0, Wu, Wv = sw.oriented(w0, wm, 1, 2, False)
+    # row j = 1 (m = 0, l = 1), k = 2: W0[x row 2 -> out row 1], stored [c_out][c_in]
+    want = W0[0, 32:48, 16:32].T.double()
+    torch.testing.assert_close(tiles[0, 1, 2], want, rtol=2**-20, atol=0)
+    # row j = 2L + 1 = 5 (m = +1, l = 1), k = L = 2 (x₊ of l = 1): Q₊ = Wu
+    torch.testing.assert_close(tiles[0, 5, 2], Wu[0, 0:16, 0:16].T.double(), rtol=2**-20, atol=0)
+
+
+@pytest.mark.parametrize("magnitude", [1e-6, 1.0, 3e4, 1e7])
+def test_fp16_split_keeps_22_bits_at_any_scale(magnitude):
+    """W·scale = hi + lo/2¹¹ to 2⁻²¹ relative to the largest weight, no inf, the largest scaled
+    weight in [2¹³, 2¹⁴) whatever the weights' magnitude."""
+    w0, wm, _ = (t.float() * magnitude for t in _weights(3, 16))
+    tiles = sw.weight_tiles(w0, wm, 1, 3, 16, False)
+    hi, lo, scale = sw.pack_weights(w0, wm, 1, 3, 16, False, "fp16x3")
+    assert hi.dtype == lo.dtype == torch.float16
+    assert torch.isfinite(hi).all() and torch.isfinite(lo).all()
+    top = float(tiles.abs().max()) * scale
+    assert 2**13 <= top < 2**14
+    back = (hi.double() + lo.double() / sw.FP16_LO_SCALE) / scale
+    err = float((back - tiles.double()).abs().max())
+    assert err <= 2**-21 * float(tiles.abs().max())
+    single, _, s1 = sw.pack_weights(w0, wm, 1, 3, 16, False, "fp16")
+    assert s1 == scale and torch.equal(single, hi)
+
+
+def test_all_zero_weights_split():
+    hi, lo, scale = sw.split_fp16(torch.zeros(4, 16))
+    assert scale == 1.0 and not hi.any() and not lo.any()
+
+
+def test_unknown_split_mode():
+    w0, wm, _ = (t.float() for t in _weights(1, 16))
+    with pytest.raises(ValueError, match="split mode"):
+        sw.pack_weights(w0, wm, 1, 1, 16, False, "bf16x9")
+
+
+def test_packed_weights_released_with_the_weights():
+    w0, wm, _ = (t.float() for t in _weights(1, 16))
+    sw.packed_weights(w0, wm, 1, 1, 16, False)
+    key = (id(w0), id(wm), False, "tf32x3")
+    assert key in sw._PACKED
+    del w0
+    assert key not in sw._PACKED
+
+
+@pytest.mark.parametrize("x_scale,w_scale", [(1e-3, 1.0), (1e3, 1.0), (1.0, 1e3), (3e4, 1e-4)])
+def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale, monkeypatch):
+    """fp16x3 stays at fp32 rounding for inputs and weights well outside fp16's comfort zone
+    (inputs up to 3e4, weights from 1e-4 to 1e3), forward and backward."""
+    monkeypatch.setitem(ss.CONFIG, "fp16x3", {"BE": 16, "warps": 4, "stages": 2})
+    L, C, E = 2, 16, 21
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, E, 3 * L + 1, C, generator=g, dtype=F64) * x_scale
+    w0, wm, wg = _weights(L, C, seed=4)
+    w0, wm = w0 * w_scale, wm * w_scale
+    want, _ = so2_mix_layer_reference(x, w0, wm, None, L, False)
+    xa = x.to(F32).to(kdev).requires_grad_(True)
+    with cm.force_triton():
+        y = so2_mix_layer(xa, w0.to(F32).to(kdev), wm.to(F32).to(kdev), None, L, "fp16x3")
+    # y = x + x·W: compare the linear part, allowing y's own fp32 rounding (x may dominate)
+    lin, lin_want = (y.detach().cpu().double() - x), want - x
+    atol = 4e-6 * float(lin_want.abs().max()) + 2**-23 * float(want.abs().max())
+    torch.testing.assert_close(lin, lin_want, rtol=0, atol=atol)
