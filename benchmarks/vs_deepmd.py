@@ -350,6 +350,10 @@ def mdband_run(args, steps: int) -> dict:
     )
     if split:  # the run's own split of a step: model (forces, virial) and the rest of the loop
         out["step_ms"], out["model_ms"] = float(split.group(1)), float(split.group(2))
+    steady = re.search(r"after the first \d+ steps [^:]*: ([0-9.]+) ms per step, ([0-9.]+) ms in",
+                       log + p.stdout + p.stderr)  # fmt: skip
+    if steady:  # without the first calls (kernel compilation, graph capture)
+        out["steady_step_ms"], out["steady_model_ms"] = map(float, steady.groups())
     if m:
         out["ms_per_step"] = 1e3 / float(m.group(2).replace(",", ""))
     else:
@@ -507,7 +511,8 @@ def table(results: dict, args) -> None:
               f"{fmt(m.get('ase_md_ms_skin0'))}, skin 1 {fmt(m.get('ase_md_ms_skin1'))} | "
               f"deepmd {fmt(d.get('ase_md_ms'))}")  # fmt: skip
         for steps, r in (m.get("mdband_run") or {}).items():
-            print(f"  mdband run {steps} steps: {fmt(r.get('ms_per_step'))} ms/step (rc {r['rc']})")
+            print(f"  mdband run {steps} steps: {fmt(r.get('ms_per_step'))} ms/step, after the "
+                  f"warm-up {fmt(r.get('steady_step_ms'))} (rc {r['rc']})")  # fmt: skip
         for v, r in (m.get("variants") or {}).items():
             calls = ", ".join(f"{k[8:]} atoms {fmt(t) if isinstance(t, float) else t}"
                               for k, t in r.items() if k.startswith("call_ms_"))  # fmt: skip

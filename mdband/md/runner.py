@@ -43,6 +43,9 @@ from mdband.md.thermo import observables
 from mdband.potential import Potential
 
 _PS = 1000.0 * units.fs  # ASE time units per ps
+#: steps whose cost the summary also reports apart: step 1 runs the kernels' first calls (JIT,
+#: torch.compile), step 2 captures the CUDA graph, replays follow
+WARMUP_STEPS = 3
 _NEIGHBOUR_NAMES = {"cell_list": "torch cell list on the device", "vesin": "vesin on the CPU"}
 
 
@@ -303,10 +306,13 @@ class _Run:
                 devi.at_step(0, self.atoms)
             self._sample(0)
             self._checkpoint(0)
+        steady = None  # (time, model seconds) once the warm-up steps are done
         with _deferred_signals() as stop:
             for step in range(start + 1, c.steps + 1):
                 self.step = step
                 self._advance(step)
+                if step == start + WARMUP_STEPS and model_s0 is not None:
+                    steady = (time.perf_counter(), self.atoms.calc.model_seconds)
                 if devi is not None:
                     devi.at_step(step, self.atoms)
                 if step % c.traj_every == 0:
@@ -326,7 +332,12 @@ class _Run:
         extra += self._final()
         if model_s0 is not None and c.steps > start:
             in_model = self.atoms.calc.model_seconds - model_s0
-            extra.append(time_split(wall, in_model, c.steps - start))
+            line = time_split(wall, in_model, c.steps - start)
+            later = c.steps - start - WARMUP_STEPS
+            if steady is not None and later >= WARMUP_STEPS:
+                line += steady_split(t0 + wall - steady[0],
+                                     self.atoms.calc.model_seconds - steady[1], later)  # fmt: skip
+            extra.append(line)
         summary = self.reporter.finish(c.steps, len(self.atoms), extra)
         return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
 
@@ -363,6 +374,14 @@ def time_split(wall: float, model: float, steps: int) -> str:
     return (f"Time per step: {per:.2f} ms, of which {in_model:.2f} ms in the model (forces, "
             f"neighbour list) and {per - in_model:.2f} ms elsewhere (integrator, trajectory, "
             "checkpoints, output)")  # fmt: skip
+
+
+def steady_split(wall: float, model: float, steps: int) -> str:
+    """The summary's tail for the steps after the warm-up (first calls compile kernels and
+    capture CUDA graphs, or torch.compile): what a longer run costs per step."""
+    return (f"; after the first {WARMUP_STEPS} steps (kernel compilation, graph capture): "
+            f"{1e3 * wall / steps:.2f} ms per step, {1e3 * model / steps:.2f} ms in the "
+            "model")  # fmt: skip
 
 
 @contextmanager

@@ -56,6 +56,11 @@ def test_toml_and_flags(work):
     assert m, log
     per, in_model = float(m.group(1)), float(m.group(2))
     assert 0 < in_model < per
+    # and the steps after the warm-up (first calls, graph capture) apart
+    m = re.search(r"after the first 3 steps \(kernel compilation, graph capture\): ([0-9.]+) ms "
+                  r"per step, ([0-9.]+) ms in the model", log)  # fmt: skip
+    assert m, log
+    assert 0 < float(m.group(2)) < float(m.group(1))
 
 
 def test_resume_from_the_checkpoint_alone(work):
