@@ -7,15 +7,17 @@ Precision modes of the kernel's products (x and W both split, accumulation in fp
 mode       operands              products per fp32 product    relative error per product
 =========  ====================  ===========================  ===========================
 tf32x3     TF32 hi + TF32 lo     3 (xl·wh + xh·wl + xh·wh)    ≈ 2⁻²¹
-fp16x3     fp16 hi + fp16 lo     3 (same; lo scaled by 2¹¹)   ≈ 2⁻²¹ for |x| < 2²²
-fp16       fp16 hi                1 (xh·wh)                    ≈ 2⁻¹¹ for |x| < 2²²
+fp16x3     fp16 hi + fp16 lo     3 (same; lo scaled by 2¹¹)   ≈ 2⁻²¹ for 2⁻⁸ ≤ |x| < 2²²
+fp16       fp16 hi                1 (xh·wh)                    ≈ 2⁻¹¹ for 2⁻⁸ ≤ |x| < 2²²
 =========  ====================  ===========================  ===========================
 
 fp16 has TF32's 11 significant bits and twice its tensor-core rate on sm90; its range is the
 cost (bf16 has the range but 8 bits: bf16x3 would be ≈ 2⁻¹⁶ per product). Weights are scaled
 by a power of two so that the largest is 2¹³–2¹⁴ (no overflow, small weights far from
-subnormals); the kernel scales x by 2⁻⁶ (``FP16_X_SCALE``: |x| up to 2²² stays finite, the
-absolute error floor of a product is ≈ 2⁻³¹·|w|) and divides the scales out of the fp32 result.
+subnormals); the kernel scales x by 2⁻⁶ (``FP16_X_SCALE``: |x| up to 2²² stays finite; below
+2⁻⁸ the scaled x is an fp16 subnormal, so small inputs carry an absolute error instead: about
+3e-9 per output of fp16x3 and 6e-6 of fp16 at |W| ≈ 0.2, measured with L = 2, C = 16) and
+divides the scales out of the fp32 result. In the backward x is the layer's cotangent.
 The lo parts are stored multiplied by 2¹¹ (``FP16_LO_SCALE``) so they are normal fp16 numbers;
 their product sum is divided by it once per output tile. Bytes: fp16 weight tiles are half the
 TF32 pairs' (≈ 0.5 MB per layer at L = 3, C = 64); x is read as fp32 either way.
@@ -79,6 +81,8 @@ def split_tf32(t):
 def split_fp16(t):
     """(hi, lo, scale): t·scale = hi + lo/2¹¹ + O(2⁻²²·|t·scale|), hi and lo fp16; scale a
     power of two putting max|t·scale| in [2¹³, 2¹⁴) (1 for an all-zero t)."""
+    # one value back to the host: packing runs at a layer's first (eager) call, never inside a
+    # CUDA-graph capture (the capture finds the packed weights in the cache)
     top = float(t.abs().max()) if t.numel() else 0.0
     scale = 1.0 if top == 0.0 else 2.0 ** (_FP16_W_TOP - math.floor(math.log2(top)))
     ts = t * scale

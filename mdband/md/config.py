@@ -140,9 +140,9 @@ class RunConfig:
     )
     compile: str = setting(
         "auto",
-        "torch.compile the model's torch code between its fused ops: auto (on for CUDA runs "
-        f"of {COMPILE_AUTO_STEPS:,} steps or more: the first step compiles, tens of seconds), "
-        "on or off.",
+        "torch.compile the model's torch code between its fused ops: auto ($MDBAND_COMPILE if "
+        f"set, else on for CUDA runs with {COMPILE_AUTO_STEPS:,} or more steps to go: the first "
+        "step compiles, tens of seconds), on or off.",
         choices=("auto", "on", "off"),
     )
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")

@@ -311,8 +311,6 @@ class _Run:
             for step in range(start + 1, c.steps + 1):
                 self.step = step
                 self._advance(step)
-                if step == start + WARMUP_STEPS and model_s0 is not None:
-                    steady = (time.perf_counter(), self.atoms.calc.model_seconds)
                 if devi is not None:
                     devi.at_step(step, self.atoms)
                 if step % c.traj_every == 0:
@@ -320,6 +318,8 @@ class _Run:
                 if step % c.checkpoint_every == 0 or step == c.steps:
                     self._checkpoint(step)
                 self.reporter.advance(step)
+                if step == start + WARMUP_STEPS and model_s0 is not None:
+                    steady = (time.perf_counter(), self.atoms.calc.model_seconds)
                 if stop and step < c.steps:
                     self._checkpoint(step)
                     self._final()

@@ -5,6 +5,7 @@ The outputs are locked here (:func:`mdband.md.outputs.claim_outputs`); the run r
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from mdband.md.outputs import ResumePlan, claim_outputs, new_run_id, plan_resume
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
+from mdband.settings import ENV
 
 
 @dataclass
@@ -69,7 +71,7 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
     if potential is None:
         from mdband.loader import load_model
 
-        potential = load_model(config.model, **model_options(config))
+        potential = load_model(config.model, **model_options(config, ck.step if ck else 0))
     notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)
@@ -80,7 +82,7 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
         atoms = _fresh_atoms(config, potential, notes)
         start = 0
     if config.committee:
-        calc, recorder = _committee(config, potential, atoms)
+        calc, recorder = _committee(config, potential, atoms, start)
         notes.append(recorder.describe())
     else:
         calc, recorder = Calculator(potential, skin=config.skin), None
@@ -100,32 +102,37 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
     )  # fmt: skip
 
 
-def compile_for(config: RunConfig) -> str:
-    """The ``compile`` engine setting of a run: ``auto`` is on for CUDA runs of at least
-    ``COMPILE_AUTO_STEPS`` steps (the compile pays for itself), off otherwise."""
+def compile_for(config: RunConfig, start: int = 0) -> str | None:
+    """The ``compile`` engine setting of a run from step ``start``: ``on``/``off`` as given;
+    ``auto`` leaves it to ``$MDBAND_COMPILE`` when that is set (None), else is on for CUDA
+    runs with at least ``COMPILE_AUTO_STEPS`` steps still to go (the compile pays for itself)."""
     if config.compile != "auto":
         return config.compile
+    if ENV["compile"] in os.environ:
+        return None
     device = str(config.device)
     if device == "auto":
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return "on" if device.startswith("cuda") and config.steps >= COMPILE_AUTO_STEPS else "off"
+    todo = config.steps - start
+    return "on" if device.startswith("cuda") and todo >= COMPILE_AUTO_STEPS else "off"
 
 
-def model_options(config: RunConfig) -> dict:
-    """load_model's arguments for the run's model(s)."""
+def model_options(config: RunConfig, start: int = 0) -> dict:
+    """load_model's arguments for the run's model(s), the run going on from step ``start``."""
     return dict(device=config.device, dtype=config.dtype, head=config.head,
-                stack_precision=config.stack_precision, compile=compile_for(config))  # fmt: skip
+                stack_precision=config.stack_precision,
+                compile=compile_for(config, start))  # fmt: skip
 
 
-def _committee(config: RunConfig, potential: Potential, atoms: Atoms):
+def _committee(config: RunConfig, potential: Potential, atoms: Atoms, start: int = 0):
     """The committee's calculator (first model = ``potential``) and its recorder."""
     from mdband.committee import CommitteeCalculator
     from mdband.committee.recorder import DeviationRecorder
     from mdband.loader import load_model
 
-    others = [load_model(m, **model_options(config)) for m in config.committee]
+    others = [load_model(m, **model_options(config, start)) for m in config.committee]
     calc = CommitteeCalculator([potential, *others], skin=config.skin, deviations=False)
     calc.committee.check_species(atoms.get_atomic_numbers())
     recorder = DeviationRecorder(

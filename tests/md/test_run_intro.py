@@ -43,9 +43,11 @@ def test_intro_reports_precision_and_compile_on_cuda():
     assert not any(line.startswith("Engine:") for line in intro("cpu", settings=s))
 
 
-def test_compile_auto_only_for_long_cuda_runs():
+def test_compile_auto_only_for_long_cuda_runs(monkeypatch):
     from mdband.md.config import COMPILE_AUTO_STEPS, RunConfig
     from mdband.md.setup import compile_for, model_options
+
+    monkeypatch.delenv("MDBAND_COMPILE", raising=False)
 
     def cfg(**kw):
         return RunConfig(structure="s.xyz", model="m.pt", **kw)
@@ -59,3 +61,11 @@ def test_compile_auto_only_for_long_cuda_runs():
     assert auto == ("on" if torch.cuda.is_available() else "off")
     opts = model_options(cfg(device="cpu", stack_precision="fp16x3"))
     assert opts["stack_precision"] == "fp16x3" and opts["compile"] == "off"
+    # a resumed run counts the steps still to go
+    long = cfg(device="cuda", steps=COMPILE_AUTO_STEPS + 10)
+    assert compile_for(long, start=5) == "on" and compile_for(long, start=20) == "off"
+    assert model_options(long, 20)["compile"] == "off"
+    # auto leaves the choice to $MDBAND_COMPILE when set; on/off on the command line win
+    monkeypatch.setenv("MDBAND_COMPILE", "on")
+    assert compile_for(cfg(device="cpu", steps=10)) is None
+    assert compile_for(cfg(device="cpu", steps=10, compile="off")) == "off"
