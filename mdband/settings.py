@@ -20,8 +20,7 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             (about fp32 rounding; GPUs with TMA, sm90+,
                                             else exact cuBLAS) | fp16x3: three fp16
                                             products (same rounding, twice the tensor
-                                            rate; inputs of 2^-8 to 2^22 at full
-                                            accuracy, below ~3e-9 absolute) | fp16: one fp16
+                                            rate; inputs scaled per call) | fp16: one fp16
                                             product (about 2^-11 relative per product) |
                                             ieee: exact fp32 cuBLAS products
 cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edge list
@@ -134,8 +133,7 @@ _BOOL_MEANS = {
 PRECISION_ACCURACY = {
     "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
     "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 4.4e-9 (trained "
-    "water); 25 % faster linear kernel; full accuracy for layer inputs between 2^-8 and 2^22 "
-    "(below: about 3e-9 absolute per output)",
+    "water); 25 % faster linear kernel (inputs scaled per call by a power of two)",
     "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
     "exploratory runs only",
     "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",

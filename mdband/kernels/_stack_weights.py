@@ -7,20 +7,21 @@ Precision modes of the kernel's products (x and W both split, accumulation in fp
 mode       operands              products per fp32 product    relative error per product
 =========  ====================  ===========================  ===========================
 tf32x3     TF32 hi + TF32 lo     3 (xl·wh + xh·wl + xh·wh)    ≈ 2⁻²¹
-fp16x3     fp16 hi + fp16 lo     3 (same; lo scaled by 2¹¹)   ≈ 2⁻²¹ for 2⁻⁸ ≤ |x| < 2²²
-fp16       fp16 hi                1 (xh·wh)                    ≈ 2⁻¹¹ for 2⁻⁸ ≤ |x| < 2²²
+fp16x3     fp16 hi + fp16 lo     3 (same; lo scaled by 2¹¹)   ≈ 2⁻²¹ of max |x|·|w|
+fp16       fp16 hi                1 (xh·wh)                    ≈ 2⁻¹¹ of max |x|·|w|
 =========  ====================  ===========================  ===========================
 
 fp16 has TF32's 11 significant bits and twice its tensor-core rate on sm90; its range is the
-cost (bf16 has the range but 8 bits: bf16x3 would be ≈ 2⁻¹⁶ per product). Weights are scaled
-by a power of two so that the largest is 2¹³–2¹⁴ (no overflow, small weights far from
-subnormals); the kernel scales x by 2⁻⁶ (``FP16_X_SCALE``: |x| up to 2²² stays finite; below
-2⁻⁸ the scaled x is an fp16 subnormal, so small inputs carry an absolute error instead: about
-3e-9 per output of fp16x3 and 6e-6 of fp16 at |W| ≈ 0.2, measured with L = 2, C = 16) and
-divides the scales out of the fp32 result. In the backward x is the layer's cotangent.
-The lo parts are stored multiplied by 2¹¹ (``FP16_LO_SCALE``) so they are normal fp16 numbers;
-their product sum is divided by it once per output tile. Bytes: fp16 weight tiles are half the
-TF32 pairs' (≈ 0.5 MB per layer at L = 3, C = 64); x is read as fp32 either way.
+cost (bf16 has the range but 8 bits: bf16x3 would be ≈ 2⁻¹⁶ per product). So both operands are
+scaled by powers of two that put their largest element in [2¹³, 2¹⁴): W once when packed, x on
+every call from its largest element (:func:`input_scales`, on the device: a layer's inputs in the
+forward and its cotangents in the backward, which in a trained model can lie entirely below
+1e-3). Elements more than 2²⁷ below the call's largest are fp16 subnormals after scaling and carry
+an absolute error ≈ 2⁻⁴⁰·max|x| instead of a relative one: below fp32 rounding of the large
+terms. The kernel divides both scales out of the fp32 result. The lo parts are stored multiplied
+by 2¹¹ (``FP16_LO_SCALE``) so they are normal fp16 numbers; their product sum is divided by it
+once per output tile. Bytes: fp16 weight tiles are half the TF32 pairs' (≈ 0.5 MB per layer at
+L = 3, C = 64); x is read as fp32 either way, plus one read for its largest element.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ SPLIT_MODES = ("tf32x3", "fp16x3", "fp16")
 #: the kernel's constexpr MODE of each split mode
 MODE_CODE = {"tf32x3": 0, "fp16x3": 1, "fp16": 2}
 FP16_LO_SCALE = 2048.0  # 2**11: an fp16 lo part is (v - hi) * 2**11
-FP16_X_SCALE = 2.0**-6  # x * 2**-6 before the fp16 split: |x| up to 2**22 stays finite
 #: the largest weight after scaling lies in [2**13, 2**14)
 _FP16_W_TOP = 13
 
@@ -89,6 +89,20 @@ def split_fp16(t):
     hi = ts.to(torch.float16)
     lo = ((ts - hi.float()) * FP16_LO_SCALE).to(torch.float16)
     return hi, lo, scale
+
+
+def input_scales(x, w_scale: float):
+    """(2,) float32 on x's device: [s, 1 / (s · w_scale)], s the power of two that puts
+    max |x·s| in [2¹³, 2¹⁴) (from the exponent bits, so both are exact powers of two and
+    s · (1/s) = 1; all-zero x: s = 2¹²⁶). Computed on the device with no value back to the host,
+    so a CUDA graph captures it; one read of x (a max reduction, no temporary)."""
+    top = torch.linalg.vector_norm(x, float("inf")).float().reshape(1)
+    exponent = ((top.view(torch.int32) >> 23) & 0xFF) - 127  # floor(log2 max|x|)
+    s_bits = (127 + _FP16_W_TOP - exponent).clamp(1, 253)
+    inv_bits = 254 - s_bits
+    s = (s_bits << 23).view(torch.float32)
+    inv = (inv_bits << 23).view(torch.float32) * (1.0 / w_scale)
+    return torch.cat([s, inv])
 
 
 def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):

@@ -155,7 +155,7 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _linear_kernel(
-        x_d, res_d, wh_d, wl_d, y_d, out_scale,
+        x_d, res_d, wh_d, wl_d, y_d, scale_ptr,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
         MODE: tl.constexpr,
     ):  # fmt: skip
@@ -167,7 +167,8 @@ if cm.TRITON_AVAILABLE:
         :func:`mdband.kernels._stack_weights.pack_weights` in the mode MODE:
         0 tf32x3: W = wh + wl (TF32), x = xh + xl in registers, acc += xl·wh + xh·wl + xh·wh;
         1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator,
-        x scaled by 2⁻⁶ and W by a power of two, both undone by ``out_scale``;
+        x scaled by the power of two scale_ptr[0] and W by another, both undone by scale_ptr[1]
+        (:func:`mdband.kernels._stack_weights.input_scales`, on the device);
         2 fp16: acc += xh·wh, one fp16 product (scaled as in fp16x3).
         """
         DM: tl.constexpr = 3 * L + 1
@@ -181,6 +182,8 @@ if cm.TRITON_AVAILABLE:
         wrow = (f * DM + j) * (NK * C)
         acc = tl.zeros((BE, C), tl.float32)
         lo = tl.zeros((BE, C), tl.float32)  # fp16x3's cross products (2¹¹ × their value)
+        if MODE != 0:
+            x_scale = tl.load(scale_ptr)
         for k in range(nk):
             xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
             wh = wh_d.load([wrow + k * C, 0])
@@ -192,7 +195,7 @@ if cm.TRITON_AVAILABLE:
                 acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
                 acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
             elif MODE == 1:
-                xs = xa * 0.015625  # FP16_X_SCALE = 2⁻⁶
+                xs = xa * x_scale
                 xh = xs.to(tl.float16)
                 xl = ((xs - xh.to(tl.float32)) * 2048.0).to(tl.float16)  # FP16_LO_SCALE
                 lo = tl.dot(xl, wh.T, lo)
@@ -200,11 +203,11 @@ if cm.TRITON_AVAILABLE:
                 lo = tl.dot(xh, wl.T, lo)
                 acc = tl.dot(xh, wh.T, acc)
             else:
-                acc = tl.dot((xa * 0.015625).to(tl.float16), wh.T, acc)
+                acc = tl.dot((xa * x_scale).to(tl.float16), wh.T, acc)
         if MODE == 1:
-            acc = (acc + lo * (1.0 / 2048.0)) * out_scale
+            acc = (acc + lo * (1.0 / 2048.0)) * tl.load(scale_ptr + 1)
         if MODE == 2:
-            acc = acc * out_scale
+            acc = acc * tl.load(scale_ptr + 1)
         if RES:
             acc += res_d.load([f, e0, j * C]).reshape(BE, C)
         y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
@@ -311,7 +314,8 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
     wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision)
-    out_scale = 1.0 / (sw.FP16_X_SCALE * w_scale) if precision != "tf32x3" else 1.0
+    # fp16 modes: x scaled by a power of two from its largest element, on the device
+    scales = sw.input_scales(x, w_scale) if precision != "tf32x3" else x
     primary = linear_config(precision, L, C)
     key = (x.device.type, x.device.index, precision, tuple(sorted(primary.items())))
     tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
@@ -322,7 +326,7 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
             cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, be), F)](
-                rows[0], rows[1], *wd, rows[2], out_scale,
+                rows[0], rows[1], *wd, rows[2], scales,
                 L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
                 num_warps=cfg["warps"],
                 num_stages=cfg["stages"],
