@@ -133,7 +133,7 @@ _BOOL_MEANS = {
 PRECISION_ACCURACY = {
     "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
     "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 4.4e-9 (trained "
-    "water); 25 % faster linear kernel (inputs scaled per call by a power of two)",
+    "water); the linear kernel 24 % shorter (inputs scaled per call by a power of two)",
     "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
     "exploratory runs only",
     "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",
