@@ -18,29 +18,30 @@ MODES = ("tf32x3", "fp16x3", "fp16", "ieee")
 
 
 def main(argv=None) -> None:
-    import ase.io
-
     import mdband
+    from mdband.io.structure import read_structure
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--structure", required=True)
-    ap.add_argument("--format", default=None, help="ASE format (lammps-data for .lmp)")
-    ap.add_argument("--type-map", nargs="*", default=None, help="symbols of LAMMPS types 1..n")
+    ap.add_argument("--format", default=None, help="as mdband run --format")
+    ap.add_argument("--type-map", nargs="*", default=None, help="as mdband run --type-map")
     ap.add_argument("--repeat", type=int, default=1, help="replicate the cell n×n×n")
     ap.add_argument("--rattle", type=float, default=0.05, help="Å (off equilibrium forces)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--modes", nargs="*", default=list(MODES))
     args = ap.parse_args(argv)
-    fmt = args.format or ("lammps-data" if args.structure.endswith(".lmp") else None)
-    kw = {"atom_style": "atomic"} if fmt == "lammps-data" else {}
-    atoms = ase.io.read(args.structure, format=fmt, **kw)
-    if args.type_map:  # LAMMPS types come back as H, He, ...: rename by type number
-        atoms.set_chemical_symbols([args.type_map[t - 1] for t in atoms.get_array("type")])
+    ref_pot = mdband.load_model(args.model, device=args.device, dtype="float64")
+    atoms = read_structure(
+        args.structure,
+        format=args.format,
+        type_map=args.type_map,
+        default_type_map=ref_pot.type_map,
+    )  # as `mdband run` reads it
     atoms = atoms.repeat(args.repeat)
     atoms.rattle(args.rattle, seed=1)
     call = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
-    ref = mdband.load_model(args.model, device=args.device, dtype="float64").evaluate(*call)
+    ref = ref_pot.evaluate(*call)
     fscale = float(np.abs(ref.forces).max())
     rows = {}
     for mode in args.modes:
