@@ -16,14 +16,22 @@ Check stage, for every op, forward and backward (autograd through the registered
 * Triton vs the torch reference, fp64 inputs: max-norm relative error ≤ 1e-6 (typically 1e-14);
 * Triton fp32 vs the fp64 reference: ≤ 2e-5 (fp32 rounding of sums over ~100 edges per node).
 
+aggregate is checked with both kernel families of ``aggregate.KERNELS`` ("walk", and "dot" as
+``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..] dot~walk``, same thresholds).
+
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
 milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
 storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
+aggregate's forward and backward are timed with both kernel families (rows ``aggregate[H]`` =
+"walk", ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage
+only, the dot kernels at other (``DOT_EDGES``, ``DOT_WARPS``) settings (``aggregate[H] dot BE=8
+w=4``; ``--no-dot-sweep`` skips them); a walk/dot summary follows the table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -42,7 +50,9 @@ if "mdband" not in sys.modules:
     _pkg.__path__ = [str(ROOT / "mdband")]
     sys.modules["mdband"] = _pkg
 
+from mdband.kernels import _aggregate_dot as aggregate_dot  # noqa: E402
 from mdband.kernels import _common as cm  # noqa: E402
+from mdband.kernels import aggregate as aggregate_mod  # noqa: E402
 from mdband.kernels.aggregate import aggregate  # noqa: E402
 from mdband.kernels.band_producer import band_producer  # noqa: E402
 from mdband.kernels.edge_dot import edge_dot  # noqa: E402
@@ -121,6 +131,32 @@ def cast(case, dtype):
 
 
 # ---------------------------------------------------------------------------- op runners
+@contextlib.contextmanager
+def aggregate_kernels(name):
+    """aggregate's Triton path on the "walk" or the "dot" kernels (both passes) in the block."""
+    old = dict(aggregate_mod.KERNELS)
+    aggregate_mod.KERNELS.update(fwd=name, bwd=name)
+    try:
+        yield
+    finally:
+        aggregate_mod.KERNELS.update(old)
+
+
+@contextlib.contextmanager
+def dot_config(edges, warps):
+    """aggregate's dot kernels at ``edges`` per step and ``warps`` per program in the block."""
+    old = aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS
+    aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS = edges, warps
+    try:
+        yield
+    finally:
+        aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS = old
+
+
+#: (edges per step, warps) of the dot kernels timed besides their default (band storage)
+DOT_SWEEP = ((4, 4), (8, 4), (8, 8))
+
+
 def _leaf(t):
     return t.detach().clone().requires_grad_(True)
 
@@ -253,6 +289,19 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
         )
 
 
+def compare_dot_walk(checks, op, case, H, c64, c32, names):
+    """aggregate's "dot" vs "walk" Triton kernels, band storage: rounding only."""
+    for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
+        res = {}
+        for kern in ("walk", "dot"):
+            with aggregate_kernels(kern), cm.force_backend("triton"):
+                res[kern] = run_aggregate(c, BAND, H)
+        for name, a, b in zip(names, res["dot"], res["walk"]):
+            if a is None and b is None:
+                continue
+            checks.add(op, case, dtype, name, "rel", rel(a, b), thr)
+
+
 def run_checks(device, full, E, N):
     checks = Checks()
     # (lmax, storage lmax, channels): a storage of higher degree and a non-power-of-two C
@@ -277,18 +326,22 @@ def run_checks(device, full, E, N):
                     checks, f"rotate_mix[{mode}]", tag,
                     lambda c, lay, mode=mode: run_rotate_mix(c, lay, mode), cc, names, 2, Ls,
                 )  # fmt: skip
-        for H in (0, 1, 2):
+        for H, kern in [(H, k) for H in (0, 1, 2) for k in ("walk", "dot")]:
             names = ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"])
-            for lay in (BAND, DENSE):
-                compare_to_reference(
-                    checks, f"aggregate[H={H}]", f"{tag} {lay.value}",
-                    lambda c, lay=lay, H=H: run_aggregate(c, lay, H), c64, c32, names,
-                )  # fmt: skip
-            for cc in (c64, c32):
-                compare_layouts(
-                    checks, f"aggregate[H={H}]", tag,
-                    lambda c, lay, H=H: run_aggregate(c, lay, H), cc, names, 2, Ls,
-                )  # fmt: skip
+            op = f"aggregate[H={H}]" + (" dot" if kern == "dot" else "")
+            with aggregate_kernels(kern):
+                for lay in (BAND, DENSE):
+                    compare_to_reference(
+                        checks, op, f"{tag} {lay.value}",
+                        lambda c, lay=lay, H=H: run_aggregate(c, lay, H), c64, c32, names,
+                    )  # fmt: skip
+                for cc in (c64, c32):
+                    compare_layouts(
+                        checks, op, tag,
+                        lambda c, lay, H=H: run_aggregate(c, lay, H), cc, names, 2, Ls,
+                    )  # fmt: skip
+            if kern == "dot":
+                compare_dot_walk(checks, f"aggregate[H={H}] dot~walk", tag, H, c64, c32, names)
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(
@@ -351,7 +404,7 @@ def peak_mb(fn, device):
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def run_timing(device, E, N, C, L, H, R, with_reference):
+def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
     print(f"timing E={E} N={N} C={C} L={L} H={H} R={R} (fp32)")
     c = cast(make_case(E, N, C, L, L, device, seed=1, H=H, R=R), F32)
     rows = []
@@ -410,6 +463,17 @@ def run_timing(device, E, N, C, L, H, R, with_reference):
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
+        # aggregate on the "dot" kernels (same op calls; the bwd reuses the walk's out/stats)
+        for name in ("aggregate[H]", "aggregate[plain]"):
+            for pas in ("fwd", "bwd"):
+                with aggregate_kernels("dot"), cm.force_backend("triton"):
+                    t_dot = bench(ops[(name, pas)], device)
+                    mem = peak_mb(runners[name], device) if pas == "fwd" else None
+                rows.append(_row(f"{name} dot", pas, lay.value, t_dot, None, mem))
+                for be, w in DOT_SWEEP if dot_sweep and lay is BAND else ():
+                    with aggregate_kernels("dot"), dot_config(be, w), cm.force_backend("triton"):
+                        t_dot = bench(ops[(name, pas)], device)
+                    rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
     v = c["v"]
     gb = c["gband"].to(F32)
     rows += _time_passes("band_producer", "band", device, with_reference, (
@@ -462,7 +526,7 @@ def print_table(rows):
     """One line per (op, pass, layout); ``ref/tri`` = reference / Triton time, ``dense/band`` =
     dense / band Triton time of the same op and pass."""
     band = {(r["op"], r["pass"]): r["triton_ms"] for r in rows if r["layout"] == "band"}
-    print(f"{'op':<18} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
+    print(f"{'op':<30} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
           f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}")  # fmt: skip
     for r in sorted(rows, key=lambda r: (r["op"], r["pass"], r["layout"])):
         ref = r["reference_ms"]
@@ -470,8 +534,17 @@ def print_table(rows):
         b = band.get((r["op"], r["pass"]))
         db = f"{r['triton_ms'] / b:.2f}" if r["layout"] == "dense" and b else "-"
         mem = f"{r['peak_fwd_bwd_MB']:.0f}" if r["peak_fwd_bwd_MB"] is not None else "-"
-        print(f"{r['op']:<18} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
+        print(f"{r['op']:<30} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
               f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}")  # fmt: skip
+    ms = {(r["op"], r["pass"], r["layout"]): r["triton_ms"] for r in rows}
+    for (op, pas, lay), t_dot in sorted(ms.items()):
+        base, _, label = op.partition(" dot")
+        walk = ms.get((base, pas, lay)) if op.startswith("aggregate") and base != op else None
+        if walk and t_dot:
+            print(
+                f"walk/dot {base:<16} {pas:<4} {lay:<6} {'dot' + label:<14} "
+                f"walk {walk:.3f} ms  dot {t_dot:.3f} ms  walk/dot {walk / t_dot:.2f}"
+            )
 
 
 def main(argv=None):
@@ -481,6 +554,8 @@ def main(argv=None):
     p.add_argument("--no-check", action="store_true")
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip reference timings")
+    p.add_argument("--no-dot-sweep", action="store_true", help="time aggregate's dot kernels "
+                   "at their default step size and warps only")  # fmt: skip
     p.add_argument("--check-edges", type=int, default=20000)
     p.add_argument("--check-nodes", type=int, default=512)
     p.add_argument("--edges", type=int, default=650000)
@@ -523,7 +598,7 @@ def main(argv=None):
             print(f"  worst rel err {op:<22} {dt:<8} {w:.2e}")
     if not args.no_time:
         rows = run_timing(device, args.edges, args.nodes, args.channels, args.lmax, args.heads,
-                          args.rank, not args.no_reference)  # fmt: skip
+                          args.rank, not args.no_reference, not args.no_dot_sweep)  # fmt: skip
         result["timings"] = rows
         print_table(rows)
     result["ok"] = ok

@@ -32,7 +32,9 @@ doing block b's part of each edge: out[n, block b]; backward: gy rows, storage e
 edge's per-block partial of q = <gout[dst], msg> (per head; plain mode also per-(block, node)
 partials of gs) in an (NB, E, H) scratch that a torch epilogue sums in block order to finish
 glogits, genv (and gs). Few warps per program (one for C ≤ 64 at L = 3): the walks are
-latency-bound, so many programs share an SM.
+latency-bound, so many programs share an SM. ``KERNELS`` switches either pass to the "dot"
+kernels of :mod:`mdband.kernels._aggregate_dot` (same programs, BE edges per step as tl.dot tile
+products instead of per-edge reductions; same scratch and epilogue).
 
 Bytes moved per edge (fp32, S = 4): y Dm·C·S and the rotation (3D−2)·S (band; as many scattered
 dense entries), each read by one program only, perm 8, env/logits (1+H)·S per block program
@@ -46,6 +48,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from mdband.kernels import _aggregate_dot as dot
 from mdband.kernels import _common as cm
 from mdband.so3 import storage as st
 
@@ -125,19 +128,9 @@ def aggregate_bwd_reference(
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    node_block, div_ieee = cm.node_block, cm.div_ieee
+    node_block, _head_stats = cm.node_block, dot.head_stats
     SUM = cm.SUM
     MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see SUM)
-
-    @triton.jit
-    def _head_stats(st_ptr, n, cc, cmask, HD, st0, st1, st2, BC: tl.constexpr):
-        """Per channel lane: its head hc = cc // HD and node n's softmax statistics of that
-        head (max M, and 1/S) from the statistics pass (stats have the features' dtype)."""
-        hc = cc // HD
-        mx = tl.load(st_ptr + n * st0 + hc * st2, mask=cmask, other=0.0)
-        sm = tl.load(st_ptr + n * st0 + st1 + hc * st2, mask=cmask, other=1.0)
-        inv = div_ieee(tl.full((BC,), 1.0, st_ptr.dtype.element_ty), sm)
-        return hc, mx, inv
 
     @triton.jit
     def _edge_tiles(perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2):
@@ -281,14 +274,15 @@ if cm.TRITON_AVAILABLE:
 # ---------------------------------------------------------------------------- dispatch
 #: edges per step of the softmax-statistics pass
 STATS_EDGES = 32
+#: Triton kernels per pass: "walk" (the kernels above, one edge at a time; timed) or "dot"
+#: (:mod:`mdband.kernels._aggregate_dot`, BE edges per step as tl.dot products; not yet timed on
+#: a GPU). Same outputs to rounding. Read when an op runs (at trace time when compiled).
+KERNELS = {"fwd": "walk", "bwd": "walk"}
 
 
 def _warps(C: int, jp: int) -> int:
-    """Warps of a (node, degree block) program: few, so that many programs fit on an SM.
-
-    The programs walk their segments one edge at a time (latency-bound); their JP × BC tiles need
-    no more than one warp per 512 elements.
-    """
+    """Warps of a (node, degree block) walk program: few, so that many fit on an SM (the walks
+    are latency-bound); one per 512 elements of its JP × BC tiles."""
     return max(1, min(8, cm.next_pow2(C) * jp // 512))
 
 
@@ -342,6 +336,9 @@ def _aggregate_op(
             perm, row_ptr, env, logits, z, stats, H, *sl, *stt,
             BE=STATS_EDGES, HP=cm.next_pow2(H), num_warps=1,
         )  # fmt: skip
+    if dot.chosen(KERNELS, "fwd") == "dot":
+        dot.launch_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout, sr)
+        return out, stats
     cm.wrap(_agg_fwd_kernel)[(N, t["nblk"])](
         y, rot, rho, perm, row_ptr, env, lg, s if not attn else y, out, stats if attn else y,
         t["col"], t["row"], t["ent_a"], t["ent_b"],
@@ -394,17 +391,21 @@ def _aggregate_bwd_op(
     gsp = y.new_empty(NB, N) if not attn else y
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
-    cm.wrap(_agg_bwd_kernel)[(N, NB)](
-        gout, y, rot, rho, perm, row_ptr, env, logits if attn else y,
-        stats if attn else y, s if not attn else y, gy, grot, qp, gsp,
-        t["col"], t["row"], t["ent_a"], t["ent_b"],
-        C, H, C // H if attn else 1,
-        *gout.stride(), *y.stride(), *sr,
-        *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
-        *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
-        JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
-        LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]),
-    )  # fmt: skip
+    if dot.chosen(KERNELS, "bwd") == "dot":
+        dot.launch_bwd(gout, y, rot, rho, perm, row_ptr, env, logits, stats, s, gy, grot, qp, gsp,
+                       t, layout, sr, so)  # fmt: skip
+    else:
+        cm.wrap(_agg_bwd_kernel)[(N, NB)](
+            gout, y, rot, rho, perm, row_ptr, env, logits if attn else y,
+            stats if attn else y, s if not attn else y, gy, grot, qp, gsp,
+            t["col"], t["row"], t["ent_a"], t["ent_b"],
+            C, H, C // H if attn else 1,
+            *gout.stride(), *y.stride(), *sr,
+            *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
+            *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
+            JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
+            LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]),
+        )  # fmt: skip
     # epilogue: the blocks' partials summed by torch reductions (no atomics: deterministic)
     q = qp.sum(0)
     if not attn:
