@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU check and timing of mdband in one device call. STAGES picks some (default: all):
 #   kernels   every Triton kernel against its torch reference, band vs dense bitwise
-#             (gpu_kernels.py, checks only; about 1-2 min)
-#   large     chunked evaluation: chunked vs unchunked vs float64 forces, ms per call, peak memory
-#             and chunks of 13,824 to 262,144 atoms of the default config (gpu_large.py)
+#             (gpu_kernels.py, checks only; about 1-2 min, more with aggregate's "dot" kernels)
+#   large     chunked evaluation: chunked vs unchunked vs float64 forces, what chunking costs at
+#             4,096 atoms (--cost), ms per call, peak memory and chunks of 13,824 to 262,144 atoms
+#             of the default config (gpu_large.py; LARGE_SIZES="12 16 24 32 50" adds 1,000,000
+#             atoms, one timed call each from 500,000 on: LARGE_TIMEOUT=540)
 #   committee a committee of 4 default-config models vs 4 separate evaluations (committee.py)
 #   run       a 2,000-step `mdband run --device cuda` with trajectory and checkpoints (512 atoms)
 #   model     the model end to end: forces vs float64, band vs dense, graph replay vs eager,
@@ -41,7 +43,7 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
 status=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has kernels; then
-    OUT=$OUT timeout ${KERNELS_TIMEOUT:-150} python3 benchmarks/gpu_kernels.py --no-reference --no-time \
+    OUT=$OUT timeout ${KERNELS_TIMEOUT:-300} python3 benchmarks/gpu_kernels.py --no-reference --no-time \
         >"$OUT/kernels.log" 2>&1 || status=1
     grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log" | tail -5
 fi
@@ -62,7 +64,7 @@ SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain
 fi
 if has large; then
     OUT=$OUT timeout ${LARGE_TIMEOUT:-190} python3 benchmarks/gpu_large.py --sizes ${LARGE_SIZES:-12 16 24 32} \
-        --repeat 2 >"$OUT/large.log" 2>&1 || status=1
+        --repeat 2 --cost >"$OUT/large.log" 2>&1 || status=1
     sed -n '/== large cells ==/,$p' "$OUT/large.log"
 fi
 if has model; then

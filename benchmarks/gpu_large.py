@@ -7,10 +7,14 @@ random weights, float32; system: rattled diamond of 8·n³ atoms. As a user call
 * checks (n = 8, 4,096 atoms, a cell both paths fit): forces of a chunked call (a budget that
   forces several chunks) against the unchunked float32 call and an unchunked float64 call on
   the GPU; the memory estimate against the measured peak of the unchunked call;
+* cost (``--cost``): at the check size, ms per call unchunked and with 1 and ``--cost-chunks``
+  chunks, the chunked last stage done in one pass (its backward in the forward, the default)
+  and recomputed like the other stages: what chunking costs over the unchunked call;
 * sizes: ms per call, peak GB, chunks and the estimate for every ``--sizes`` n (memory_budget
   "auto": unchunked when the estimate fits; CUDA graphs off), stopping at the first error.
 
     python benchmarks/gpu_large.py [--sizes 12 16 24 32] [--repeat 2] [--budget-check 8GB]
+        [--cost] [--device cpu --check-size 2 --sizes]   (the last: the cost on a CPU)
 
 Writes ``$OUT/gpu_large.json`` when ``OUT`` is set; exits 1 if a check fails.
 """
@@ -29,6 +33,8 @@ import torch
 from ase.build import bulk
 
 from mdband.config import SeZMConfig
+from mdband.model import chunked
+from mdband.model.chunking import plan_chunks, row_pointer
 from mdband.model.factory import build_sezm, random_potential
 from mdband.potential import Potential
 
@@ -67,6 +73,49 @@ def estimate(pot, atoms) -> tuple[float, int]:
     return est.unchunked(len(atoms), g.n_edges) / 1e9, g.n_edges
 
 
+def timed(dev, fn, repeat: int) -> float:
+    """Median seconds of ``fn()`` over ``repeat`` calls after one warm-up."""
+    ts = []
+    for _ in range(1 + repeat):
+        sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts[1:])
+
+
+def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int) -> dict:
+    """ms per energy + forces call of one edge list: unchunked, and chunked (1 and
+    ``n_chunks`` chunks) with the last stage in one pass and recomputed."""
+    pot = make(cfg, sd, dev, "float32", memory_budget="off", cuda_graphs="off")
+    g = pot.edges(atoms.positions, atoms.cell.array, True)
+    t = torch.as_tensor(pot.types_of(atoms.get_chemical_symbols()), device=pot.device)
+    src = torch.as_tensor(g.src, device=pot.device)
+    dst = torch.as_tensor(g.dst, device=pot.device)
+    pos = torch.as_tensor(atoms.positions, device=pot.device)
+    ev = g.edge_vectors(pos, torch.as_tensor(atoms.cell.array, device=pot.device))
+    ptr, is_sorted = row_pointer(dst, len(atoms))
+    plans = {1: plan_chunks(ptr, g.n_edges, is_sorted)}
+    plans[n_chunks] = plan_chunks(ptr, -(-g.n_edges // n_chunks), is_sorted)
+    row = {"atoms": len(atoms), "edges": g.n_edges}
+    row["unchunked_ms"] = 1e3 * timed(dev, lambda: pot.evaluate_edges(t, src, dst, ev), repeat)
+    ref = pot.evaluate_edges(t, src, dst, ev).edge_grad
+    for eager in (True, False):
+        chunked.EAGER_FINAL_STAGE = eager
+        try:
+            for plan in plans.values():
+                name = f"{plan.n_chunks}_chunks_{'one_pass' if eager else 'recomputed'}_ms"
+                row[name] = 1e3 * timed(
+                    dev, lambda plan=plan: pot.evaluate_edges(t, src, dst, ev, plan=plan), repeat
+                )
+                got = pot.evaluate_edges(t, src, dst, ev, plan=plan).edge_grad
+                row[f"max_dgrad_{plan.n_chunks}_{int(eager)}"] = float((got - ref).abs().max())
+        finally:
+            chunked.EAGER_FINAL_STAGE = True
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[12, 16, 24])
@@ -75,6 +124,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
+    ap.add_argument("--cost", action="store_true", help="time chunked against unchunked")
+    ap.add_argument("--cost-chunks", type=int, default=4)
     args = ap.parse_args()
     cfg = TINY if args.tiny else CFG
     dev = args.device
@@ -114,6 +165,11 @@ def main() -> None:
     ok &= rch.chunks > 1 and c["chunked_fp32_vs_fp64_max_dF"] < FORCE_TOL
     print(json.dumps({"checks": c}), flush=True)
 
+    # ---- what chunking costs (same edge list, plans fixed, no neighbour list in the timing)
+    if args.cost:
+        out["cost"] = chunk_cost(cfg, sd, dev, atoms, args.cost_chunks, args.repeat)
+        print(json.dumps({"cost": out["cost"]}), flush=True)
+
     # ---- sizes, memory_budget auto (a fresh potential each: no graph pool of the last size)
     for n in args.sizes:
         atoms = diamond(n)
@@ -126,7 +182,8 @@ def main() -> None:
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             ts = []
-            for _ in range(1 + args.repeat):  # the first call includes the capture or warm-up
+            reps = args.repeat if len(atoms) < 500_000 else 1  # about 90 s per call at 10⁶
+            for _ in range(1 + reps):  # the first call includes the capture or warm-up
                 sync(dev)
                 t0 = time.perf_counter()
                 res = call(pot, atoms)
@@ -155,6 +212,8 @@ def main() -> None:
             json.dump(out, fh, indent=1)
     print("\n== large cells ==")
     print("checks:", json.dumps(out["checks"]))
+    if "cost" in out:
+        print("cost:", json.dumps(out["cost"]))
     for row in out["sizes"].values():
         print(json.dumps(row))
     print("CHECKS", "PASSED" if ok else "FAILED")

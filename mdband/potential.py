@@ -25,6 +25,9 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
 from mdband.settings import EngineSettings
 from mdband.validate import check_frame_input
 
+#: runs again in smaller chunks after an out-of-memory error, per evaluation
+OOM_RETRIES = 3
+
 
 class Potential:
     """A loaded model, ready to evaluate frames.
@@ -182,10 +185,43 @@ class Potential:
 
         ``E`` sums the first ``n_local`` atom energies (all atoms when None); ghost atoms beyond
         ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
-        chunks (SeZM), fixes the chunks instead of the memory budget.
+        chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
+        budget planned that runs out of GPU memory is run again in chunks of half the edges
+        (up to :data:`OOM_RETRIES` times) before the error is raised.
         """
+        retries = 0
+        while True:
+            try:
+                return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
+                                            plan)  # fmt: skip
+            except torch.OutOfMemoryError:
+                if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
+                    raise
+            # outside the handler: the failed call's tensors went with its traceback
+            retries += 1
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _retry_in_chunks(self, plan, exchange, retries: int, n_atoms: int) -> bool:
+        """After an out-of-memory error of an evaluation the memory budget planned: whether to
+        run it again in smaller chunks (half the edges of the failed call's largest chunk, for
+        this call and the next ones; :meth:`SeZMDescriptor.shrink_chunks`). Not for fixed
+        plans, multi-rank exchanges (every rank would have to repeat its exchanges) or
+        CUDA-graph captures (:class:`StepGraphs` handles those), at most :data:`OOM_RETRIES`
+        times per call."""
+        desc = getattr(self.model, "descriptor", None)
+        if plan is not None or exchange is not None or retries >= OOM_RETRIES:
+            return False
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return False
+        shrink = getattr(desc, "shrink_chunks", None)
+        return shrink is not None and shrink(self.device, n_atoms)
+
+    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan):
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
         chunking = {} if plan is None else {"plan": plan}
+        if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
+            chunking["energy_rows"] = int(n_local)
         with torch.set_grad_enabled(grad):
             atom_e = self.model(types, src, dst, ev, exchange=exchange, **chunking)
             atom_e = atom_e.to(torch.float64)

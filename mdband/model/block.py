@@ -159,6 +159,10 @@ class SeZMDescriptor(nn.Module):
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
         self.deg_floor = 0.25 if cfg.version >= 1.1 else cfg.eps
         self.last_chunks = 1  # chunks the last forward used
+        #: most edges per chunk, set by :meth:`shrink_chunks` after an evaluation ran out of
+        #: memory (the estimate was too low for this device); None: the budget alone decides
+        self.chunk_edge_cap: int | None = None
+        self.last_chunk_edges = 0  # edges of the largest chunk of the last forward
         self.__dict__["_compiled"] = None  # _unchunked under torch.compile (compile=on)
 
     def needs_rotations(self) -> bool:
@@ -225,26 +229,37 @@ class SeZMDescriptor(nn.Module):
         return x
 
     # ------------------------------------------------------------------ forward
-    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None) -> torch.Tensor:
-        """Descriptor (N, C). ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the
-        evaluation in chunks of destination atoms; without one the memory budget decides."""
+    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
+                energy_rows=None) -> torch.Tensor:  # fmt: skip
+        """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given.
+
+        ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the evaluation in chunks of
+        destination atoms; without one the memory budget decides. ``head(desc_rows, rows)``
+        maps descriptor rows to atom energies; chunked, it joins the last stage, whose backward
+        is done in the forward for the sum of the first ``energy_rows`` atom energies (all when
+        None; see :mod:`mdband.model.chunked`)."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
         else:
             plan.check(N, int(src.shape[0]))
         self.last_chunks = 1 if plan is None else plan.n_chunks
+        self.last_chunk_edges = int(src.shape[0]) if plan is None else plan.max_chunk_edges
         if plan is not None:  # even one chunk: the edge work is recomputed, not kept
             from mdband.model.chunked import chunked_descriptor
 
-            return chunked_descriptor(self, types, src, dst, edge_vec, plan, exchange)
+            return chunked_descriptor(
+                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows
+            )
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
                 compiling.make_opaque(sys.modules[__name__], OPAQUE)
                 compiling.make_opaque(_conv, _conv.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            return self._compiled(types, src, dst, edge_vec)
-        return self._unchunked(types, src, dst, edge_vec, exchange)
+            desc = self._compiled(types, src, dst, edge_vec)
+        else:
+            desc = self._unchunked(types, src, dst, edge_vec, exchange)
+        return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on)."""
@@ -266,7 +281,20 @@ class SeZMDescriptor(nn.Module):
         budget = resolve_budget(self.settings.memory_budget, like.device)
         if budget is None:
             return None
-        return plan_for_budget(self.memory_estimate(like.dtype, like), budget, dst, n_atoms)
+        est = self.memory_estimate(like.dtype, like)
+        return plan_for_budget(est, budget, dst, n_atoms, self.chunk_edge_cap)
+
+    def shrink_chunks(self, device, n_atoms: int) -> bool:
+        """After an out-of-memory error of an evaluation of ``n_atoms`` the budget planned:
+        cap the chunks at half the edges of its largest chunk, for it and the next
+        evaluations. False when that cannot help (no budget: "off", or "auto" on a CPU; or
+        chunks of one atom already)."""
+        if resolve_budget(self.settings.memory_budget, device) is None:
+            return False
+        if self.last_chunks >= n_atoms or self.last_chunk_edges <= 1:
+            return False
+        self.chunk_edge_cap = self.last_chunk_edges // 2
+        return True
 
     def memory_estimate(self, dtype, like: torch.Tensor | None = None) -> MemoryEstimate:
         """Bytes per edge and per atom of an evaluation in ``dtype`` (from the config), for
@@ -279,4 +307,7 @@ class SeZMDescriptor(nn.Module):
         (no device sync: the estimate against the budget)."""
         budget = resolve_budget(self.settings.memory_budget, like.device)
         est = self.memory_estimate(like.dtype, like)
-        return budget is not None and est.unchunked(n_atoms, n_edges) > budget
+        if budget is None:
+            return False
+        cap = self.chunk_edge_cap
+        return est.unchunked(n_atoms, n_edges) > budget or (cap is not None and n_edges > cap)

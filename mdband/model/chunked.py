@@ -9,10 +9,17 @@ and its own edge vectors; the per-edge geometry (radial basis, envelope, rotatio
 embedding, FiLM / GIE sums, 1/√deg) is rebuilt per chunk. The block's node work (norms, FFNs)
 runs inside the chunk on its rows, so the FFN's grid activations are bounded the same way.
 
-Each chunk runs without an autograd graph and keeps only its inputs (:class:`_Recompute`, an
-explicit ``autograd.Function``; with trainable weights ``torch.utils.checkpoint``), and the
-backward recomputes one chunk's edge work at a time: the memory is the node state plus one
-chunk (large-cells.md §3). The ``recompute`` setting does not apply (chunks recompute all).
+With frozen weights (inference) a stage is one :class:`_ChunkedStage`: it runs every chunk
+without an autograd graph and keeps only the stage's input x and edge vectors; its backward
+rebuilds the whole node tensors the chunks read (a block's ``node_inputs(x)``: x1 and the
+attention terms) once, recomputes one chunk's edge work at a time and sends the node tensors'
+summed cotangents back through ``node_inputs`` once. So between the forward and the backward an
+evaluation keeps one node tensor (N, (L+1)², C) per block, plus the edge list (large-cells.md
+§3). The last stage (last block, readout, energy head) does better: it does each chunk's
+backward right after its forward, for the cotangent the caller announces (the sum of the atom
+energies, or of the first ``n_local``), so its edge work runs once, not twice; any other
+cotangent, or ``create_graph``, recomputes. With trainable weights (training) every chunk goes
+through ``torch.utils.checkpoint``. The ``recompute`` setting does not apply.
 
 Sums over a destination's edges see the same edges in the same order as unchunked, so the
 results agree to rounding (products over fewer rows may round differently in BLAS; the tests
@@ -27,58 +34,51 @@ from torch.utils.checkpoint import checkpoint
 
 from mdband.so3 import storage as st
 
+#: the last stage does its backward in its forward (for the announced cotangent); False
+#: recomputes it like the other stages (benchmarks/gpu_large.py ``--cost`` times both)
+EAGER_FINAL_STAGE = True
 
-class _Recompute(torch.autograd.Function):
-    """``out = fn(*tensors)`` run without a graph; the backward reruns ``fn`` with one, so only
-    the inputs are kept (no per-op autograd nodes: ``torch.utils.checkpoint`` keeps ≈ 0.5 MB
-    of them in host memory per chunk). ``fn`` must not read tensors that require grad other
-    than its inputs (frozen weights). Under ``create_graph`` the rerun reads views of the
-    inputs, so the gradients stay differentiable (forces of forces) while each input gets
-    only its own partial derivative."""
+
+class _ChunkedStage(torch.autograd.Function):
+    """``out = cat_c rows(c, vec_c, x_c, *prepare(x), *consts)`` over the chunks.
+
+    Without ``cot``: run without a graph, keep ``vec, x, consts``; the backward recomputes
+    (:meth:`EdgeChunks.vjp`). With ``cot`` (N,): the vector-Jacobian product for that
+    cotangent is done in the forward, and the backward returns it when the cotangent it gets
+    equals ``cot`` (one ``torch.equal``), otherwise recomputes. Under ``create_graph`` the
+    recomputation reads views of the inputs, so the gradients stay differentiable (forces of
+    forces) while each input gets only its own partial derivative. ``rows`` and ``prepare``
+    must not read tensors that require grad other than the inputs (frozen weights)."""
 
     @staticmethod
-    def forward(ctx, fn, *tensors):
-        ctx.fn = fn
-        ctx.save_for_backward(*tensors)
-        return fn(*tensors)  # grad mode is off in a Function's forward
+    def forward(ctx, chunks, rows, prepare, cot, vec, x, *consts):
+        need = ctx.needs_input_grad[4:]
+        grads = None
+        if cot is None:
+            out, _ = chunks.vjp(rows, prepare, (vec, x, *consts), need, None, False)
+        else:
+            with torch.enable_grad():
+                out, grads = chunks.vjp(rows, prepare, (vec, x, *consts), need, cot, False)
+        ctx.save_for_backward(vec, x, *consts)
+        ctx.chunks, ctx.rows, ctx.prepare, ctx.need = chunks, rows, prepare, need
+        ctx.cot, ctx.grads = cot, grads
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        saved = ctx.saved_tensors
-        need = ctx.needs_input_grad[1:]
+        grads, ctx.grads = ctx.grads, None  # a second backward (retain_graph) recomputes
         higher = torch.is_grad_enabled()  # create_graph=True
-        if higher:  # fresh views: connected to the inputs, but the inner grad stops at them
-            args = tuple(t.view_as(t) if n else t for t, n in zip(saved, need))
-        else:
-            args = tuple(t.detach().requires_grad_(n) for t, n in zip(saved, need))
-        want = [i for i, n in enumerate(need) if n]
-        with torch.enable_grad():
-            out = ctx.fn(*args)
-        got = torch.autograd.grad(out, [args[i] for i in want], grad, allow_unused=True,
-                                  create_graph=higher)  # fmt: skip
-        grads = [None] * len(saved)
-        for i, g in zip(want, got):
-            grads[i] = g
-        return (None, *grads)
-
-
-def _run(fn, tensors, trainable: bool):
-    """``fn(*tensors)`` keeping only its inputs for the backward, which recomputes it.
-
-    With trainable weights (training) ``fn`` also reads tensors that need gradients besides
-    its inputs: then torch's non-reentrant checkpoint, which handles that and double backward.
-    """
-    if not torch.is_grad_enabled():
-        return fn(*tensors)
-    if trainable:
-        return checkpoint(fn, *tensors, use_reentrant=False)
-    if not any(t.requires_grad for t in tensors):
-        return fn(*tensors)
-    return _Recompute.apply(fn, *tensors)
+        if grads is None or higher or not torch.equal(grad, ctx.cot):
+            with torch.enable_grad():
+                _, grads = ctx.chunks.vjp(
+                    ctx.rows, ctx.prepare, ctx.saved_tensors, ctx.need, grad, higher
+                )
+        return (None, None, None, None, *grads)
 
 
 class EdgeChunks:
-    """The dst-sorted edges of one evaluation cut by ``plan``; builds a chunk's geometry."""
+    """The dst-sorted edges of one evaluation cut by ``plan``; builds a chunk's geometry and
+    runs a stage over the chunks."""
 
     def __init__(self, desc, src, dst, edge_vec, n_nodes: int, plan) -> None:
         if not plan.dst_sorted and src.shape[0] > 1:
@@ -100,44 +100,149 @@ class EdgeChunks:
         return self.desc.edge_cache(self.src[e0:e1], self.dst[e0:e1] - a0, vec, a1 - a0,
                                     rows=slice(a0, a1), n_src=self.n_nodes)  # fmt: skip
 
-    def map(self, fn, rows=None, *shared) -> torch.Tensor:
-        """``cat_c fn(c, vec_c, [rows_c,] *shared)`` over the chunks, each recomputed in the
-        backward; ``rows`` (N, ...) is split into the chunks' destination rows (None: not
-        given). ``shared`` are whole node tensors."""
-        parts = None if rows is None else torch.split(rows, self.sizes)
-        out = []
-        for c in range(len(self.bounds)):
-            head = (self.vectors(c),) if parts is None else (self.vectors(c), parts[c])
-            out.append(_run(lambda *t, c=c: fn(c, *t), (*head, *shared), self.trainable))
-        return torch.cat(out, dim=0)
+    def stage(self, rows, x, *consts, prepare=None, cot=None) -> torch.Tensor:
+        """``cat_c rows(c, vec_c, x_c, *prepare(x), *consts)``: a stage over the chunks, each
+        chunk recomputed in the backward (``cot``: its backward done in the forward for that
+        cotangent, see :class:`_ChunkedStage`). ``x`` (N, ...) is split into the chunks'
+        destination rows (None: no node input); ``prepare(x)`` gives the whole node tensors
+        every chunk reads; ``consts`` are whole node tensors."""
+        grad = torch.is_grad_enabled()
+        if grad and self.trainable:  # weights need gradients: torch's checkpoint per chunk
+            prepared = () if prepare is None else tuple(prepare(x))
+            parts = [None] * len(self.bounds) if x is None else torch.split(x, self.sizes)
+            out = []
+            for c in range(len(self.bounds)):
+                fn = (lambda v, *t, c=c: rows(c, v, None, *t)) if x is None else (
+                    lambda v, xr, *t, c=c: rows(c, v, xr, *t))  # fmt: skip
+                head = (self.vectors(c),) if x is None else (self.vectors(c), parts[c])
+                out.append(checkpoint(fn, *head, *prepared, *consts, use_reentrant=False))
+            return torch.cat(out, dim=0)
+        inputs = (self.vec, x, *consts)
+        if not grad or not any(t is not None and t.requires_grad for t in inputs):
+            with torch.no_grad():
+                return self.vjp(rows, prepare, inputs, (False,) * len(inputs), None, False)[0]
+        return _ChunkedStage.apply(self, rows, prepare, cot, *inputs)
+
+    def vjp(self, rows, prepare, inputs, need, cot, higher: bool):
+        """``(out, grads)`` of a stage: ``out = cat_c rows(c, vec_c, x_c, *prepare(x),
+        *consts)`` for ``inputs = (vec, x, *consts)``, and the gradients of ⟨cot, out⟩ with
+        respect to the inputs (None where ``need`` is False; no gradients when ``cot`` is
+        None), one chunk's graph at a time. ``prepare(x)`` runs once; the chunks read its
+        outputs as leaves whose summed cotangents go back through it once. ``higher``:
+        gradients that stay differentiable (the inputs are viewed, not detached, and each
+        chunk differentiates through ``prepare``; ``out`` is then None)."""
+        back = cot is not None
+        if higher:
+            base = [t.view_as(t) if n else t for t, n in zip(inputs, need)]
+        elif back:
+            base = [None if t is None else t.detach().requires_grad_(n) for t, n in
+                    zip(inputs, need)]  # fmt: skip
+        else:
+            base = list(inputs)
+        vec, x, *consts = base
+        prepared = () if prepare is None else tuple(prepare(x))
+        # the chunks read leaves of the prepared tensors (their graph is shared by all chunks)
+        leaves = prepared
+        if back and not higher:
+            leaves = tuple(p.detach().requires_grad_(p.requires_grad) for p in prepared)
+        if higher:  # differentiate x whole, through prepare (kept for every chunk)
+            flags = [need[0], False, *(False for _ in prepared), *need[2:]]
+        else:
+            flags = [need[0], need[1], *(back and p.requires_grad for p in leaves), *need[2:]]
+        outs, per_chunk = [], []
+        summed = [None] * (len(prepared) + len(consts) + 1)  # ..., and x whole (higher)
+        for c, (a0, a1, e0, e1) in enumerate(self.bounds):
+            args = [vec[e0:e1], None if x is None else x[a0:a1], *leaves, *consts]
+            out = rows(c, *args)
+            if not higher:
+                outs.append(out.detach())
+            if not back:
+                continue
+            want = [a for a, f in zip(args, flags) if f]
+            extra = [x] if higher and need[1] else []
+            got = iter(torch.autograd.grad(out, want + extra, cot[a0:a1], allow_unused=True,
+                                           retain_graph=higher, create_graph=higher))  # fmt: skip
+            g = [_or_zeros(next(got), a) if f else None for a, f in zip(args, flags)]
+            g += [_or_zeros(next(got), x)] if extra else [None]
+            per_chunk.append(g[:2])
+            for k, gk in enumerate(g[2:]):
+                if gk is not None:
+                    summed[k] = gk if summed[k] is None else summed[k] + gk
+        out = None if higher else torch.cat(outs, dim=0)
+        if not back:
+            return out, None
+        gvec = torch.cat([g[0] for g in per_chunk]) if need[0] else None
+        gx = None
+        if need[1] and higher:
+            gx = summed[-1]
+        elif need[1]:
+            gx = torch.cat([g[1] for g in per_chunk])
+            sent = [(p, gp) for p, gp in zip(prepared, summed) if gp is not None]
+            if sent:  # the prepared tensors' summed cotangents, back through prepare once
+                (more,) = torch.autograd.grad([p for p, _ in sent], x, [gp for _, gp in sent],
+                                              allow_unused=True)  # fmt: skip
+                if more is not None:
+                    gx = gx + more
+        return out, (gvec, gx, *summed[len(prepared) : -1])
 
 
-def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None) -> torch.Tensor:
-    """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding)."""
+def _or_zeros(g, like):
+    return torch.zeros_like(like) if g is None else g
+
+
+def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
+                       energy_rows=None) -> torch.Tensor:  # fmt: skip
+    """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding).
+
+    ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
+    descriptor; with frozen weights the last block, the readout and the head then run as one
+    stage whose backward is done in its forward, for the cotangent of the sum of the first
+    ``energy_rows`` atom energies (all when None)."""
     cfg = desc.cfg
     N = types.shape[0]
     chunks = EdgeChunks(desc, src, dst, edge_vec, N, plan)
     te = desc.type_embedding(types)
 
-    def initial(c, vec, te):
+    def initial(c, vec, _x, te):
         ec = chunks.geometry(c, vec)
         return desc.initial_features(ec, desc.radial_features(ec), te, types)
 
-    x = chunks.map(initial, None, te)
-    for blk, lb in zip(desc.blocks, cfg.l_schedule):
-        x = x[:, : st.dim_of(lb)]
+    x = chunks.stage(initial, None, te)
+    ro = st.dim_of(cfg.readout_lmax)
+    eager = EAGER_FINAL_STAGE and head is not None and not chunks.trainable
+    n_blocks = len(desc.blocks)
+    for i, (blk, lb) in enumerate(zip(desc.blocks, cfg.l_schedule)):
+        x = x[:, : st.dim_of(lb)].contiguous()  # kept: not the larger tensor it is a view of
         if exchange is not None:
             x = exchange(x)
-        x1, nodes = blk.node_inputs(x)
 
-        def block(c, vec, x_rows, x1, te, *nodes, blk=blk, lb=lb):
+        def prepare(x, blk=blk):  # (x1, *attention node terms): every chunk reads them whole
+            x1, nodes = blk.node_inputs(x)
+            return (x1, *(nodes or ()))
+
+        def block(c, vec, x_rows, x1, *rest, blk=blk, lb=lb):
+            *nodes, te = rest
             ec = chunks.geometry(c, vec)
             radf = desc.edge_features(ec, desc.radial_features(ec), te)[:, : lb + 1]
-            return blk.chunk_rows(x_rows, x1, nodes or None, ec, radf)
+            return blk.chunk_rows(x_rows, x1, tuple(nodes) or None, ec, radf)
 
-        x = chunks.map(block, x, x1, te, *(nodes or ()))
+        if head is not None and i == n_blocks - 1 and not chunks.trainable:
+
+            def final(c, *args, block=block):
+                a0, a1, _, _ = chunks.bounds[c]
+                out = block(c, *args)
+                return head(desc.output_ffn(out[:, :ro]), slice(a0, a1))
+
+            n = N if energy_rows is None else int(energy_rows)
+            cot = None
+            if eager:
+                cot = x.new_zeros(N, dtype=torch.float64)
+                cot[:n] = 1.0
+            return chunks.stage(final, x, te, prepare=prepare, cot=cot)
+        x = chunks.stage(block, x, te, prepare=prepare)
 
     def readout(c, vec, x_rows):
         return desc.output_ffn(x_rows)
 
-    return chunks.map(readout, x[:, : st.dim_of(cfg.readout_lmax)])
+    out = chunks.stage(readout, x[:, :ro])
+    return out if head is None else head(out, slice(None))

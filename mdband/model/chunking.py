@@ -58,6 +58,12 @@ class ChunkPlan:
         return len(self.atom_bounds) - 1
 
     @property
+    def max_chunk_edges(self) -> int:
+        """Edges of the largest chunk."""
+        e = self.edge_bounds
+        return max(b - a for a, b in zip(e, e[1:]))
+
+    @property
     def n_atoms(self) -> int:
         return self.atom_bounds[-1]
 
@@ -157,16 +163,20 @@ def describe_budget(setting: str, device) -> str:
     return f"{format_bytes(n)} ({setting})"
 
 
-def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: int):
+def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: int,
+                    max_chunk_edges: int | None = None):  # fmt: skip
     """The plan of one call under ``budget`` bytes, or None to run unchunked.
 
     ``estimate`` is the model's :class:`~mdband.model.memory.MemoryEstimate`. Unchunked when
-    no budget is set or its estimate fits (no device sync); otherwise chunks as large as the
-    budget allows. Raises :class:`~mdband.errors.MemoryBudgetError` when even a chunk of the
-    atom with the most edges does not fit.
+    no budget is set or its estimate fits and the call has at most ``max_chunk_edges`` edges
+    (no device sync); otherwise chunks as large as the budget allows, at most
+    ``max_chunk_edges`` edges each (an atom with more is a chunk of its own). Raises
+    :class:`~mdband.errors.MemoryBudgetError` when even a chunk of the atom with the most
+    edges does not fit.
     """
     n_edges = int(dst.shape[0])
-    if budget is None or estimate.unchunked(n_atoms, n_edges) <= budget:
+    cap = n_edges if max_chunk_edges is None else max(1, int(max_chunk_edges))
+    if budget is None or (estimate.unchunked(n_atoms, n_edges) <= budget and n_edges <= cap):
         return None
     ptr, is_sorted = row_pointer(dst, n_atoms)
     max_deg = int(np.max(np.diff(ptr))) if n_atoms else 0
@@ -177,4 +187,4 @@ def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: in
             f"{n_atoms} atoms ({n_edges} edges) need an estimated {format_bytes(need)} even "
             f"one atom per chunk, above the memory budget of {format_bytes(budget)}"
         )
-    return plan_chunks(ptr, max_edges, dst_sorted=is_sorted)
+    return plan_chunks(ptr, min(max_edges, cap), dst_sorted=is_sorted)

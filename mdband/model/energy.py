@@ -74,6 +74,8 @@ class FittingNet(nn.Module):
 class SeZMEnergyModel(nn.Module):
     """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies."""
 
+    #: forward takes ``energy_rows``: the caller sums the first ``energy_rows`` atom energies
+    accepts_energy_rows = True
     #: edges with r ≥ rcut contribute exactly zero (envelope 0 with zero gradient), so an edge
     #: list may be padded with such edges (see :mod:`mdband.step_graph`)
     zero_beyond_cutoff = True
@@ -117,8 +119,17 @@ class SeZMEnergyModel(nn.Module):
         """The memory budget setting and what it resolves to on ``device`` (one line)."""
         return describe_budget(self.settings.memory_budget, device)
 
-    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None) -> torch.Tensor:
+    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
+                energy_rows=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
-        chunks the evaluation, otherwise the memory budget decides."""
-        desc = self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan)
-        return self.fitting_net(desc, types) + self.out_bias[0, types, 0]
+        chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
+        caller differentiates the sum of the first ``energy_rows`` energies (all when None);
+        a chunked evaluation then does its last stage's backward in the forward (any other
+        derivative is still exact, at the cost of a recomputation)."""
+
+        def head(desc, rows):
+            t = types[rows]
+            return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
+
+        return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
+                               head=head, energy_rows=energy_rows)  # fmt: skip

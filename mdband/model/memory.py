@@ -28,6 +28,9 @@ BACKWARD_FACTOR = 1.25
 #: CUDA graphs: 27.6 / 86.3 GB for the default config, 7.6 / 21.5 GB for DPA4-Mini;
 #: BENCHMARKS.md, 2026-12-01); 0.4 keeps a margin
 FUSED_CUDA_FACTOR = 0.4
+#: node tensors (N, D, Cw) one block's backward holds at once in a chunked evaluation: the
+#: node_inputs graph and its outputs' cotangents, the incoming and outgoing x cotangents
+NODE_BACKWARD = 6.0
 #: bytes per edge kept through an evaluation besides the model's tensors: the caller's and
 #: the sorted src, dst and permutation (int64), edge vectors (caller's float64, the model's,
 #: sorted), their gradients and the float64 force assembly, the host neighbour list
@@ -105,8 +108,12 @@ class MemoryEstimate:
             _node_floats_block(b, lb, cfg.channels)
             for b, lb in zip(descriptor.blocks, cfg.l_schedule)
         ]
-        # kept per block when chunked: input, norm, x1 and its cotangents, attention terms
-        kept = [8.0 * st.dim_of(lb) * cfg.hidden_channels for lb in cfg.l_schedule]
+        # kept through a chunked evaluation: each block's input x (N, D, C) and the last
+        # stage's x cotangent (chunked.py); while a block's backward runs, its node_inputs
+        # graph, their summed cotangents and x's (≈ 6 tensors (N, D, Cw): NODE_BACKWARD)
+        dims = [st.dim_of(lb) for lb in cfg.l_schedule]
+        kept = [d * cfg.channels for d in dims] + [dims[-1] * cfg.channels]
+        kept.append(NODE_BACKWARD * max(dims) * cfg.hidden_channels)
         fitting = 4.0 * sum(cfg.fitting_widths) + 2.0 * cfg.channels  # GLU head, readout out
         shared = _edge_floats_shared(cfg)
         f = BACKWARD_FACTOR * size * (FUSED_CUDA_FACTOR if fused_cuda else 1.0)

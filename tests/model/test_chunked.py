@@ -10,7 +10,6 @@ equal ``(x @ w)[a:b]``), so float64 results are held to 1e-12 relative (observed
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,61 +19,17 @@ import ase.io
 import numpy as np
 import pytest
 import torch
+from chunk_helpers import FIX, FRAMES, META, assert_close, evaluate, plan_for, sezm, tensors
 
 import mdband
 from mdband.errors import MemoryBudgetError
-from mdband.graph import build_edge_graph
 from mdband.kernels import _common as cm
 from mdband.kernels import force_triton
-from mdband.model.chunking import ChunkPlan, plan_chunks, row_pointer
+from mdband.model.chunking import ChunkPlan, plan_chunks
 from mdband.model.factory import build_sezm, initialise_weights
 from mdband.model.memory import saved_tensor_bytes
 from mdband.potential import Potential
 from mdband.testing.sezm import small_config
-
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
-META = json.loads((FIX / "configs.json").read_text())
-FRAMES = ase.io.read(FIX / META["structures"], index=":")
-REL = 1e-12  # float64, chunked against unchunked
-
-
-def tensors(pot, atoms):
-    g = build_edge_graph(atoms.positions, atoms.cell.array, atoms.pbc, pot.cutoff)
-    types = torch.as_tensor(pot.types_of(atoms.get_chemical_symbols()))
-    ev = g.edge_vectors(torch.as_tensor(atoms.positions), torch.as_tensor(atoms.cell.array))
-    return types, torch.as_tensor(g.src), torch.as_tensor(g.dst), ev.detach()
-
-
-def plan_for(dst, n_atoms, max_edges):
-    ptr, is_sorted = row_pointer(dst, n_atoms)
-    return plan_chunks(ptr, max_edges, dst_sorted=is_sorted)
-
-
-def evaluate(pot, types, src, dst, ev, plan=None, grad=True):
-    out = pot.evaluate_edges(types, src, dst, ev, plan=plan, grad=grad)
-    if not grad:
-        return out.atom_energy.numpy(), None, None
-    f, w = pot.assemble(out.edge_grad, ev, src, dst, int(types.shape[0]))
-    return out.atom_energy.numpy(), f.numpy(), w.numpy()
-
-
-def assert_close(got, ref):
-    e, f, w = got
-    e0, f0, w0 = ref
-    scale = max(1.0, float(np.abs(e0).max()))
-    np.testing.assert_allclose(e, e0, rtol=0, atol=REL * scale)
-    assert abs(e.sum() - e0.sum()) <= REL * max(1.0, abs(e0.sum()))
-    if f0 is not None:
-        assert np.abs(f0).max() > 1e-6  # not trivially zero
-        np.testing.assert_allclose(f, f0, rtol=0, atol=REL * np.abs(f0).max())
-        np.testing.assert_allclose(w, w0, rtol=0, atol=REL * max(1.0, np.abs(w0).max()))
-
-
-def sezm(cfg, seed=2, dtype="float64", **options):
-    model = build_sezm(cfg, None, options)
-    initialise_weights(model, seed=seed, gain=0.5)
-    return Potential(model, kind="sezm", type_map=list(cfg["type_map"]), cutoff=cfg["rcut"],
-                     config=cfg, dtype=dtype)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- plans
