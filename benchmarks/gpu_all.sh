@@ -18,8 +18,10 @@
 #             vs_deepmd.py (4-6 min each: one per device call, DEEPMD_CONFIGS=mini, then
 #             DEEPMD_CONFIGS=default; DEEPMD_SIZES, default "4 8"; needs the deepmd-kit wheels
 #             of ../shared/tools/deepmd-on-device in .whl)
-#             DEEPMD_VARIANTS (e.g. "fp16x3 fp16 compile compile-fp16x3") also times those
-#             mdband settings, with their force errors, at DEEPMD_VARIANT_SIZES
+#             DEEPMD_VARIANTS (e.g. "fp16x3 fp16 compile compile-fp16x3 dots fp16x3-dots"; dots:
+#             the opt-in "dot" kernels of aggregate and rotate_mix) also times those mdband
+#             settings, with their force errors, at DEEPMD_VARIANT_SIZES; DEEPMD_RUN_STEPS: the
+#             `mdband run` length (default 100; its summary also gives the steady ms/step)
 #   precision force errors of every stack_precision mode against float64 on a trained model
 #             (precision_check.py; the water checkpoint and structure copied to .whl/data)
 #   lammps    `pair_style mdband` on the GPU (gpu_lammps.sh, CELLS=3 and 8; needs the lammps,
@@ -91,7 +93,8 @@ fi
 if has deepmd; then
     for cfg in ${DEEPMD_CONFIGS:-mini default}; do
         OUT=$OUT timeout 590 python3 benchmarks/vs_deepmd.py all --sizes ${DEEPMD_SIZES:-4 8} \
-            --configs "$cfg" --md-size 8 --md-steps 10 --run-steps 100 --repeat 5 --profile 8 \
+            --configs "$cfg" --md-size 8 --md-steps 10 --run-steps ${DEEPMD_RUN_STEPS:-100} \
+            --repeat 5 --profile 8 \
             --variants ${DEEPMD_VARIANTS:-} --variant-sizes ${DEEPMD_VARIANT_SIZES:-} \
             >"$OUT/deepmd-$cfg.log" 2>&1 || status=1
         cp "$OUT/vs_deepmd.json" "$OUT/vs_deepmd-$cfg.json" 2>/dev/null

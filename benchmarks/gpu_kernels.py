@@ -17,7 +17,9 @@ Check stage, for every op, forward and backward (autograd through the registered
 * Triton fp32 vs the fp64 reference: ≤ 2e-5 (fp32 rounding of sums over ~100 edges per node).
 
 aggregate is checked with both kernel families of ``aggregate.KERNELS`` ("walk", and "dot" as
-``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..] dot~walk``, same thresholds).
+``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..] dot~walk``, same thresholds);
+rotate_mix likewise with ``rotate_mix.KERNELS`` ("edge", and "dot" as ``rotate_mix[mode] dot``,
+plus ``rotate_mix[mode] dot~edge``).
 
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
 milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
@@ -25,7 +27,9 @@ storage, of the torch reference on the same GPU, and the peak extra memory of fo
 aggregate's forward and backward are timed with both kernel families (rows ``aggregate[H]`` =
 "walk", ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage
 only, the dot kernels at other (``DOT_EDGES``, ``DOT_WARPS``) settings (``aggregate[H] dot BE=8
-w=4``; ``--no-dot-sweep`` skips them); a walk/dot summary follows the table.
+w=4``; ``--no-dot-sweep`` skips them); a walk/dot summary follows the table. rotate_mix (both
+modes, ``rotate_mix[mix]`` and ``rotate_mix[none]``) the same way: "edge" kernels, ``dot`` rows and
+the dot sweep of ``_rotate_mix_dot``; an edge/dot summary follows.
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ if "mdband" not in sys.modules:
 
 from mdband.kernels import _aggregate_dot as aggregate_dot  # noqa: E402
 from mdband.kernels import _common as cm  # noqa: E402
+from mdband.kernels import _rotate_mix_dot as rotate_mix_dot  # noqa: E402
 from mdband.kernels import aggregate as aggregate_mod  # noqa: E402
+from mdband.kernels import rotate_mix as rotate_mix_mod  # noqa: E402
 from mdband.kernels.aggregate import aggregate  # noqa: E402
 from mdband.kernels.band_producer import band_producer  # noqa: E402
 from mdband.kernels.edge_dot import edge_dot  # noqa: E402
@@ -132,29 +138,41 @@ def cast(case, dtype):
 
 # ---------------------------------------------------------------------------- op runners
 @contextlib.contextmanager
-def aggregate_kernels(name):
-    """aggregate's Triton path on the "walk" or the "dot" kernels (both passes) in the block."""
-    old = dict(aggregate_mod.KERNELS)
-    aggregate_mod.KERNELS.update(fwd=name, bwd=name)
+def kernels(mod, name):
+    """``mod``'s Triton path (aggregate or rotate_mix) on the kernels ``name`` ("walk" / "edge"
+    or "dot"), both passes, in the block."""
+    old = dict(mod.KERNELS)
+    mod.KERNELS.update(fwd=name, bwd=name)
     try:
         yield
     finally:
-        aggregate_mod.KERNELS.update(old)
+        mod.KERNELS.update(old)
+
+
+def aggregate_kernels(name):
+    return kernels(aggregate_mod, name)
+
+
+def rotate_mix_kernels(name):
+    return kernels(rotate_mix_mod, name)
 
 
 @contextlib.contextmanager
-def dot_config(edges, warps):
-    """aggregate's dot kernels at ``edges`` per step and ``warps`` per program in the block."""
-    old = aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS
-    aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS = edges, warps
+def dot_config(edges, warps, mod=aggregate_dot):
+    """The dot kernels of ``mod`` (aggregate's, or ``rotate_mix_dot``) at ``edges`` per step and
+    ``warps`` per program in the block."""
+    old = mod.DOT_EDGES, mod.DOT_WARPS
+    mod.DOT_EDGES, mod.DOT_WARPS = edges, warps
     try:
         yield
     finally:
-        aggregate_dot.DOT_EDGES, aggregate_dot.DOT_WARPS = old
+        mod.DOT_EDGES, mod.DOT_WARPS = old
 
 
 #: (edges per step, warps) of the dot kernels timed besides their default (band storage)
 DOT_SWEEP = ((4, 4), (8, 4), (8, 8))
+#: the same for rotate_mix's dot kernels (their defaults: 4 edges, 2 / 1 warps fwd / bwd)
+RM_DOT_SWEEP = ((4, 1), (4, 2), (4, 4), (8, 2))
 
 
 def _leaf(t):
@@ -289,14 +307,15 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
         )
 
 
-def compare_dot_walk(checks, op, case, H, c64, c32, names):
-    """aggregate's "dot" vs "walk" Triton kernels, band storage: rounding only."""
+def compare_dot(checks, op, case, run, mod, base, c64, c32, names):
+    """``mod``'s "dot" Triton kernels against its ``base`` ones ("walk" for aggregate, "edge"
+    for rotate_mix), band storage: rounding only. ``run(c)`` gives the op's outputs."""
     for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
         res = {}
-        for kern in ("walk", "dot"):
-            with aggregate_kernels(kern), cm.force_backend("triton"):
-                res[kern] = run_aggregate(c, BAND, H)
-        for name, a, b in zip(names, res["dot"], res["walk"]):
+        for kern in (base, "dot"):
+            with kernels(mod, kern), cm.force_backend("triton"):
+                res[kern] = run(c)
+        for name, a, b in zip(names, res["dot"], res[base]):
             if a is None and b is None:
                 continue
             checks.add(op, case, dtype, name, "rel", rel(a, b), thr)
@@ -313,19 +332,25 @@ def run_checks(device, full, E, N):
         print(f"check {tag}")
         c64 = make_case(E, N, C, L, Ls, device, seed=L, H=2, R=1)
         c32 = cast(c64, F32)
-        for mode in ("mix", "none"):
+        for mode, kern in [(m, k) for m in ("mix", "none") for k in ("edge", "dot")]:
             names = ["y", "gx", "grot"] + (["gk", "gbasis"] if mode == "mix" else ["grad"])
-            for lay in (BAND, DENSE):
-                compare_to_reference(
-                    checks, f"rotate_mix[{mode}]", f"{tag} {lay.value}",
-                    lambda c, lay=lay, mode=mode: run_rotate_mix(c, lay, mode),
-                    c64, c32, names,
-                )  # fmt: skip
-            for cc in (c64, c32):
-                compare_layouts(
-                    checks, f"rotate_mix[{mode}]", tag,
-                    lambda c, lay, mode=mode: run_rotate_mix(c, lay, mode), cc, names, 2, Ls,
-                )  # fmt: skip
+            op = f"rotate_mix[{mode}]" + (" dot" if kern == "dot" else "")
+            with rotate_mix_kernels(kern):
+                for lay in (BAND, DENSE):
+                    compare_to_reference(
+                        checks, op, f"{tag} {lay.value}",
+                        lambda c, lay=lay, mode=mode: run_rotate_mix(c, lay, mode),
+                        c64, c32, names,
+                    )  # fmt: skip
+                for cc in (c64, c32):
+                    compare_layouts(
+                        checks, op, tag,
+                        lambda c, lay, mode=mode: run_rotate_mix(c, lay, mode), cc, names, 2, Ls,
+                    )  # fmt: skip
+            if kern == "dot":
+                compare_dot(checks, f"rotate_mix[{mode}] dot~edge", tag,
+                            lambda c, mode=mode: run_rotate_mix(c, BAND, mode), rotate_mix_mod,
+                            "edge", c64, c32, names)  # fmt: skip
         for H, kern in [(H, k) for H in (0, 1, 2) for k in ("walk", "dot")]:
             names = ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"])
             op = f"aggregate[H={H}]" + (" dot" if kern == "dot" else "")
@@ -341,7 +366,9 @@ def run_checks(device, full, E, N):
                         lambda c, lay, H=H: run_aggregate(c, lay, H), cc, names, 2, Ls,
                     )  # fmt: skip
             if kern == "dot":
-                compare_dot_walk(checks, f"aggregate[H={H}] dot~walk", tag, H, c64, c32, names)
+                compare_dot(checks, f"aggregate[H={H}] dot~walk", tag,
+                            lambda c, H=H: run_aggregate(c, BAND, H), aggregate_mod, "walk", c64,
+                            c32, names)  # fmt: skip
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(
@@ -422,6 +449,10 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
             ("rotate_mix[mix]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
                 c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
+            ("rotate_mix[none]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
+                c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
+            ("rotate_mix[none]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
             ("aggregate[H]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
                 c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None),
             ("aggregate[plain]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
@@ -445,6 +476,7 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 c["env"], None, None, c["s"]))  # fmt: skip
         runners = {
             "rotate_mix[mix]": lambda lay=lay: run_rotate_mix(c, lay, "mix"),
+            "rotate_mix[none]": lambda lay=lay: run_rotate_mix(c, lay, "none"),
             "aggregate[H]": lambda lay=lay: run_aggregate(c, lay, H),
             "aggregate[plain]": lambda lay=lay: run_aggregate(c, lay, 0),
             "zonal_embed": lambda lay=lay: run_zonal(c, lay),
@@ -472,6 +504,18 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 rows.append(_row(f"{name} dot", pas, lay.value, t_dot, None, mem))
                 for be, w in DOT_SWEEP if dot_sweep and lay is BAND else ():
                     with aggregate_kernels("dot"), dot_config(be, w), cm.force_backend("triton"):
+                        t_dot = bench(ops[(name, pas)], device)
+                    rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
+        # rotate_mix on the "dot" kernels (same op calls)
+        for name in ("rotate_mix[mix]", "rotate_mix[none]"):
+            for pas in ("fwd", "bwd"):
+                with rotate_mix_kernels("dot"), cm.force_backend("triton"):
+                    t_dot = bench(ops[(name, pas)], device)
+                    mem = peak_mb(runners[name], device) if pas == "fwd" else None
+                rows.append(_row(f"{name} dot", pas, lay.value, t_dot, None, mem))
+                for be, w in RM_DOT_SWEEP if dot_sweep and lay is BAND else ():
+                    with rotate_mix_kernels("dot"), dot_config(be, w, rotate_mix_dot), \
+                            cm.force_backend("triton"):  # fmt: skip
                         t_dot = bench(ops[(name, pas)], device)
                     rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
     v = c["v"]
@@ -539,11 +583,13 @@ def print_table(rows):
     ms = {(r["op"], r["pass"], r["layout"]): r["triton_ms"] for r in rows}
     for (op, pas, lay), t_dot in sorted(ms.items()):
         base, _, label = op.partition(" dot")
-        walk = ms.get((base, pas, lay)) if op.startswith("aggregate") and base != op else None
-        if walk and t_dot:
+        fam = "walk" if op.startswith("aggregate") else "edge"
+        paired = base != op and op.startswith(("aggregate", "rotate_mix"))
+        old = ms.get((base, pas, lay)) if paired else None
+        if old and t_dot:
             print(
-                f"walk/dot {base:<16} {pas:<4} {lay:<6} {'dot' + label:<14} "
-                f"walk {walk:.3f} ms  dot {t_dot:.3f} ms  walk/dot {walk / t_dot:.2f}"
+                f"{fam}/dot {base:<16} {pas:<4} {lay:<6} {'dot' + label:<14} "
+                f"{fam} {old:.3f} ms  dot {t_dot:.3f} ms  {fam}/dot {old / t_dot:.2f}"
             )
 
 
@@ -554,8 +600,8 @@ def main(argv=None):
     p.add_argument("--no-check", action="store_true")
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip reference timings")
-    p.add_argument("--no-dot-sweep", action="store_true", help="time aggregate's dot kernels "
-                   "at their default step size and warps only")  # fmt: skip
+    p.add_argument("--no-dot-sweep", action="store_true", help="time the dot kernels (aggregate, "
+                   "rotate_mix) at their default step size and warps only")  # fmt: skip
     p.add_argument("--check-edges", type=int, default=20000)
     p.add_argument("--check-nodes", type=int, default=512)
     p.add_argument("--edges", type=int, default=650000)

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -258,7 +259,30 @@ VARIANTS = {
     "fp16": {"stack_precision": "fp16"},
     "compile": {"compile": "on"},
     "compile-fp16x3": {"compile": "on", "stack_precision": "fp16x3"},
+    # the opt-in "dot" kernels of aggregate and rotate_mix (module switches, not settings)
+    "dots": {"_kernels": {"aggregate": "dot", "rotate_mix": "dot"}},
+    "fp16x3-dots": {
+        "stack_precision": "fp16x3",
+        "_kernels": {"aggregate": "dot", "rotate_mix": "dot"},
+    },  # fmt: skip
 }
+
+
+@contextmanager
+def kernel_switches(choice: dict):
+    """Set the ``KERNELS`` switch of each named kernel module (both passes) for a variant."""
+    import importlib
+
+    saved = {}
+    try:
+        for name, kind in choice.items():
+            mod = importlib.import_module(f"mdband.kernels.{name}")
+            saved[name] = dict(mod.KERNELS)
+            mod.KERNELS.update({p: kind for p in mod.KERNELS})
+        yield
+    finally:
+        for name, old in saved.items():
+            importlib.import_module(f"mdband.kernels.{name}").KERNELS.update(old)
 
 
 def mdband_variants(args) -> dict:
@@ -273,30 +297,37 @@ def mdband_variants(args) -> dict:
     ref = mdband.load_model(args.checkpoint, device=args.device, dtype="float64").evaluate(*a)
     out = {}
     for name in args.variants:
-        torch.cuda.empty_cache() if args.device == "cuda" else None
-        pot = mdband.load_model(args.checkpoint, device=args.device, dtype="float32",
-                                **VARIANTS[name])  # fmt: skip
-        t0 = time.perf_counter()
-        r = pot.evaluate(*a)
-        row = {"first_call_s": time.perf_counter() - t0}
-        for _ in range(2):  # capture and replay of the graph, then the checked result
-            r = pot.evaluate(*a)
-        d = r.forces - ref.forces
-        row["max_force_err_vs_fp64"] = float(np.abs(d).max())
-        row["rms_force_err_vs_fp64"] = float(np.sqrt((d**2).mean()))
-        row["energy_err_vs_fp64"] = float(abs(r.energy - ref.energy))
-        for n in args.variant_sizes or args.sizes:
-            atoms = diamond(n)
-            b = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
-            try:
-                pot.evaluate(*b)
-                row[f"call_ms_{len(atoms)}"] = median_ms(lambda: pot.evaluate(*b), args.repeat)
-            except torch.OutOfMemoryError:
-                row[f"call_ms_{len(atoms)}"] = "out of memory"
-        out[name] = row
-        print(json.dumps({"variant": {args.name: {name: row}}}), flush=True)
-        pot = r = None  # free the graphs before the next variant loads
+        with kernel_switches(VARIANTS[name].get("_kernels", {})):
+            out[name] = _variant(args, name, a, ref, torch, mdband)
     return out
+
+
+def _variant(args, name, a, ref, torch, mdband) -> dict:
+    """One variant's row (see :func:`mdband_variants`)."""
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    settings = {k: v for k, v in VARIANTS[name].items() if not k.startswith("_")}
+    pot = mdband.load_model(args.checkpoint, device=args.device, dtype="float32",
+                            **settings)  # fmt: skip
+    t0 = time.perf_counter()
+    r = pot.evaluate(*a)
+    row = {"first_call_s": time.perf_counter() - t0}
+    for _ in range(2):  # capture and replay of the graph, then the checked result
+        r = pot.evaluate(*a)
+    d = r.forces - ref.forces
+    row["max_force_err_vs_fp64"] = float(np.abs(d).max())
+    row["rms_force_err_vs_fp64"] = float(np.sqrt((d**2).mean()))
+    row["energy_err_vs_fp64"] = float(abs(r.energy - ref.energy))
+    for n in args.variant_sizes or args.sizes:
+        atoms = diamond(n)
+        b = (atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+        try:
+            pot.evaluate(*b)
+            row[f"call_ms_{len(atoms)}"] = median_ms(lambda: pot.evaluate(*b), args.repeat)
+        except torch.OutOfMemoryError:
+            row[f"call_ms_{len(atoms)}"] = "out of memory"
+    print(json.dumps({"variant": {args.name: {name: row}}}), flush=True)
+    return row
 
 
 def profile(pot, atoms, rows: int = 25) -> str:

@@ -65,10 +65,7 @@ DOT_MIN = 16
 
 def chosen(kernels: dict, pas: str) -> str:
     """The kernels ``aggregate.KERNELS`` names for pass "fwd" or "bwd": "walk" or "dot"."""
-    name = kernels[pas]
-    if name not in ("walk", "dot"):
-        raise ValueError(f"aggregate.KERNELS[{pas!r}] must be 'walk' or 'dot', got {name!r}")
-    return name
+    return cm.kernel_choice(kernels, pas, ("walk", "dot"), "aggregate")
 
 
 def warps(C: int) -> int:

@@ -25,6 +25,7 @@ Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage
 per-program basis partials and the mixer's input cotangent (Dm·C·S, scratch); a CSR-by-source node
 kernel (one program per node and degree block) reads that cotangent and rot and writes gx
 (N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
+``KERNELS`` picks these or the by-source "dot" kernels (:mod:`mdband.kernels._rotate_mix_dot`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _rotate_mix_dot as dot
 from mdband.kernels._mixer import mixer_matrix, mixer_size, mixer_tables, scatter_mixer_grad
 from mdband.so3 import storage as st
 
@@ -47,6 +49,10 @@ MIXERS = ("degree_channel", "none")
 #: every channel reduction inside a warp (H200, E = 647,154, L = 3, C = 64: forward 1.5 ms and
 #: backward 6.7 ms with one warp, 5.1 and 17.4 ms with four; benchmarks/gpu_warps.py)
 WARPS = {"fwd": 1, "edge": 1, "node": 1}
+#: Triton kernels per pass: "edge" (the kernels below) or "dot" (_rotate_mix_dot: by source node,
+#: BE edges per step as tl.dot products; slower on an H200, see there). Same outputs to rounding.
+#: Read when an op runs (at trace time when compiled).
+KERNELS = {"fwd": "edge", "bwd": "edge"}
 
 
 # ---------------------------------------------------------------------------- references
@@ -307,6 +313,9 @@ def _dispatch(x, lmax, k) -> str:
     return cm.chosen_backend("rotate_mix", decision)
 
 
+_s3, _s2 = dot.strides3, dot.strides2  # strides of an optional 3-d / 2-d input (0 if absent)
+
+
 def _rot_tables(rot, layout, rot_lmax, lmax):
     return cm.kernel_tables(layout, rot_lmax, lmax, rot.device)
 
@@ -332,6 +341,8 @@ def _rotate_mix_op(
     rd = rad if not mix else y
     R = k.shape[2] if mix else 1
     sr = cm.rot_args(rot, layout)
+    if dot.chosen(KERNELS, "fwd") == "dot":
+        return dot.launch_fwd(x, rot, k, basis, rad, perm, row_ptr, y, t, mt, layout, sr)
     cm.wrap(_rm_fwd_kernel)[(E,)](
         x, src, rot, kk, bb, rd, y,
         t["col"], t["row"], t["ent_a"], t["ent_b"], mt["kidx"], mt["orow"],
@@ -342,14 +353,6 @@ def _rotate_mix_op(
         LAYOUT=layout, MIX=mix,
     )  # fmt: skip
     return y
-
-
-def _s3(t):
-    return t.stride() if t.dim() == 3 else (0, 0, 0)
-
-
-def _s2(t):
-    return t.stride() if t.dim() == 2 else (0, 0)
 
 
 @_rotate_mix_op.register_fake
@@ -372,7 +375,6 @@ def _rotate_mix_bwd_op(
     gx = torch.empty_like(x)
     gk = torch.empty_like(k) if mix else x.new_zeros(0)
     grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
-    gxl = torch.empty_like(gy) if mix else None  # mixer input cotangent, edge → node kernel
     R = k.shape[2] if mix else 1
     BC = cm.next_pow2(C)
     EB = 4 if cm.interpret_mode() else 16
@@ -388,6 +390,10 @@ def _rotate_mix_bwd_op(
     rd = rad if not mix else gy
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
+    if dot.chosen(KERNELS, "bwd") == "dot":
+        return dot.launch_bwd(gy, x, rot, k, basis, rad, perm, row_ptr, gx, grot, gk, grad, t,
+                              mt, layout, sr, so)  # fmt: skip
+    gxl = torch.empty_like(gy) if mix else None  # mixer input cotangent, edge → node kernel
     gkk = gk if mix else gy
     gbb = gbp if mix else gy
     grr = grad if not mix else gxl

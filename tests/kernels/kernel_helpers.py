@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from mdband.kernels import _common as cm
@@ -85,3 +87,23 @@ def off_band_dense(grad: torch.Tensor, lmax_s: int) -> torch.Tensor:
     """The entries of a dense cotangent outside the band (must be zero)."""
     keep = st.band_to_dense(torch.ones(1, st.band_width(lmax_s), dtype=grad.dtype), lmax_s)
     return grad * (1 - keep.to(grad.device))
+
+
+def rel_max(a, b) -> float:
+    """max |a − b| / max |b| (absolute where b is all zero)."""
+    a, b = a.detach().double(), b.detach().double()
+    if not b.numel():
+        return 0.0
+    num, den = float((a - b).abs().max()), float(b.abs().max())
+    return num / den if den > 0 else num
+
+
+@contextlib.contextmanager
+def switched(module, fwd: str, bwd: str | None = None):
+    """``module.KERNELS`` (an op's Triton kernels per pass) set to ``fwd`` / ``bwd`` inside."""
+    old = dict(module.KERNELS)
+    module.KERNELS.update(fwd=fwd, bwd=bwd or fwd)
+    try:
+        yield
+    finally:
+        module.KERNELS.update(old)

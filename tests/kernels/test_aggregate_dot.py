@@ -8,11 +8,17 @@ edges and ≤ 20 channels; typically ~1e-7).
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from kernel_helpers import band_view, edge_vectors, leaf_storage, off_band_dense, storages
+from kernel_helpers import (
+    band_view,
+    edge_vectors,
+    leaf_storage,
+    off_band_dense,
+    rel_max,
+    storages,
+    switched,
+)
 from test_aggregate import _inputs, _leaves, _run
 
 from mdband.kernels import _aggregate_dot as dot
@@ -37,30 +43,10 @@ def _dst(device, seed=0):
     )  # unsorted
 
 
-@contextlib.contextmanager
-def kernels(name):
-    """Both passes of aggregate's Triton path on the "walk" or the "dot" kernels."""
-    old = dict(agg.KERNELS)
-    agg.KERNELS.update(fwd=name, bwd=name)
-    try:
-        yield
-    finally:
-        agg.KERNELS.update(old)
-
-
 @pytest.fixture
 def dot_kernels(monkeypatch):
     monkeypatch.setitem(agg.KERNELS, "fwd", "dot")
     monkeypatch.setitem(agg.KERNELS, "bwd", "dot")
-
-
-def _rel(a, b):
-    """max |a − b| / max |b| (absolute where b is all zero)."""
-    a, b = a.detach().double(), b.detach().double()
-    if not b.numel():
-        return 0.0
-    num, den = float((a - b).abs().max()), float(b.abs().max())
-    return num / den if den > 0 else num
 
 
 def _case(kdev, L, Ls, dtype, H, C=6, seed=0):
@@ -95,7 +81,7 @@ def _check(kdev, L, Ls, dtype, H, C=6):
         ref = _reference64(S0, layout, Ls, L, rho, dst, N, t0)
         for i, (a, b) in enumerate(zip(out, ref)):
             assert a.dtype == dtype
-            assert _rel(a, b) <= REL[dtype], f"output {i} ({layout.value}): {_rel(a, b):.2e}"
+            assert rel_max(a, b) <= REL[dtype], f"output {i} ({layout.value}): {rel_max(a, b):.2e}"
         for k in EMPTY:
             assert torch.count_nonzero(out[0][k]) == 0  # node without edges
         if layout is DENSE:
@@ -144,10 +130,10 @@ def test_dot_equals_walk(kdev, L, Ls, dtype, H):
     t0, dst, rho, N, S0 = _case(kdev, L, Ls, dtype, H, seed=7)
     res = {}
     for name in ("walk", "dot"):
-        with kernels(name):
+        with switched(agg, name):
             res[name] = _triton(S0, BAND, Ls, L, rho, dst, N, t0)
     for i, (a, b) in enumerate(zip(res["dot"], res["walk"])):
-        assert _rel(a, b) <= REL[dtype], f"output {i}: {_rel(a, b):.2e}"
+        assert rel_max(a, b) <= REL[dtype], f"output {i}: {rel_max(a, b):.2e}"
 
 
 @pytest.mark.parametrize("mix", [("dot", "walk"), ("walk", "dot")])
@@ -163,7 +149,7 @@ def test_mixed_passes(kdev, mix):
     finally:
         agg.KERNELS.update(old)
     for a, b in zip(out, ref):
-        assert _rel(a, b) <= REL[F64]
+        assert rel_max(a, b) <= REL[F64]
 
 
 @pytest.mark.parametrize("H", [0, 2])
