@@ -19,6 +19,7 @@ import torch
 from chunk_helpers import FRAMES, plan_for, sezm, tensors
 
 from mdband.model import block as block_module
+from mdband.model.chunking import plan_for_budget
 from mdband.so3 import storage as st
 from mdband.testing.sezm import small_config
 
@@ -240,3 +241,21 @@ def test_out_of_memory_that_chunks_cannot_help_is_raised(monkeypatch, case):
     from mdband.potential import OOM_RETRIES
 
     assert seen["calls"] == (1 + OOM_RETRIES if case == "always" else 1)
+
+
+def test_a_chunk_cap_forces_chunks_within_any_budget():
+    pot, atoms, t, src, dst, ev = _budget_potential("1GB")
+    N, E = len(atoms), int(src.shape[0])
+    desc = pot.model.descriptor
+    est = desc.memory_estimate(pot.dtype)
+    assert plan_for_budget(est, 10**12, dst, N) is None  # fits: unchunked
+    for cap in (E // 3, 1):
+        plan = plan_for_budget(est, 10**12, dst, N, max_chunk_edges=cap)
+        deg = torch.bincount(dst, minlength=N).tolist()
+        for a0, a1, e0, e1 in plan.chunks():
+            assert e1 - e0 <= cap or a1 - a0 == 1  # an atom with more edges is alone
+        assert plan.max_chunk_edges == max(e1 - e0 for _, _, e0, e1 in plan.chunks())
+        assert plan.max_chunk_edges <= max(cap, max(deg))
+    assert not pot.would_chunk(N, E)
+    desc.chunk_edge_cap = E // 2
+    assert pot.would_chunk(N, E) and not pot.would_chunk(N, E // 2)
