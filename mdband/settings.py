@@ -109,8 +109,9 @@ def parse_memory_size(text) -> int:
     return int(value)
 
 
-def _check_budget(value, source: str = "memory_budget") -> str:
-    """The memory_budget setting normalised: "auto", "off" or a size as given (validated)."""
+def check_budget(value, source: str = "memory_budget") -> str:
+    """The memory_budget setting normalised: "auto", "off" or a size as given (ValueError
+    naming ``source`` otherwise)."""
     text = str(value).strip().lower()
     if text not in ("auto", "off"):
         try:
@@ -152,7 +153,7 @@ class EngineSettings:
     memory_budget: str = "auto"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "memory_budget", _check_budget(self.memory_budget))
+        object.__setattr__(self, "memory_budget", check_budget(self.memory_budget))
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(
@@ -172,7 +173,7 @@ class EngineSettings:
                 continue
             value = str(value).strip().lower() if not isinstance(value, bool) else value
             if name == "memory_budget":
-                kw[name] = _check_budget(value, source)
+                kw[name] = check_budget(value, source)
                 continue
             if name in _BOOL_MEANS and _BOOL.get(value, value) in (True, False):
                 value = _BOOL_MEANS[name][_BOOL.get(value, value)]

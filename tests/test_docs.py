@@ -25,7 +25,15 @@ from mdband.io import ase_h5md
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-PAGES = ["ase.md", "cli.md", "lammps.md", "precision.md", "python-api.md", "trajectory.md"]
+PAGES = [
+    "ase.md",
+    "cli.md",
+    "lammps.md",
+    "large-cells.md",
+    "precision.md",
+    "python-api.md",
+    "trajectory.md",
+]
 BLOCK = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)
 RUN = {"python", "bash", "lammps", "toml"}
 LMP = Path(sys.executable).parent / "lmp"

@@ -18,6 +18,7 @@ from mdband.io.h5md import FORCE_UNITS
 from mdband.io.run_files import default_final
 from mdband.md.errors import ConfigError
 from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
+from mdband.settings import check_budget
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
 BAROSTATS = ("isotropic", "full")
@@ -144,6 +145,13 @@ class RunConfig:
         f"set, else on for CUDA runs with {COMPILE_AUTO_STEPS:,} or more steps to go: the first "
         "step compiles, tens of seconds), on or off.",
         choices=("auto", "on", "off"),
+    )
+    memory_budget: str | None = setting(
+        None,
+        "Memory one evaluation may use before it runs in chunks of atoms (same numbers, more "
+        "time): a size such as 40GB, auto (90 % of the free GPU memory; no limit on CPU) or off.",
+        metavar="SIZE",
+        default_text="auto or $MDBAND_MEMORY_BUDGET",
     )
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
     log: str | None = setting(
@@ -287,6 +295,11 @@ def _validate(c: RunConfig) -> None:
     check_values(c, ConfigError)  # types and choices, from the settings table
     if not _DEVICE.fullmatch(c.device):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N; got {c.device!r}")
+    if c.memory_budget is not None:
+        try:
+            check_budget(c.memory_budget)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     _positive(c, "timestep", "steps", "traj_every", "checkpoint_every", "friction")
     _positive(c, "tchain", "pchain", "tloop", "ploop")
     for name in ("tdamp", "pdamp"):

@@ -121,9 +121,12 @@ def compile_for(config: RunConfig, start: int = 0) -> str | None:
 
 def model_options(config: RunConfig, start: int = 0) -> dict:
     """load_model's arguments for the run's model(s), the run going on from step ``start``."""
-    return dict(device=config.device, dtype=config.dtype, head=config.head,
-                stack_precision=config.stack_precision,
-                compile=compile_for(config, start))  # fmt: skip
+    options = dict(device=config.device, dtype=config.dtype, head=config.head,
+                   stack_precision=config.stack_precision,
+                   compile=compile_for(config, start))  # fmt: skip
+    if config.memory_budget is not None:  # else $MDBAND_MEMORY_BUDGET or the default
+        options["memory_budget"] = config.memory_budget
+    return options
 
 
 def _committee(config: RunConfig, potential: Potential, atoms: Atoms, start: int = 0):

@@ -21,7 +21,13 @@ from mdband.testing.lj import lennard_jones_potential
 SPECS = {spec.name: spec for spec in table(RunConfig)}
 # values the generic rule below would get wrong (validated formats); resume needs a real
 # checkpoint and has its own test
-SPECIAL = {"device": "cuda:1", "format": "lammps-data", "type_map": "O,H", "final": "end.extxyz"}
+SPECIAL = {
+    "device": "cuda:1",
+    "format": "lammps-data",
+    "type_map": "O,H",
+    "final": "end.extxyz",
+    "memory_budget": "40GB",
+}
 OWN_TEST = {"resume"}
 # settings valid only together with another one
 COMPANIONS = {"committee": {"model_devi": "devi.out"}, "model_devi": {"committee": ["b.pt"]}}

@@ -69,3 +69,41 @@ def test_compile_auto_only_for_long_cuda_runs(monkeypatch):
     monkeypatch.setenv("MDBAND_COMPILE", "on")
     assert compile_for(cfg(device="cpu", steps=10)) is None
     assert compile_for(cfg(device="cpu", steps=10, compile="off")) == "off"
+
+
+def test_memory_budget_of_a_run(tmp_path, monkeypatch):
+    """--memory-budget reaches the model (the header names it; a small one chunks the
+    evaluation with the same numbers); a bad size is a one-line error, exit code 2."""
+    import ase.io
+    import numpy as np
+    from ase.build import bulk
+    from click.testing import CliRunner
+
+    import mdband
+    from mdband.cli import main
+    from mdband.md.config import RunConfig
+    from mdband.md.setup import model_options
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MDBAND_MEMORY_BUDGET", raising=False)
+    assert "memory_budget" not in model_options(RunConfig(structure="s.xyz", model="m.pt"))
+    atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat(3)
+    atoms.symbols[::4] = "Ni"
+    ase.io.write("cuni.xyz", atoms)
+    base = ["run", "--structure", "cuni.xyz", "--model", "builtin:emt-cuni", "--steps", "2",
+            "--device", "cpu", "--dtype", "float64", "--no-progress",
+            "--ensemble", "nve"]  # fmt: skip
+    logs = {}
+    for budget in ("off", "5MB"):
+        res = CliRunner().invoke(main, [*base, "--memory-budget", budget, "--log", f"{budget}.csv"])
+        assert res.exit_code == 0, res.output
+        want = "Memory budget: 5 MB (5mb)" if budget == "5MB" else "Memory budget: off"
+        assert want in res.output
+        logs[budget] = np.genfromtxt(f"{budget}.csv", delimiter=",", names=True)
+    pot = mdband.load_model("builtin:emt-cuni", device="cpu", memory_budget="5MB")
+    assert pot.evaluate(atoms.positions, atoms.cell.array, True, list(atoms.symbols)).chunks > 1
+    for name in logs["off"].dtype.names:  # chunked: the same thermo rows to rounding
+        np.testing.assert_allclose(logs["5MB"][name], logs["off"][name], rtol=1e-10, atol=1e-12)
+    bad = CliRunner().invoke(main, [*base, "--memory-budget", "5XB"])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().count("\n") == 0 and "memory_budget" in bad.stderr
