@@ -332,43 +332,28 @@ def run_checks(device, full, E, N):
         print(f"check {tag}")
         c64 = make_case(E, N, C, L, Ls, device, seed=L, H=2, R=1)
         c32 = cast(c64, F32)
-        for mode, kern in [(m, k) for m in ("mix", "none") for k in ("edge", "dot")]:
-            names = ["y", "gx", "grot"] + (["gk", "gbasis"] if mode == "mix" else ["grad"])
-            op = f"rotate_mix[{mode}]" + (" dot" if kern == "dot" else "")
-            with rotate_mix_kernels(kern):
-                for lay in (BAND, DENSE):
-                    compare_to_reference(
-                        checks, op, f"{tag} {lay.value}",
-                        lambda c, lay=lay, mode=mode: run_rotate_mix(c, lay, mode),
-                        c64, c32, names,
-                    )  # fmt: skip
-                for cc in (c64, c32):
-                    compare_layouts(
-                        checks, op, tag,
-                        lambda c, lay, mode=mode: run_rotate_mix(c, lay, mode), cc, names, 2, Ls,
-                    )  # fmt: skip
-            if kern == "dot":
-                compare_dot(checks, f"rotate_mix[{mode}] dot~edge", tag,
-                            lambda c, mode=mode: run_rotate_mix(c, BAND, mode), rotate_mix_mod,
-                            "edge", c64, c32, names)  # fmt: skip
-        for H, kern in [(H, k) for H in (0, 1, 2) for k in ("walk", "dot")]:
-            names = ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"])
-            op = f"aggregate[H={H}]" + (" dot" if kern == "dot" else "")
-            with aggregate_kernels(kern):
-                for lay in (BAND, DENSE):
-                    compare_to_reference(
-                        checks, op, f"{tag} {lay.value}",
-                        lambda c, lay=lay, H=H: run_aggregate(c, lay, H), c64, c32, names,
-                    )  # fmt: skip
-                for cc in (c64, c32):
-                    compare_layouts(
-                        checks, op, tag,
-                        lambda c, lay, H=H: run_aggregate(c, lay, H), cc, names, 2, Ls,
-                    )  # fmt: skip
-            if kern == "dot":
-                compare_dot(checks, f"aggregate[H={H}] dot~walk", tag,
-                            lambda c, H=H: run_aggregate(c, BAND, H), aggregate_mod, "walk", c64,
-                            c32, names)  # fmt: skip
+        # rotate_mix and aggregate on each of their kernels: (op, module, base kernels, run,
+        # output names); the "dot" kernels are also compared with the base ones
+        variants = [(f"rotate_mix[{m}]", rotate_mix_mod, "edge",
+                     lambda c, lay, m=m: run_rotate_mix(c, lay, m),
+                     ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]))
+                    for m in ("mix", "none")]  # fmt: skip
+        variants += [(f"aggregate[H={H}]", aggregate_mod, "walk",
+                      lambda c, lay, H=H: run_aggregate(c, lay, H),
+                      ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]))
+                     for H in (0, 1, 2)]  # fmt: skip
+        for name, mod, base, run, names in variants:
+            for kern in (base, "dot"):
+                op = name + (" dot" if kern == "dot" else "")
+                with kernels(mod, kern):
+                    for lay in (BAND, DENSE):
+                        compare_to_reference(checks, op, f"{tag} {lay.value}",
+                                             lambda c, lay=lay, run=run: run(c, lay), c64, c32,
+                                             names)  # fmt: skip
+                    for cc in (c64, c32):
+                        compare_layouts(checks, op, tag, run, cc, names, 2, Ls)
+            compare_dot(checks, f"{name} dot~{base}", tag, lambda c, run=run: run(c, BAND), mod,
+                        base, c64, c32, names)  # fmt: skip
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(

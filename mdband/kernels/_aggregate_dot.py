@@ -87,7 +87,7 @@ def pads(t: dict, C: int, H: int) -> dict:
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    div_ieee, entry_index, node_segment = cm.div_ieee, cm.entry_index, cm.node_segment
+    div_ieee, node_segment, dot_block_rows = cm.div_ieee, cm.node_segment, cm.dot_block_rows
     SUM = cm.SUM
 
     @triton.jit
@@ -111,19 +111,26 @@ if cm.TRITON_AVAILABLE:
         per row r = i·SP + s (R = BE·SP rows): the reduced row rs of slot s (clamped ≥ 0), the
         (R, BC) y-row mask rowm, the (R, JPK) entry mask m2 and the entries' storage indices
         (ia, ib) (an entry of edge e sits at e·sr0 + ia·sa + ib·sb), and off = ia·sra + ib·srb."""
-        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
+        n, beg, end, _, _ = node_segment(ptr_ptr, C, BC)
         b = tl.program_id(1)
-        jj = tl.arange(0, JPK)
-        col = tl.load(col_t + b * JP + jj, mask=jj < JP, other=-1)
-        jm = col >= 0
-        sl = tl.arange(0, BE * SP) % SP
-        rows = tl.load(row_t + b * SP + sl)
-        sv = rows >= 0
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        rowm = sv[:, None] & cmask[None, :]
-        m2 = sv[:, None] & jm[None, :]
-        ia, ib = entry_index(ea_t, eb_t, (b * SP + sl)[:, None] * JP + jj[None, :], m2, LAYOUT)
-        return n, b, beg, end, cc, cmask, col, jm, rs, rowm, m2, ia, ib, ia * sra + ib * srb
+        cc, cmask, col, jm, _, rs, rowm, m2, ia, ib, off = dot_block_rows(
+            col_t, row_t, ea_t, eb_t, b, C, sra, srb, JP, JPK, SP, BE, BC, LAYOUT
+        )
+        return n, b, beg, end, cc, cmask, col, jm, rs, rowm, m2, ia, ib, off
+
+    @triton.jit
+    def store_block(out_ptr, acc, rho, sn, n, col, jm, cc, cmask, so0, so1, so2,
+                    ATTN: tl.constexpr):  # fmt: skip
+        """out[n, block columns col] = acc · rho (· the node scale sn in plain mode): the end of
+        both forward kernels (walk and dot)."""
+        res = acc * rho[:, None]
+        if not ATTN:
+            res = res * sn
+        tl.store(
+            out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
+            res,
+            mask=jm[:, None] & cmask[None, :],
+        )
 
     @triton.jit
     def _weight_setup(
@@ -212,14 +219,7 @@ if cm.TRITON_AVAILABLE:
                 cmask, hc, mx, inv, 1.0, sr0, sy0, sy1, sy2, sl0, sl1, SP, BE, BC, ATTN, LANES,
             )  # fmt: skip
             acc = tl.dot(tl.trans(coef), yb * a, acc, input_precision="ieee", out_dtype=dt)
-        res = acc * rho[:, None]
-        if not ATTN:
-            res = res * sn
-        tl.store(
-            out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
-            res,
-            mask=jm[:, None] & cmask[None, :],
-        )
+        store_block(out_ptr, acc, rho, sn, n, col, jm, cc, cmask, so0, so1, so2, ATTN)
 
     @triton.jit
     def _agg_dot_bwd_kernel(

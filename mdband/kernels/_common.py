@@ -323,6 +323,32 @@ if TRITON_AVAILABLE:
         return n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib
 
     @triton.jit
+    def dot_block_rows(
+        col_t, row_t, ea_t, eb_t, b, C, sra, srb,
+        JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr, BE: tl.constexpr,
+        BC: tl.constexpr, LAYOUT: tl.constexpr,
+    ):  # fmt: skip
+        """Index tiles of degree block b for the "dot" kernels' steps of R = BE·SP rows
+        r = i·SP + s (edge i of the step, band slot s): channel
+        lanes cc/cmask (BC,), the block's packed columns col (JPK,) with mask jm, per row its
+        slot sl and reduced row rs (clamped ≥ 0) (R,), the (R, BC) row mask rowm, the (R, JPK)
+        entry mask m2 and the entries' storage indices (ia, ib), with off = ia·sra + ib·srb
+        (an entry of edge e sits at e·sr0 + ia·sa + ib·sb)."""
+        cc = tl.arange(0, BC)
+        cmask = cc < C
+        jj = tl.arange(0, JPK)
+        col = tl.load(col_t + b * JP + jj, mask=jj < JP, other=-1)
+        jm = col >= 0
+        sl = tl.arange(0, BE * SP) % SP
+        rows = tl.load(row_t + b * SP + sl)
+        sv = rows >= 0
+        rs = tl.maximum(rows, 0).to(tl.int64)
+        rowm = sv[:, None] & cmask[None, :]
+        m2 = sv[:, None] & jm[None, :]
+        ia, ib = entry_index(ea_t, eb_t, (b * SP + sl)[:, None] * JP + jj[None, :], m2, LAYOUT)
+        return cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, ia * sra + ib * srb
+
+    @triton.jit
     def div_ieee(a, b):
         """a / b rounded to nearest (fp32 ``/`` is approximate on NVIDIA; fp64 is exact)."""
         if a.dtype == tl.float32:

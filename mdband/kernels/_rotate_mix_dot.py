@@ -103,33 +103,13 @@ def pads(t: dict, C: int) -> dict:
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    entry_index = cm.entry_index
+    dot_block_rows = cm.dot_block_rows
     SUM = cm.SUM
 
     @triton.jit
-    def _block_rows(
-        col_t, row_t, ea_t, eb_t, b, C, sra, srb,
-        JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr, BE: tl.constexpr,
-        BC: tl.constexpr, LAYOUT: tl.constexpr,
-    ):  # fmt: skip
-        """Index tiles of degree block b for a step of R = BE·SP rows r = i·SP + s: channel
-        lanes cc/cmask (BC,), the block's packed columns col (JPK,) with mask jm, per row its
-        slot sl and reduced row rs (clamped ≥ 0) (R,), the (R, BC) row mask rowm, the (R, JPK)
-        entry mask m2 and the entries' storage indices (ia, ib), with off = ia·sra + ib·srb
-        (an entry of edge e sits at e·sr0 + ia·sa + ib·sb)."""
-        cc = tl.arange(0, BC)
-        cmask = cc < C
-        jj = tl.arange(0, JPK)
-        col = tl.load(col_t + b * JP + jj, mask=jj < JP, other=-1)
-        jm = col >= 0
-        sl = tl.arange(0, BE * SP) % SP
-        rows = tl.load(row_t + b * SP + sl)
-        sv = rows >= 0
-        rs = tl.maximum(rows, 0).to(tl.int64)
-        rowm = sv[:, None] & cmask[None, :]
-        m2 = sv[:, None] & jm[None, :]
-        ia, ib = entry_index(ea_t, eb_t, (b * SP + sl)[:, None] * JP + jj[None, :], m2, LAYOUT)
-        return cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, ia * sra + ib * srb
+    def _rows(er, rs, cc, s0, s1, s2):
+        """Offsets (R, BC) of rows rs of edges er, channels cc, in an (E, Dm, C) tensor."""
+        return er[:, None] * s0 + rs[:, None] * s1 + cc[None, :] * s2
 
     @triton.jit
     def _step_edges(perm_ptr, i0, end, SP: tl.constexpr, BE: tl.constexpr):
@@ -171,7 +151,7 @@ if cm.TRITON_AVAILABLE:
             y3 = tl.zeros((RW, LP, BC), dtype=dt)
             for bb in tl.static_range(NBL):
                 b = g * NBL + bb
-                cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, off = _block_rows(
+                cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, off = dot_block_rows(
                     col_t, row_t, ea_t, eb_t, b, C, sra, srb, JP, JPK, SP, BE, BC, LAYOUT
                 )  # fmt: skip
                 xb = tl.load(
@@ -192,12 +172,12 @@ if cm.TRITON_AVAILABLE:
                 else:
                     rm = okr[:, None] & rowm
                     rd = tl.load(
-                        rad_ptr + er[:, None] * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                        rad_ptr + _rows(er, rs, cc, sd0, sd1, sd2),
                         mask=rm,
                         other=0.0,
                     )
                     tl.store(
-                        y_ptr + er[:, None] * sy0 + rs[:, None] * sy1 + cc[None, :] * sy2,
+                        y_ptr + _rows(er, rs, cc, sy0, sy1, sy2),
                         xl * rd,
                         mask=rm,
                     )
@@ -228,7 +208,7 @@ if cm.TRITON_AVAILABLE:
         b = pid % NB
         beg = tl.load(ptr_ptr + n).to(tl.int64)
         end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, off = _block_rows(
+        cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, off = dot_block_rows(
             col_t, row_t, ea_t, eb_t, b, C, sra, srb, JP, JPK, SP, BE, BC, LAYOUT
         )  # fmt: skip
         dt = gx_ptr.dtype.element_ty
@@ -279,18 +259,18 @@ if cm.TRITON_AVAILABLE:
             else:
                 rm = okr[:, None] & rowm
                 rd = tl.load(
-                    rad_ptr + er[:, None] * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2,
+                    rad_ptr + _rows(er, rs, cc, sd0, sd1, sd2),
                     mask=rm,
                     other=0.0,
                 )
                 gr = tl.load(
-                    gy_ptr + er[:, None] * sg0 + rs[:, None] * sg1 + cc[None, :] * sg2,
+                    gy_ptr + _rows(er, rs, cc, sg0, sg1, sg2),
                     mask=rm,
                     other=0.0,
                 )
                 gxl = gr * rd
                 tl.store(
-                    grad_ptr + er[:, None] * sh0 + rs[:, None] * sh1 + cc[None, :] * sh2,
+                    grad_ptr + _rows(er, rs, cc, sh0, sh1, sh2),
                     gr * xl,
                     mask=rm,
                 )

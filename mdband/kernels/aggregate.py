@@ -128,7 +128,7 @@ def aggregate_bwd_reference(
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    node_block, _head_stats = cm.node_block, dot.head_stats
+    node_block, _head_stats, store_block = cm.node_block, dot.head_stats, dot.store_block
     SUM = cm.SUM
     MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see SUM)
 
@@ -191,6 +191,7 @@ if cm.TRITON_AVAILABLE:
         rho = tl.load(rho_ptr + col, mask=jm, other=0.0)
         if ATTN:  # statistics of the stats pass, per channel (every lane of a head the same)
             hc, mx, inv = _head_stats(st_ptr, n, cc, cmask, HD, st0, st1, st2, BC)
+            sn = 1.0  # unused
         else:
             sn = tl.load(s_ptr + n)
         acc = tl.full((JP, BC), 0.0, dt)
@@ -204,14 +205,7 @@ if cm.TRITON_AVAILABLE:
             else:
                 a = ev
             acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
-        res = acc * rho[:, None]
-        if not ATTN:
-            res = res * sn
-        tl.store(
-            out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
-            res,
-            mask=jm[:, None] & cmask[None, :],
-        )
+        store_block(out_ptr, acc, rho, sn, n, col, jm, cc, cmask, so0, so1, so2, ATTN)
 
     @triton.jit
     def _agg_bwd_kernel(
