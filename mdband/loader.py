@@ -68,9 +68,10 @@ def load_model(
     stack_precision : {"tf32x3", "fp16x3", "fp16", "ieee"}, optional
         Products of the fused SO(2) mixing layers on CUDA (float32): three TF32 tensor-core
         products per fp32 product (default, about fp32 rounding; on GPUs with TMA, compute
-        capability 9.0+, older ones use the exact path), three fp16 products (same rounding,
-        faster; inputs scaled per call by a power of two), one fp16 product (≈ 2⁻¹¹ relative per
-        product), or exact fp32 cuBLAS GEMMs. Measured force errors: ``docs/precision.md``.
+        capability 9.0+, older ones use the exact path), three fp16 products (same rounding or
+        better, each edge's inputs scaled by a power of two; slower on an H200), one fp16
+        product (≈ 2⁻¹¹ relative per product), or exact fp32 cuBLAS GEMMs. Measured force
+        errors: ``docs/precision.md``.
     cuda_graphs : {"auto", "off"} or bool, optional
         ``"auto"`` (default) replays captured CUDA graphs for repeated evaluations on CUDA
         (edge list padded to a size bucket with edges beyond the cutoff, which contribute

@@ -19,8 +19,9 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             with three TF32 products per fp32 product
                                             (about fp32 rounding; GPUs with TMA, sm90+,
                                             else exact cuBLAS) | fp16x3: three fp16
-                                            products (same rounding, twice the tensor
-                                            rate; inputs scaled per call) | fp16: one fp16
+                                            products (same rounding or better: each
+                                            edge's inputs scaled by a power of two;
+                                            measured slower on an H200) | fp16: one fp16
                                             product (about 2^-11 relative per product) |
                                             ieee: exact fp32 cuBLAS products
 cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edge list
@@ -133,8 +134,8 @@ _BOOL_MEANS = {
 #: 2026-12-01, BENCHMARKS.md and docs/precision.md), printed by ``mdband info``
 PRECISION_ACCURACY = {
     "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
-    "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 4.4e-9 (trained "
-    "water); the linear kernel 24 % shorter (inputs scaled per call by a power of two)",
+    "fp16x3": "forces within 2.9e-6 eV/Å of float64 (default DPA4 config), 1.2e-9 (DPA4-Mini); "
+    "each edge's inputs scaled by a power of two; 4 % slower than tf32x3 on an H200",
     "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
     "exploratory runs only",
     "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",

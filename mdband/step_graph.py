@@ -267,6 +267,10 @@ class StepGraphs:
         if step.graph is not None:
             return self._replay(step, pot)
         if step.calls >= 2 and not self.disabled_reason and not step.chunked:
+            # the free memory may have shrunk since the bucket was made (another potential's
+            # graphs, say): a bucket the budget now chunks stays eager
+            step.chunked = pot.would_chunk(step.n_atoms, step.capacity)
+        if step.calls >= 2 and not self.disabled_reason and not step.chunked:
             try:
                 self._capture(step, pot)
             except torch.OutOfMemoryError as exc:

@@ -365,3 +365,39 @@ def test_replay_after_a_chunked_call_reports_one_chunk():
     assert [chunks(small), chunks(small)] == [1, 1]  # eager, then captured
     assert chunks(big) > 1  # chunked: eager every call
     assert chunks(small) == 1 and runner.n_replays == 2  # the capture replays once too
+
+
+def test_a_bucket_chunked_by_the_time_of_its_capture_stays_eager(monkeypatch):
+    """The free memory can shrink between a bucket's first call and its capture (another
+    potential's graphs): a bucket the budget chunks by then is not captured (a plan's host sync
+    would fail the capture and turn graphs off for good)."""
+    pot = potential()
+    atoms = frame()
+    runner = sg.StepGraphs(pot, capture=False)
+    runner.capture = True
+    runner._on_stream = lambda fn: fn()
+    captured = []
+    runner._capture = lambda step, pot: captured.append(step)
+    answers = iter([False, True])  # fits at the bucket's first call, chunks at its second
+    monkeypatch.setattr(pot, "would_chunk", lambda n, e: next(answers))
+    arrays = frame_arrays(pot, atoms)[1]
+    for _ in range(3):
+        runner.run(*arrays)
+    assert captured == [] and not runner.disabled_reason
+    assert [s.chunked for s in runner.steps.values()] == [True]
+
+
+def test_no_chunk_plan_inside_a_capture(monkeypatch):
+    """Inside a CUDA-graph capture the descriptor never plans chunks (whatever the budget)."""
+    from mdband.model import block
+    from mdband.model.factory import build_sezm
+
+    cfg = small_config()
+    dst = torch.repeat_interleave(torch.arange(8), 50)
+    like = torch.empty(0, dtype=torch.float64)
+    est = potential().model.descriptor.memory_estimate(torch.float64)
+    budget = str(int(est.unchunked(8, 400) * 0.6))  # bytes: two or more chunks
+    model = build_sezm(cfg, potential().model.state_dict(), {"memory_budget": budget})
+    assert model.descriptor.choose_plan(dst, 8, like) is not None
+    monkeypatch.setattr(block, "capturing", lambda device: True)
+    assert model.descriptor.choose_plan(dst, 8, like) is None

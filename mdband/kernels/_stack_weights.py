@@ -91,20 +91,6 @@ def split_fp16(t):
     return hi, lo, scale
 
 
-def input_scales(x, w_scale: float):
-    """(2,) float32 on x's device: [s, 1 / (s · w_scale)], s the power of two that puts
-    max |x·s| in [2¹³, 2¹⁴) (from the exponent bits, so both are exact powers of two and
-    s · (1/s) = 1; all-zero x: s = 2¹²⁶). Computed on the device with no value back to the host,
-    so a CUDA graph captures it; one read of x (a max reduction, no temporary)."""
-    top = torch.linalg.vector_norm(x, float("inf")).float().reshape(1)
-    exponent = ((top.view(torch.int32) >> 23) & 0xFF) - 127  # floor(log2 max|x|)
-    s_bits = (127 + _FP16_W_TOP - exponent).clamp(1, 253)
-    inv_bits = 254 - s_bits
-    s = (s_bits << 23).view(torch.float32)
-    inv = (inv_bits << 23).view(torch.float32) * (1.0 / w_scale)
-    return torch.cat([s, inv])
-
-
 def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
     """The kernel's weights in ``mode``: (wh, wl, scale) with the tiles of :func:`weight_tiles`
     as W·scale = wh + wl (tf32x3: scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused)."""

@@ -154,8 +154,20 @@ if cm.TRITON_AVAILABLE:
         return (bits & -8192).to(tl.float32, bitcast=True)
 
     @triton.jit
+    def _row_scales(xa):
+        """(s, 1/s) per row of the tile xa (BE, C): powers of two (from the exponent bits of
+        the row's largest |x|, so s·(1/s) = 1 exactly) that put max|x·s| in [2¹³, 2¹⁴), where
+        fp16 holds the row's 11 + 11 bits with no subnormals; an all-zero row gets s = 2¹²⁶."""
+        top = tl.max(tl.abs(xa), axis=1)
+        exponent = ((top.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+        s_bits = tl.minimum(tl.maximum(127 + 13 - exponent, 1), 253)
+        s = (s_bits << 23).to(tl.float32, bitcast=True)
+        inv = ((254 - s_bits) << 23).to(tl.float32, bitcast=True)
+        return s, inv
+
+    @triton.jit
     def _linear_kernel(
-        x_d, res_d, wh_d, wl_d, y_d, scale_ptr,
+        x_d, res_d, wh_d, wl_d, y_d, w_inv,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
         MODE: tl.constexpr,
     ):  # fmt: skip
@@ -166,24 +178,25 @@ if cm.TRITON_AVAILABLE:
         from input row k of the row's k-list, stored [c_out][c_in] (K-major), split by
         :func:`mdband.kernels._stack_weights.pack_weights` in the mode MODE:
         0 tf32x3: W = wh + wl (TF32), x = xh + xl in registers, acc += xl·wh + xh·wl + xh·wh;
-        1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator,
-        x scaled by the power of two scale_ptr[0] and W by another, both undone by scale_ptr[1]
-        (:func:`mdband.kernels._stack_weights.input_scales`, on the device);
+        1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator;
+        each edge's row segment of an x tile scaled by the power of two that puts its largest
+        element in [2¹³, 2¹⁴) (:func:`_row_scales`, undone on the tile's products), W by the
+        power of two 1 / w_inv (undone at the end);
         2 fp16: acc += xh·wh, one fp16 product (scaled as in fp16x3).
         """
         DM: tl.constexpr = 3 * L + 1
         NK: tl.constexpr = 2 * L
-        j = tl.program_id(0)
-        f = tl.program_id(2)
-        e0 = tl.program_id(1) * BE
+        # one flat axis (row j fastest, as the x tile of BE edges stays in L2 for its 3L+1
+        # rows): grid axis 1 holds at most 65,535 blocks, E / BE exceeds it from 4.2 M edges
+        pid = tl.program_id(0)
+        j = pid % DM
+        f = tl.program_id(1)
+        e0 = (pid // DM) * BE
         m0 = j <= L
         nk = tl.where(m0, L + 1, NK)  # m = 0 rows read x rows 0..L; |m| = 1 rows read L+1..3L
         xr0 = tl.where(m0, 0, L + 1)
         wrow = (f * DM + j) * (NK * C)
         acc = tl.zeros((BE, C), tl.float32)
-        lo = tl.zeros((BE, C), tl.float32)  # fp16x3's cross products (2¹¹ × their value)
-        if MODE != 0:
-            x_scale = tl.load(scale_ptr)
         for k in range(nk):
             xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
             wh = wh_d.load([wrow + k * C, 0])
@@ -195,19 +208,20 @@ if cm.TRITON_AVAILABLE:
                 acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
                 acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
             elif MODE == 1:
-                xs = xa * x_scale
+                s, inv = _row_scales(xa)
+                xs = xa * s[:, None]
                 xh = xs.to(tl.float16)
                 xl = ((xs - xh.to(tl.float32)) * 2048.0).to(tl.float16)  # FP16_LO_SCALE
-                lo = tl.dot(xl, wh.T, lo)
+                lo = tl.dot(xl, wh.T)  # the cross products, 2¹¹ × their value
                 wl = wl_d.load([wrow + k * C, 0])
                 lo = tl.dot(xh, wl.T, lo)
-                acc = tl.dot(xh, wh.T, acc)
+                part = tl.dot(xh, wh.T)
+                acc += (part + lo * (1.0 / 2048.0)) * inv[:, None]
             else:
-                acc = tl.dot((xa * x_scale).to(tl.float16), wh.T, acc)
-        if MODE == 1:
-            acc = (acc + lo * (1.0 / 2048.0)) * tl.load(scale_ptr + 1)
-        if MODE == 2:
-            acc = acc * tl.load(scale_ptr + 1)
+                s, inv = _row_scales(xa)
+                acc += tl.dot((xa * s[:, None]).to(tl.float16), wh.T) * inv[:, None]
+        if MODE != 0:
+            acc = acc * w_inv
         if RES:
             acc += res_d.load([f, e0, j * C]).reshape(BE, C)
         y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
@@ -314,8 +328,6 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
     wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision)
-    # fp16 modes: x scaled by a power of two from its largest element, on the device
-    scales = sw.input_scales(x, w_scale) if precision != "tf32x3" else x
     primary = linear_config(precision, L, C)
     key = (x.device.type, x.device.index, precision, tuple(sorted(primary.items())))
     tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
@@ -325,8 +337,8 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
                 for t in (x, x if res is None else res, y)]  # fmt: skip
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
-            cm.wrap(_linear_kernel)[(3 * L + 1, triton.cdiv(E, be), F)](
-                rows[0], rows[1], *wd, rows[2], scales,
+            cm.wrap(_linear_kernel)[((3 * L + 1) * triton.cdiv(E, be), F)](
+                rows[0], rows[1], *wd, rows[2], 1.0 / w_scale,
                 L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
                 num_warps=cfg["warps"],
                 num_stages=cfg["stages"],

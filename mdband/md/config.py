@@ -134,8 +134,9 @@ class RunConfig:
     dtype: str = setting("float32", "Model precision.", choices=DTYPES)
     stack_precision: str | None = setting(
         None,
-        "Products of the fused SO(2) mixing layers on CUDA: tf32x3, fp16x3 (faster, same "
-        "rounding), fp16 (fastest, about 2^-11 per product) or ieee; docs/precision.md.",
+        "Products of the fused SO(2) mixing layers on CUDA: tf32x3, fp16x3 (same rounding, "
+        "slower on an H200), fp16 (fastest, about 2^-11 per product) or ieee; "
+        "docs/precision.md.",
         choices=("tf32x3", "fp16x3", "fp16", "ieee"),
         default_text="tf32x3 or $MDBAND_STACK_PRECISION",
     )

@@ -39,6 +39,11 @@ from mdband.so3.wigner import rotation_storage
 OPAQUE = ("csr", "segment_sum", "band_producer", "zonal_embed", "rotation_storage")
 
 
+def capturing(device) -> bool:
+    """Whether ``device``'s current stream is capturing a CUDA graph."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 @dataclass
 class EdgeCache:
     """Per-edge quantities of a set of edges (all edges, built once per evaluation and shared
@@ -277,7 +282,11 @@ class SeZMDescriptor(nn.Module):
         return self.output_ffn(x[:, : st.dim_of(cfg.readout_lmax)])
 
     def choose_plan(self, dst, n_atoms: int, like: torch.Tensor):
-        """The chunk plan the memory budget asks for (None: unchunked)."""
+        """The chunk plan the memory budget asks for (None: unchunked). None inside a CUDA-graph
+        capture: the step graph captures only a bucket it found unchunked just before (a plan
+        needs a host sync; an out-of-memory capture falls back to eager calls)."""
+        if capturing(like.device):
+            return None
         budget = resolve_budget(self.settings.memory_budget, like.device)
         if budget is None:
             return None

@@ -201,3 +201,43 @@ def test_backward_without_output_cotangent_gives_none():
     """Cotangents are not materialised (no zero-filled (F, E, Dm, C) tensor for h): a backward
     with neither output used returns no gradient instead of running the kernels on zeros."""
     assert ss._backward(None, None, None) == (None,) * 7
+
+
+def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
+    """CUDA grids hold at most 65,535 blocks on axes 1 and 2: every so2_mix_layer launch
+    (forward, backward) puts its edge blocks on axis 0, so 5 M edges (81,000 blocks of 64)
+    launch. Two edge counts, the same other axes."""
+    grids: dict[int, list] = {}
+    real = ss.cm.wrap
+
+    def wrap(kernel):
+        launcher = real(kernel)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    grids.setdefault(n_edges, []).append((kernel.__name__, tuple(grid)))
+                    return launcher[grid](*args, **kw)
+
+                return run
+
+        return Grid()
+
+    monkeypatch.setattr(ss.cm, "wrap", wrap)
+    monkeypatch.setattr(ss, "_WORKING", {})
+    launch = {"BE": 16, "warps": 2, "stages": 1}
+    monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), {"linear-fp16x3": launch,
+                                                   "gate": {"BE": 16, "fwd_warps": 2,
+                                                            "bwd_warps": 1}})  # fmt: skip
+    for n_edges in (20, 70):
+        x, w0, wm, wg, gy = _inputs(2, 16, 1, n_edges)
+        x32 = x.to(F32).to(kdev).requires_grad_(True)
+        w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
+        with cm.force_triton():
+            y = so2_mix_layer(x32, *w, 2, "fp16x3")
+            torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
+    small, large = grids[20], grids[70]
+    assert [k for k, _ in small] == [k for k, _ in large] and "_linear_kernel" in dict(small)
+    for (name, g1), (_, g2) in zip(small, large):
+        assert g2[0] > g1[0], name
+        assert g1[1:] == g2[1:], name

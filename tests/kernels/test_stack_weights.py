@@ -94,20 +94,6 @@ def test_packed_weights_released_with_the_weights():
     assert key not in sw._PACKED
 
 
-@pytest.mark.parametrize("top", [0.0, 3e-30, 1e-7, 0.3, 1.0, 2.0**13, 7e4, 1e30])
-def test_input_scales_are_exact_powers_of_two(top):
-    """s puts max|x·s| in [2¹³, 2¹⁴) (all-zero x: s = 2¹²⁶), s and 1/(s·w_scale) are powers of
-    two and undo each other exactly."""
-    x = torch.tensor([[-top, top / 3.0, 0.0]], dtype=F32)
-    w_scale = 2.0**-5
-    s, inv = (float(v) for v in sw.input_scales(x, w_scale))
-    for v in (s, inv):
-        assert v > 0 and float(torch.tensor(v).frexp().mantissa) == 0.5
-    assert s * inv * w_scale == 1.0
-    scaled = float(x.abs().max()) * s
-    assert (2**13 <= scaled < 2**14) if top > 0 else s == 2.0**126
-
-
 @pytest.mark.parametrize(
     "x_scale,w_scale",
     [(1e-7, 1.0), (1e-5, 1.0), (1e-3, 1.0), (1e3, 1.0), (1e7, 1.0), (1.0, 1e3), (3e4, 1e-4)],
@@ -137,8 +123,8 @@ def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale, monkeypatch):
 
 
 def test_fp16_modes_keep_tiny_rows_beside_large_ones(kdev, monkeypatch):
-    """Edges whose inputs are 1e-9 of the largest keep an absolute error far below fp32 rounding
-    of the large ones (the scale is per call, from the largest element)."""
+    """Edges whose inputs are 1e-9 of the largest keep their own relative accuracy (each edge's
+    row segment is scaled by its own power of two, not the call's largest element)."""
     L, C, E = 2, 16, 24
     g = torch.Generator().manual_seed(5)
     x = torch.randn(1, E, 3 * L + 1, C, generator=g, dtype=F64)
@@ -153,5 +139,6 @@ def test_fp16_modes_keep_tiny_rows_beside_large_ones(kdev, monkeypatch):
         lin = y.cpu().double() - x
         big = float(want.abs().max())
         torch.testing.assert_close(lin, want, rtol=0, atol=rel * big)
-        # the tiny rows: absolute error ≤ 2⁻²⁰ of the largest output (fp32 rounding there)
-        assert float((lin - want)[:, ::2].abs().max()) <= 2**-20 * big
+        # the tiny rows, to the mode's relative accuracy of their own largest output
+        tiny = float(want[:, ::2].abs().max())
+        assert float((lin - want)[:, ::2].abs().max()) <= rel * tiny
