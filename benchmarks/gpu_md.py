@@ -86,13 +86,17 @@ def same_frames(a: Path, b: Path) -> bool:
     return True
 
 
-def restart_check(sd, tmp: Path, xyz: Path, skin: float) -> dict:
+def restart_check(sd, tmp: Path, xyz: Path, skin: float, steps: int = 20) -> dict:
+    """``steps`` steps in one run against half of them + ``--resume`` (frames and checkpoints
+    every 5 steps, or every step for a length that is not a multiple of 10)."""
     tag = f"skin{skin:g}"
+    every = 5 if steps % 10 == 0 else 1
+    kw = dict(skin=skin, traj_every=every, checkpoint_every=every)
     whole_pot = potential(sd)
-    whole = run(config(tmp, xyz, f"whole-{tag}", 20, skin=skin), potential=whole_pot)
-    run(config(tmp, xyz, f"split-{tag}", 10, skin=skin), potential=potential(sd))
+    whole = run(config(tmp, xyz, f"whole-{tag}", steps, **kw), potential=whole_pot)
+    run(config(tmp, xyz, f"split-{tag}", steps // 2, **kw), potential=potential(sd))
     second = run(
-        config(tmp, xyz, f"split-{tag}", 20, skin=skin, resume=True), potential=potential(sd)
+        config(tmp, xyz, f"split-{tag}", steps, resume=True, **kw), potential=potential(sd)
     )
     state = all(
         getattr(whole.atoms, g)().tobytes() == getattr(second.atoms, g)().tobytes()

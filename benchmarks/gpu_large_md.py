@@ -1,0 +1,151 @@
+"""A long `mdband run --device cuda` of a large cell, in two device calls joined by a restart.
+
+Model: deepmd-kit's default DPA4 config (random weights, seed 0, float32, written to
+``STATE/model.pt`` identically in both phases); system: rattled diamond, 8·n³ atoms (n = 24:
+110,592 atoms, chunked under the memory budget). One call cannot hold 100 steps of that cell
+(about 7 s per step on an H200 against a 10-minute limit), so:
+
+* ``--phase start``: (1) the restart check at this size, with the Python API as
+  ``gpu_md.py`` does: ``--check-steps`` steps in one run == half of them + ``--resume`` (a fresh
+  potential), bit for bit in positions, momenta and trajectory frames; (2) ``mdband run`` as a
+  user types it, steps 0 → ``--split`` with an H5MD trajectory and a checkpoint, into
+  ``STATE`` (a folder inside the repository that git ignores: its checkpoint and trajectory
+  come back through ``$OUT`` and travel to the next call by ``carry``).
+* ``--phase finish``: ``mdband run --resume`` from that checkpoint to ``--steps``; then the
+  trajectory must hold every frame from 0 to ``--steps`` once, in order.
+
+    python benchmarks/gpu_large_md.py --phase start  [--size 24] [--split 48] [--steps 100]
+    python benchmarks/gpu_large_md.py --phase finish [--size 24] [--steps 100]
+
+The checkpoint records its outputs' absolute paths: both calls must run in a checkout at the
+same path (the device machine's is). Writes ``$OUT/gpu_large_md-PHASE.json`` and copies the
+checkpoint, trajectory and log there; exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_md  # noqa: E402  (the restart check and its helpers)
+
+from mdband.io.h5md import H5MDReader  # noqa: E402
+from mdband.model.factory import random_potential  # noqa: E402
+
+#: the run's folder (``--state``): in the repository, ignored by git, carried to the next call
+STATE = Path(__file__).resolve().parent.parent / ".large-md"
+KEEP = ("run.ckpt", "run.h5", "run.log")  # what comes back and travels (no lock files)
+
+
+def main_run(args, resume: bool) -> dict:
+    """``mdband run`` of the big cell into STATE; its own ms/step summary, and wall time."""
+    cmd = [sys.executable, "-m", "mdband.cli", "run", "--structure", str(STATE / "start.xyz"),
+           "--model", str(STATE / "model.pt"), "--device", args.device, "--ensemble",
+           "nvt-langevin", "--temperature", "300", "--seed", "7", "--timestep", "0.5",
+           "--steps", str(args.steps if resume else args.split),
+           "--traj-every", str(args.traj_every), "--checkpoint-every", str(args.split),
+           "--trajectory", str(STATE / "run.h5"), "--checkpoint", str(STATE / "run.ckpt"),
+           "--log", str(STATE / "run.log"), "--no-progress",
+           "--guard-distance", "0", "--max-temperature", "0"]  # fmt: skip
+    if resume:
+        cmd.append("--resume")
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    row = {"resume": resume, "rc": p.returncode, "process_s": time.perf_counter() - t0}
+    text = p.stdout + p.stderr
+    split = re.search(r"Time per step: ([0-9.]+) ms, of which ([0-9.]+) ms in the model", text)
+    if split:
+        row["step_ms"], row["model_ms"] = float(split.group(1)), float(split.group(2))
+    if p.returncode:
+        row["stderr"] = p.stderr[-600:]
+    return row
+
+
+def frames_complete(path: Path, last: int, every: int) -> dict:
+    """Whether the trajectory holds the frames 0, every, 2·every, …, last once, in order."""
+    with H5MDReader(path) as r:
+        steps = np.asarray(r.steps).tolist()
+        finite = all(np.isfinite(f.positions).all() for f in r)
+    want = list(range(0, last + 1, every))
+    return {"steps": steps, "complete": steps == want, "finite": bool(finite)}
+
+
+def start(args) -> dict:
+    shutil.rmtree(STATE, ignore_errors=True)  # a fresh run: nothing of an earlier one
+    STATE.mkdir()
+    gpu_md.DEVICE = args.device
+    pot = random_potential(gpu_md.CFG, seed=0, gain=0.5)
+    pot.save(str(STATE / "model.pt"))
+    gpu_md.structure(args.size, STATE / "start.xyz")
+    out = {"atoms": 8 * args.size**3}
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        row = gpu_md.restart_check(pot.model.state_dict(), Path(d), STATE / "start.xyz", 0.0,
+                                   steps=args.check_steps)  # fmt: skip
+        row["seconds"] = time.perf_counter() - t0
+    out["restart_check"] = row
+    print("restart", row, flush=True)
+    del pot
+    out["run"] = main_run(args, resume=False)
+    print("run", out["run"], flush=True)
+    return out
+
+
+def finish(args) -> dict:
+    out = {"atoms": 8 * args.size**3}
+    gpu_md.structure(args.size, STATE / "start.xyz")  # same bytes as in the first call
+    random_potential(gpu_md.CFG, seed=0, gain=0.5).save(str(STATE / "model.pt"))
+    out["run"] = main_run(args, resume=True)
+    print("run", out["run"], flush=True)
+    out["trajectory"] = frames_complete(STATE / "run.h5", args.steps, args.traj_every)
+    print("trajectory", out["trajectory"], flush=True)
+    return out
+
+
+def main() -> int:
+    global STATE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=("start", "finish"), required=True)
+    ap.add_argument("--size", type=int, default=24, help="8·n³ atoms (24: 110,592)")
+    ap.add_argument("--steps", type=int, default=100, help="the run's total length")
+    ap.add_argument("--split", type=int, default=48, help="steps of the first call")
+    ap.add_argument("--traj-every", type=int, default=24)
+    ap.add_argument("--check-steps", type=int, default=4, help="length of the restart check")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
+    ap.add_argument("--state", type=Path, default=STATE, help="the run's folder")
+    args = ap.parse_args()
+    STATE = args.state.resolve()
+    if args.tiny:
+        gpu_md.CFG = gpu_md.TINY
+    if args.split % args.traj_every or args.steps % args.traj_every:
+        ap.error("--split and --steps must be multiples of --traj-every")
+    out = start(args) if args.phase == "start" else finish(args)
+    if args.phase == "start":
+        r = out["restart_check"]
+        ok = r["state_bitwise"] and r["frames_bitwise"] and out["run"]["rc"] == 0
+    else:
+        ok = out["run"]["rc"] == 0 and out["trajectory"]["complete"] and out["trajectory"]["finite"]
+    dest = os.environ.get("OUT")
+    if dest:
+        Path(dest, f"gpu_large_md-{args.phase}.json").write_text(json.dumps(out, indent=1))
+        for name in KEEP:
+            if (STATE / name).exists():
+                shutil.copy2(STATE / name, Path(dest, name))
+    print("large MD:", "ALL CHECKS PASSED" if ok else "CHECKS FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
