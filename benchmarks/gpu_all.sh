@@ -66,7 +66,7 @@ SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain
 fi
 if has large; then
     OUT=$OUT timeout ${LARGE_TIMEOUT:-190} python3 benchmarks/gpu_large.py --sizes ${LARGE_SIZES:-12 16 24 32} \
-        --repeat 2 --cost >"$OUT/large.log" 2>&1 || status=1
+        --repeat 2 --cost --cost-profile 25 >"$OUT/large.log" 2>&1 || status=1
     sed -n '/== large cells ==/,$p' "$OUT/large.log"
 fi
 if has model; then

@@ -85,9 +85,10 @@ def timed(dev, fn, repeat: int) -> float:
     return statistics.median(ts[1:])
 
 
-def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int) -> dict:
+def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: int = 0) -> dict:
     """ms per energy + forces call of one edge list: unchunked, and chunked (1 and
-    ``n_chunks`` chunks) with the last stage in one pass and recomputed."""
+    ``n_chunks`` chunks) with the last stage in one pass and recomputed; with
+    ``profile_rows``, a profile of one unchunked and one single-chunk call."""
     pot = make(cfg, sd, dev, "float32", memory_budget="off", cuda_graphs="off")
     g = pot.edges(atoms.positions, atoms.cell.array, True)
     t = torch.as_tensor(pot.types_of(atoms.get_chemical_symbols()), device=pot.device)
@@ -113,7 +114,43 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int) -> dict:
                 row[f"max_dgrad_{plan.n_chunks}_{int(eager)}"] = float((got - ref).abs().max())
         finally:
             chunked.EAGER_FINAL_STAGE = True
+    if profile_rows:
+        calls = {"unchunked": None, "1_chunk": plans[1]}
+        row["profile"] = {
+            name: profile_call(
+                dev, lambda plan=plan: pot.evaluate_edges(t, src, dst, ev, plan=plan), profile_rows
+            )
+            for name, plan in calls.items()
+        }
     return row
+
+
+def profile_call(dev, fn, rows: int) -> dict:
+    """One profiled call (after a warm-up): the ``rows`` kernels and ops of most self device
+    time, and the chunked stages' ranges (``chunked: ...``, device time under each), in ms."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
+    fn()
+    sync(dev)
+    with profile(activities=acts) as prof:
+        fn()
+        sync(dev)
+    events = prof.key_averages()
+
+    def own(e):  # self time on the device (CPU time on a CPU run)
+        return getattr(e, "self_device_time_total", 0) or e.self_cpu_time_total
+
+    def under(e):
+        return getattr(e, "device_time_total", 0) or e.cpu_time_total
+
+    top = sorted(events, key=own, reverse=True)[:rows]
+    ranges = sorted((e for e in events if e.key.startswith("chunked: ")), key=under, reverse=True)
+    return {
+        "total_ms": sum(own(e) for e in events) / 1e3,
+        "top": [[e.key[:60], round(own(e) / 1e3, 3), e.count] for e in top],
+        "stages": [[e.key, round(under(e) / 1e3, 3), e.count] for e in ranges],
+    }
 
 
 def main() -> None:
@@ -126,6 +163,13 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
     ap.add_argument("--cost", action="store_true", help="time chunked against unchunked")
     ap.add_argument("--cost-chunks", type=int, default=4)
+    ap.add_argument(
+        "--cost-profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="with --cost: profile one unchunked and one 1-chunk call (top ROWS)",
+    )
     args = ap.parse_args()
     cfg = TINY if args.tiny else CFG
     dev = args.device
@@ -167,7 +211,8 @@ def main() -> None:
 
     # ---- what chunking costs (same edge list, plans fixed, no neighbour list in the timing)
     if args.cost:
-        out["cost"] = chunk_cost(cfg, sd, dev, atoms, args.cost_chunks, args.repeat)
+        out["cost"] = chunk_cost(cfg, sd, dev, atoms, args.cost_chunks, args.repeat,
+                                 args.cost_profile)  # fmt: skip
         print(json.dumps({"cost": out["cost"]}), flush=True)
 
     # ---- sizes, memory_budget auto (a fresh potential each: no graph pool of the last size)
@@ -190,6 +235,7 @@ def main() -> None:
                 sync(dev)
                 ts.append(time.perf_counter() - t0)
             row["first_s"], row["s_per_call"] = ts[0], statistics.median(ts[1:])
+            row["call_s"] = ts
             row["us_per_atom"] = 1e6 * row["s_per_call"] / len(atoms)
             row["chunks"] = res.chunks
             row["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if cuda else None
@@ -213,7 +259,13 @@ def main() -> None:
     print("\n== large cells ==")
     print("checks:", json.dumps(out["checks"]))
     if "cost" in out:
-        print("cost:", json.dumps(out["cost"]))
+        cost = dict(out["cost"])
+        prof = cost.pop("profile", {})
+        print("cost:", json.dumps(cost))
+        for name, p in prof.items():  # where a call's device time goes, chunked or not
+            print(f"profile {name}: {p['total_ms']:.1f} ms of device time")
+            for key, ms, count in p["stages"] + p["top"][:12]:
+                print(f"  {key:<62} {ms:9.2f} ms  x{count}")
     for row in out["sizes"].values():
         print(json.dumps(row))
     print("CHECKS", "PASSED" if ok else "FAILED")

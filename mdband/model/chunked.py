@@ -30,6 +30,7 @@ of forces) go through the chunks as well.
 from __future__ import annotations
 
 import torch
+from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
 from mdband.so3 import storage as st
@@ -51,16 +52,17 @@ class _ChunkedStage(torch.autograd.Function):
     must not read tensors that require grad other than the inputs (frozen weights)."""
 
     @staticmethod
-    def forward(ctx, chunks, rows, prepare, cot, vec, x, *consts):
-        need = ctx.needs_input_grad[4:]
+    def forward(ctx, chunks, rows, prepare, cot, name, vec, x, *consts):
+        need = ctx.needs_input_grad[5:]
         grads = None
         if cot is None:
-            out, _ = chunks.vjp(rows, prepare, (vec, x, *consts), need, None, False)
+            out, _ = chunks.vjp(rows, prepare, (vec, x, *consts), need, None, False, name)
         else:
             with torch.enable_grad():
-                out, grads = chunks.vjp(rows, prepare, (vec, x, *consts), need, cot, False)
+                out, grads = chunks.vjp(rows, prepare, (vec, x, *consts), need, cot, False,
+                                        f"{name} one pass")  # fmt: skip
         ctx.save_for_backward(vec, x, *consts)
-        ctx.chunks, ctx.rows, ctx.prepare, ctx.need = chunks, rows, prepare, need
+        ctx.chunks, ctx.rows, ctx.prepare, ctx.need, ctx.name = chunks, rows, prepare, need, name
         ctx.cot, ctx.grads = cot, grads
         return out
 
@@ -70,10 +72,9 @@ class _ChunkedStage(torch.autograd.Function):
         higher = torch.is_grad_enabled()  # create_graph=True
         if grads is None or higher or not torch.equal(grad, ctx.cot):
             with torch.enable_grad():
-                _, grads = ctx.chunks.vjp(
-                    ctx.rows, ctx.prepare, ctx.saved_tensors, ctx.need, grad, higher
-                )
-        return (None, None, None, None, *grads)
+                _, grads = ctx.chunks.vjp(ctx.rows, ctx.prepare, ctx.saved_tensors, ctx.need,
+                                          grad, higher, f"{ctx.name} recomputed")  # fmt: skip
+        return (None, None, None, None, None, *grads)
 
 
 class EdgeChunks:
@@ -100,12 +101,13 @@ class EdgeChunks:
         return self.desc.edge_cache(self.src[e0:e1], self.dst[e0:e1] - a0, vec, a1 - a0,
                                     rows=slice(a0, a1), n_src=self.n_nodes)  # fmt: skip
 
-    def stage(self, rows, x, *consts, prepare=None, cot=None) -> torch.Tensor:
+    def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage") -> torch.Tensor:
         """``cat_c rows(c, vec_c, x_c, *prepare(x), *consts)``: a stage over the chunks, each
         chunk recomputed in the backward (``cot``: its backward done in the forward for that
         cotangent, see :class:`_ChunkedStage`). ``x`` (N, ...) is split into the chunks'
         destination rows (None: no node input); ``prepare(x)`` gives the whole node tensors
-        every chunk reads; ``consts`` are whole node tensors."""
+        every chunk reads; ``consts`` are whole node tensors; ``name`` labels the stage's
+        profiler ranges (``chunked: NAME ...``)."""
         grad = torch.is_grad_enabled()
         if grad and self.trainable:  # weights need gradients: torch's checkpoint per chunk
             prepared = () if prepare is None else tuple(prepare(x))
@@ -120,17 +122,19 @@ class EdgeChunks:
         inputs = (self.vec, x, *consts)
         if not grad or not any(t is not None and t.requires_grad for t in inputs):
             with torch.no_grad():
-                return self.vjp(rows, prepare, inputs, (False,) * len(inputs), None, False)[0]
-        return _ChunkedStage.apply(self, rows, prepare, cot, *inputs)
+                return self.vjp(rows, prepare, inputs, (False,) * len(inputs), None, False,
+                                name)[0]  # fmt: skip
+        return _ChunkedStage.apply(self, rows, prepare, cot, name, *inputs)
 
-    def vjp(self, rows, prepare, inputs, need, cot, higher: bool):
+    def vjp(self, rows, prepare, inputs, need, cot, higher: bool, name: str = "stage"):
         """``(out, grads)`` of a stage: ``out = cat_c rows(c, vec_c, x_c, *prepare(x),
         *consts)`` for ``inputs = (vec, x, *consts)``, and the gradients of ⟨cot, out⟩ with
         respect to the inputs (None where ``need`` is False; no gradients when ``cot`` is
         None), one chunk's graph at a time. ``prepare(x)`` runs once; the chunks read its
         outputs as leaves whose summed cotangents go back through it once. ``higher``:
         gradients that stay differentiable (the inputs are viewed, not detached, and each
-        chunk differentiates through ``prepare``; ``out`` is then None)."""
+        chunk differentiates through ``prepare``; ``out`` is then None). Profiler ranges:
+        ``chunked: NAME prepare | forward | backward | prepare backward``."""
         back = cot is not None
         if higher:
             base = [t.view_as(t) if n else t for t, n in zip(inputs, need)]
@@ -140,7 +144,8 @@ class EdgeChunks:
         else:
             base = list(inputs)
         vec, x, *consts = base
-        prepared = () if prepare is None else tuple(prepare(x))
+        with record_function(f"chunked: {name} prepare"):
+            prepared = () if prepare is None else tuple(prepare(x))
         # the chunks read leaves of the prepared tensors (their graph is shared by all chunks)
         leaves = prepared
         if back and not higher:
@@ -153,15 +158,24 @@ class EdgeChunks:
         summed = [None] * (len(prepared) + len(consts) + 1)  # ..., and x whole (higher)
         for c, (a0, a1, e0, e1) in enumerate(self.bounds):
             args = [vec[e0:e1], None if x is None else x[a0:a1], *leaves, *consts]
-            out = rows(c, *args)
+            with record_function(f"chunked: {name} forward"):
+                out = rows(c, *args)
             if not higher:
                 outs.append(out.detach())
             if not back:
                 continue
             want = [a for a, f in zip(args, flags) if f]
             extra = [x] if higher and need[1] else []
-            got = iter(torch.autograd.grad(out, want + extra, cot[a0:a1], allow_unused=True,
-                                           retain_graph=higher, create_graph=higher))  # fmt: skip
+            with record_function(f"chunked: {name} backward"):
+                chunk_grads = torch.autograd.grad(
+                    out,
+                    want + extra,
+                    cot[a0:a1],
+                    allow_unused=True,
+                    retain_graph=higher,
+                    create_graph=higher,
+                )
+            got = iter(chunk_grads)
             g = [_or_zeros(next(got), a) if f else None for a, f in zip(args, flags)]
             g += [_or_zeros(next(got), x)] if extra else [None]
             per_chunk.append(g[:2])
@@ -179,8 +193,10 @@ class EdgeChunks:
             gx = torch.cat([g[1] for g in per_chunk])
             sent = [(p, gp) for p, gp in zip(prepared, summed) if gp is not None]
             if sent:  # the prepared tensors' summed cotangents, back through prepare once
-                (more,) = torch.autograd.grad([p for p, _ in sent], x, [gp for _, gp in sent],
-                                              allow_unused=True)  # fmt: skip
+                with record_function(f"chunked: {name} prepare backward"):
+                    (more,) = torch.autograd.grad(
+                        [p for p, _ in sent], x, [gp for _, gp in sent], allow_unused=True
+                    )
                 if more is not None:
                     gx = gx + more
         return out, (gvec, gx, *summed[len(prepared) : -1])
@@ -207,7 +223,7 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
         ec = chunks.geometry(c, vec)
         return desc.initial_features(ec, desc.radial_features(ec), te, types)
 
-    x = chunks.stage(initial, None, te)
+    x = chunks.stage(initial, None, te, name="initial")
     ro = st.dim_of(cfg.readout_lmax)
     eager = EAGER_FINAL_STAGE and head is not None and not chunks.trainable
     n_blocks = len(desc.blocks)
@@ -238,11 +254,11 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
             if eager:
                 cot = x.new_zeros(N, dtype=torch.float64)
                 cot[:n] = 1.0
-            return chunks.stage(final, x, te, prepare=prepare, cot=cot)
-        x = chunks.stage(block, x, te, prepare=prepare)
+            return chunks.stage(final, x, te, prepare=prepare, cot=cot, name=f"block {i} + head")
+        x = chunks.stage(block, x, te, prepare=prepare, name=f"block {i}")
 
     def readout(c, vec, x_rows):
         return desc.output_ffn(x_rows)
 
-    out = chunks.stage(readout, x[:, :ro])
+    out = chunks.stage(readout, x[:, :ro], name="readout")
     return out if head is None else head(out, slice(None))
