@@ -118,10 +118,8 @@ def test_reference_op_on_cpu_is_differentiable():
     torch.testing.assert_close(g, gwant, rtol=1e-12, atol=1e-12)
 
 
-def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
-    """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
-    from triton.runtime.errors import OutOfResources
-
+def _intercept_launches(monkeypatch, hook):
+    """Every so2_stack kernel launch calls ``hook(kernel, grid, kwargs)`` first (it may raise)."""
     real = ss.cm.wrap
 
     def wrap(kernel):
@@ -130,8 +128,7 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
         class Grid:
             def __getitem__(self, grid):
                 def run(*args, **kw):
-                    if kernel is ss._linear_kernel and kw["BE"] == 32:
-                        raise OutOfResources(200_000, 100_000, "shared memory")
+                    hook(kernel, grid, kw)
                     return launcher[grid](*args, **kw)
 
                 return run
@@ -139,6 +136,17 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
         return Grid()
 
     monkeypatch.setattr(ss.cm, "wrap", wrap)
+
+
+def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
+    """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
+    from triton.runtime.errors import OutOfResources
+
+    def refuse(kernel, grid, kw):
+        if kernel is ss._linear_kernel and kw["BE"] == 32:
+            raise OutOfResources(200_000, 100_000, "shared memory")
+
+    _intercept_launches(monkeypatch, refuse)
     monkeypatch.setattr(ss, "_WORKING", {})
     monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 32, "warps": 4, "stages": 2})
     small = {"BE": 16, "warps": 4, "stages": 1}
@@ -156,22 +164,9 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     """A per-(L, C) entry of SHAPE_CONFIG is the launch of both kernels, and the result is the
     reference's whatever the launch."""
     seen = []
-    real = ss.cm.wrap
-
-    def wrap(kernel):
-        launcher = real(kernel)
-
-        class Grid:
-            def __getitem__(self, grid):
-                def run(*args, **kw):
-                    seen.append((kernel.__name__, kw["BE"], kw.get("num_warps")))
-                    return launcher[grid](*args, **kw)
-
-                return run
-
-        return Grid()
-
-    monkeypatch.setattr(ss.cm, "wrap", wrap)
+    _intercept_launches(
+        monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BE"], kw.get("num_warps")))
+    )
     monkeypatch.setattr(ss, "_WORKING", {})
     shape = {"linear": {"BE": 16, "warps": 2, "stages": 1},
              "gate": {"BE": 16, "fwd_warps": 2, "bwd_warps": 1}}  # fmt: skip
@@ -208,22 +203,10 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
     (forward, backward) puts its edge blocks on axis 0, so 5 M edges (81,000 blocks of 64)
     launch. Two edge counts, the same other axes."""
     grids: dict[int, list] = {}
-    real = ss.cm.wrap
-
-    def wrap(kernel):
-        launcher = real(kernel)
-
-        class Grid:
-            def __getitem__(self, grid):
-                def run(*args, **kw):
-                    grids.setdefault(n_edges, []).append((kernel.__name__, tuple(grid)))
-                    return launcher[grid](*args, **kw)
-
-                return run
-
-        return Grid()
-
-    monkeypatch.setattr(ss.cm, "wrap", wrap)
+    _intercept_launches(
+        monkeypatch,
+        lambda k, grid, kw: grids.setdefault(n_edges, []).append((k.__name__, tuple(grid))),
+    )
     monkeypatch.setattr(ss, "_WORKING", {})
     launch = {"BE": 16, "warps": 2, "stages": 1}
     monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), {"linear-fp16x3": launch,
