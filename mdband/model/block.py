@@ -176,19 +176,31 @@ class SeZMDescriptor(nn.Module):
     def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None) -> EdgeCache:
         """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
         tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``)."""
+        return self.edge_cache_from(src, dst, edge_vec, *self.edge_geometry(edge_vec), n_nodes,
+                                    rows=rows, n_src=n_src)  # fmt: skip
+
+    def edge_geometry(self, edge_vec):
+        """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
         cfg = self.cfg
         _, r = unit_vectors(edge_vec)
         env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
         rbf = self.radial_basis(r)
-        dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
-        deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
-        inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rot = None
         if self.needs_rotations():
             band = None
             if self.producer_op and self.settings.ops_on(edge_vec):
                 band = band_producer(edge_vec, cfg.lmax)
             rot = rotation_storage(edge_vec, cfg.lmax, self.rotation_layout, band)
+        return r, env, rbf, rot
+
+    def edge_cache_from(self, src, dst, edge_vec, r, env, rbf, rot, n_nodes: int, rows=None,
+                        n_src=None, dst_csr=None) -> EdgeCache:  # fmt: skip
+        """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``:
+        the destinations' CSR when known)."""
+        if dst_csr is None:
+            dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
+        deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
+        inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rows = slice(None) if rows is None else rows
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr,
                          rows=rows, n_src=n_src)  # fmt: skip

@@ -29,6 +29,9 @@ of forces) go through the chunks as well.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
@@ -38,6 +41,22 @@ from mdband.so3 import storage as st
 #: the last stage does its backward in its forward (for the announced cotangent); False
 #: recomputes it like the other stages (benchmarks/gpu_large.py ``--cost`` times both)
 EAGER_FINAL_STAGE = True
+#: the edges' geometry (vectors, lengths, envelope, radial basis, rotations; 5 + n_radial +
+#: the rotation's floats per edge) is built once per chunk and kept for every stage, instead of
+#: rebuilt by each stage and its backward; off until measured faster (gpu_large.py --cost)
+CACHE_GEOMETRY = False
+
+
+class Stage(NamedTuple):
+    """One stage of a chunked evaluation: ``rows(c, edge_c, x_c, *prepared, *consts)`` the
+    output rows of chunk c (its destination atoms, or its edges when ``per_edge``);
+    ``prepare(x)`` the whole node tensors every chunk reads (None: none); ``name`` labels
+    its profiler ranges (``chunked: NAME ...``)."""
+
+    rows: Callable
+    prepare: Callable | None = None
+    name: str = "stage"
+    per_edge: bool = False
 
 
 class _ChunkedStage(torch.autograd.Function):
@@ -52,17 +71,17 @@ class _ChunkedStage(torch.autograd.Function):
     must not read tensors that require grad other than the inputs (frozen weights)."""
 
     @staticmethod
-    def forward(ctx, chunks, rows, prepare, cot, name, vec, x, *consts):
-        need = ctx.needs_input_grad[5:]
+    def forward(ctx, chunks, stage, cot, vec, x, *consts):
+        need = ctx.needs_input_grad[3:]
         grads = None
         if cot is None:
-            out, _ = chunks.vjp(rows, prepare, (vec, x, *consts), need, None, False, name)
+            out, _ = chunks.vjp(stage, (vec, x, *consts), need, None, False, stage.name)
         else:
             with torch.enable_grad():
-                out, grads = chunks.vjp(rows, prepare, (vec, x, *consts), need, cot, False,
-                                        f"{name} one pass")  # fmt: skip
+                out, grads = chunks.vjp(stage, (vec, x, *consts), need, cot, False,
+                                        f"{stage.name} one pass")  # fmt: skip
         ctx.save_for_backward(vec, x, *consts)
-        ctx.chunks, ctx.rows, ctx.prepare, ctx.need, ctx.name = chunks, rows, prepare, need, name
+        ctx.chunks, ctx.stage, ctx.need = chunks, stage, need
         ctx.cot, ctx.grads = cot, grads
         return out
 
@@ -72,9 +91,9 @@ class _ChunkedStage(torch.autograd.Function):
         higher = torch.is_grad_enabled()  # create_graph=True
         if grads is None or higher or not torch.equal(grad, ctx.cot):
             with torch.enable_grad():
-                _, grads = ctx.chunks.vjp(ctx.rows, ctx.prepare, ctx.saved_tensors, ctx.need,
-                                          grad, higher, f"{ctx.name} recomputed")  # fmt: skip
-        return (None, None, None, None, None, *grads)
+                _, grads = ctx.chunks.vjp(ctx.stage, ctx.saved_tensors, ctx.need, grad, higher,
+                                          f"{ctx.stage.name} recomputed")  # fmt: skip
+        return (None, None, None, *grads)
 
 
 class EdgeChunks:
@@ -90,24 +109,68 @@ class EdgeChunks:
         self.trainable = any(p.requires_grad for p in desc.parameters())  # training
         self.bounds = plan.chunks()
         self.sizes = [a1 - a0 for a0, a1, _, _ in self.bounds]
+        #: (E, G) packed geometry of every edge once :meth:`cache_geometry` ran, else None
+        self.geo: torch.Tensor | None = None
+        self._csr: dict = {}  # chunk -> its destinations' CSR (a host sync each: built once)
+        self._rot = None  # (layout, lmax, per-edge shape) of the packed rotations
+        self._n_rbf = 0  # radial basis columns of the packed geometry
 
     def vectors(self, c: int) -> torch.Tensor:
         _, _, e0, e1 = self.bounds[c]
         return self.vec[e0:e1]
 
-    def geometry(self, c: int, vec: torch.Tensor):
-        """EdgeCache of chunk c from its edge vectors ``vec`` (destinations local to it)."""
+    def geometry(self, c: int, edge: torch.Tensor):
+        """EdgeCache of chunk c (destinations local to it) from its rows ``edge`` of the
+        stages' edge input: the edge vectors, or the packed geometry once cached."""
         a0, a1, e0, e1 = self.bounds[c]
-        return self.desc.edge_cache(self.src[e0:e1], self.dst[e0:e1] - a0, vec, a1 - a0,
-                                    rows=slice(a0, a1), n_src=self.n_nodes)  # fmt: skip
+        src, dst = self.src[e0:e1], self.dst[e0:e1] - a0
+        if edge.shape[1] == 3:  # edge vectors (the packed geometry has 5 columns or more)
+            vec, (r, env, rbf, rot) = edge, self.desc.edge_geometry(edge)
+        else:
+            vec, r, env, rbf, rot = self._unpack(edge)
+        ec = self.desc.edge_cache_from(src, dst, vec, r, env, rbf, rot, a1 - a0,
+                                       rows=slice(a0, a1), n_src=self.n_nodes,
+                                       dst_csr=self._csr.get(c))  # fmt: skip
+        self._csr[c] = ec._csr
+        return ec
 
-    def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage") -> torch.Tensor:
-        """``cat_c rows(c, vec_c, x_c, *prepare(x), *consts)``: a stage over the chunks, each
+    def cache_geometry(self) -> None:
+        """Build every chunk's geometry once, as a stage (its backward recomputes it to the
+        edge vectors), and give the later stages the packed (E, G) tensor instead of the
+        vectors."""
+
+        def pack(c, vec, _x):
+            ec = self.geometry(c, vec)
+            rot = [] if ec.rotations is None else [ec.rotations.data.flatten(1)]
+            if ec.rotations is not None:
+                d = ec.rotations
+                self._rot = (d.layout, d.lmax, tuple(d.data.shape[1:]))
+            self._n_rbf = ec.rbf.shape[1]
+            return torch.cat([vec, ec.r, ec.env, ec.rbf, *rot], dim=1)
+
+        self.geo = self.stage(pack, None, name="geometry", per_edge=True)
+
+    def _unpack(self, g: torch.Tensor):
+        n = self._n_rbf
+        rot = None
+        if self._rot is not None:
+            layout, lmax, shape = self._rot
+            data = g[:, 5 + n :].contiguous().reshape(g.shape[0], *shape)
+            rot = st.RotationStorage(layout, lmax, data)
+        vec, r, env, rbf = g[:, :3].contiguous(), g[:, 3:4], g[:, 4:5], g[:, 5 : 5 + n]
+        return vec, r, env, rbf, rot
+
+    def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage",
+              per_edge=False) -> torch.Tensor:  # fmt: skip
+        """``cat_c rows(c, edge_c, x_c, *prepare(x), *consts)``: a stage over the chunks, each
         chunk recomputed in the backward (``cot``: its backward done in the forward for that
-        cotangent, see :class:`_ChunkedStage`). ``x`` (N, ...) is split into the chunks'
-        destination rows (None: no node input); ``prepare(x)`` gives the whole node tensors
-        every chunk reads; ``consts`` are whole node tensors; ``name`` labels the stage's
+        cotangent, see :class:`_ChunkedStage`). ``edge_c`` are chunk c's rows of the edge
+        vectors (or of the packed geometry, :meth:`cache_geometry`); ``x`` (N, ...) is split
+        into the chunks' destination rows (None: no node input); ``prepare(x)`` gives the
+        whole node tensors every chunk reads; ``consts`` are whole node tensors; ``per_edge``:
+        the output rows are the chunk's edges, not its atoms; ``name`` labels the stage's
         profiler ranges (``chunked: NAME ...``)."""
+        spec = Stage(rows, prepare, name, per_edge)
         grad = torch.is_grad_enabled()
         if grad and self.trainable:  # weights need gradients: torch's checkpoint per chunk
             prepared = () if prepare is None else tuple(prepare(x))
@@ -119,16 +182,16 @@ class EdgeChunks:
                 head = (self.vectors(c),) if x is None else (self.vectors(c), parts[c])
                 out.append(checkpoint(fn, *head, *prepared, *consts, use_reentrant=False))
             return torch.cat(out, dim=0)
-        inputs = (self.vec, x, *consts)
+        edge = self.vec if self.geo is None else self.geo
+        inputs = (edge, x, *consts)
         if not grad or not any(t is not None and t.requires_grad for t in inputs):
             with torch.no_grad():
-                return self.vjp(rows, prepare, inputs, (False,) * len(inputs), None, False,
-                                name)[0]  # fmt: skip
-        return _ChunkedStage.apply(self, rows, prepare, cot, name, *inputs)
+                return self.vjp(spec, inputs, (False,) * len(inputs), None, False, name)[0]
+        return _ChunkedStage.apply(self, spec, cot, *inputs)
 
-    def vjp(self, rows, prepare, inputs, need, cot, higher: bool, name: str = "stage"):
-        """``(out, grads)`` of a stage: ``out = cat_c rows(c, vec_c, x_c, *prepare(x),
-        *consts)`` for ``inputs = (vec, x, *consts)``, and the gradients of ⟨cot, out⟩ with
+    def vjp(self, spec: Stage, inputs, need, cot, higher: bool, name: str = "stage"):
+        """``(out, grads)`` of a stage: ``out = cat_c rows(c, edge_c, x_c, *prepare(x),
+        *consts)`` for ``inputs = (edge, x, *consts)``, and the gradients of ⟨cot, out⟩ with
         respect to the inputs (None where ``need`` is False; no gradients when ``cot`` is
         None), one chunk's graph at a time. ``prepare(x)`` runs once; the chunks read its
         outputs as leaves whose summed cotangents go back through it once. ``higher``:
@@ -144,6 +207,7 @@ class EdgeChunks:
         else:
             base = list(inputs)
         vec, x, *consts = base
+        rows, prepare = spec.rows, spec.prepare
         with record_function(f"chunked: {name} prepare"):
             prepared = () if prepare is None else tuple(prepare(x))
         # the chunks read leaves of the prepared tensors (their graph is shared by all chunks)
@@ -170,7 +234,7 @@ class EdgeChunks:
                 chunk_grads = torch.autograd.grad(
                     out,
                     want + extra,
-                    cot[a0:a1],
+                    cot[e0:e1] if spec.per_edge else cot[a0:a1],
                     allow_unused=True,
                     retain_graph=higher,
                     create_graph=higher,
@@ -217,6 +281,8 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
     cfg = desc.cfg
     N = types.shape[0]
     chunks = EdgeChunks(desc, src, dst, edge_vec, N, plan)
+    if CACHE_GEOMETRY and not chunks.trainable:
+        chunks.cache_geometry()
     te = desc.type_embedding(types)
 
     def initial(c, vec, _x, te):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mdband.model import chunked
 from mdband.so3 import storage as st
 
 #: peak / saved tensors: the backward's working set (measured ≈ 1.05 on the CPU, unchunked)
@@ -35,6 +36,19 @@ NODE_BACKWARD = 6.0
 #: the sorted src, dst and permutation (int64), edge vectors (caller's float64, the model's,
 #: sorted), their gradients and the float64 force assembly, the host neighbour list
 EDGE_LIST_BYTES = 288
+
+
+def kept_geometry_floats(descriptor) -> int:
+    """Floats per edge a chunked evaluation keeps for the packed geometry when
+    ``chunked.CACHE_GEOMETRY`` is on, else 0: the geometry (vector, length, envelope, radial
+    basis, rotations) and the last stage's gradient of it, done in its forward."""
+    if not chunked.CACHE_GEOMETRY:
+        return 0
+    cfg, rot = descriptor.cfg, 0
+    if descriptor.needs_rotations():
+        band = descriptor.rotation_layout is st.RotationLayout.BAND
+        rot = st.band_width(cfg.lmax) if band else st.dim_of(cfg.lmax) ** 2
+    return 2 * (5 + cfg.n_radial + rot)
 
 
 def saved_tensor_bytes(fn, *args) -> int:
@@ -120,7 +134,7 @@ class MemoryEstimate:
         return cls(
             edge_unchunked=f * (sum(blocks) + shared) + EDGE_LIST_BYTES,
             node_unchunked=f * (sum(nodes) + fitting),
-            edge_kept=float(EDGE_LIST_BYTES),
+            edge_kept=float(EDGE_LIST_BYTES) + kept_geometry_floats(descriptor) * size,
             node_kept=size * (sum(kept) + fitting),
             edge_chunk=f * (max(blocks) + shared),
             node_chunk=f * max(nodes),

@@ -25,11 +25,20 @@ import mdband
 from mdband.errors import MemoryBudgetError
 from mdband.kernels import _common as cm
 from mdband.kernels import force_triton
+from mdband.model import chunked
 from mdband.model.chunking import ChunkPlan, plan_chunks
 from mdband.model.factory import build_sezm, initialise_weights
 from mdband.model.memory import saved_tensor_bytes
 from mdband.potential import Potential
 from mdband.testing.sezm import small_config
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["geometry-rebuilt", "geometry-cached"])
+def geometry_cached(request, monkeypatch):
+    """Every test twice: each stage rebuilds the edge geometry, or it is built once and kept
+    (``chunked.CACHE_GEOMETRY``)."""
+    monkeypatch.setattr(chunked, "CACHE_GEOMETRY", request.param)
+    return request.param
 
 
 # ---------------------------------------------------------------------------- plans

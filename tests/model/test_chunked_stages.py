@@ -19,11 +19,21 @@ import torch
 from chunk_helpers import FRAMES, plan_for, sezm, tensors
 
 from mdband.model import block as block_module
+from mdband.model import chunked
 from mdband.model.chunking import plan_for_budget
+from mdband.model.memory import kept_geometry_floats
 from mdband.so3 import storage as st
 from mdband.testing.sezm import small_config
 
 REL = 1e-12
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["geometry-rebuilt", "geometry-cached"])
+def geometry_cached(request, monkeypatch):
+    """Every test twice: each stage rebuilds the edge geometry, or it is built once and kept
+    (``chunked.CACHE_GEOMETRY``)."""
+    monkeypatch.setattr(chunked, "CACHE_GEOMETRY", request.param)
+    return request.param
 
 
 @pytest.fixture
@@ -166,10 +176,11 @@ def kept_bytes(out: torch.Tensor) -> int:
 
 
 @pytest.mark.parametrize("options", [{}, dict(n_focus=2, n_atten_head=2, l_schedule=(3, 2, 1))])
-def test_a_chunked_evaluation_keeps_one_node_tensor_per_block(options):
+def test_a_chunked_evaluation_keeps_one_node_tensor_per_block(options, geometry_cached):
     """Between forward and backward: every block's input, the last stage's x cotangent and
-    the edge vectors (and their gradient, index permutation): not the blocks' x1, attention
-    terms or graphs. The estimate's kept bytes cover it."""
+    the edge vectors (and their gradient, index permutation; with the geometry cached, its
+    packed tensor): not the blocks' x1, attention terms or graphs. The estimate's kept bytes
+    cover it."""
     cfg = small_config(**{"l_schedule": (2, 2, 2), "channels": 16, **options})
     pot = sezm(cfg)
     atoms = FRAMES[0]
@@ -180,8 +191,15 @@ def test_a_chunked_evaluation_keeps_one_node_tensor_per_block(options):
     node = [st.dim_of(lb) * cfg["channels"] * 8 for lb in cfg["l_schedule"]]  # float64
     want = sum(node) + node[-1]
     got = kept_bytes(e) - E * (3 * 8 * 3 + 8)  # sorted vectors, their gradient, caller's; perm
+    desc = pot.model.descriptor
+    geo = kept_geometry_floats(desc) * 8  # per edge, float64
+    assert (geo > 0) is geometry_cached
+    if geometry_cached:
+        width = 5 + desc.cfg.n_radial + st.band_width(desc.cfg.lmax)
+        assert geo == 2 * 8 * width  # the geometry, and the last stage's gradient of it
+        got -= E * geo
     assert 0.9 * want * N <= got <= 1.2 * want * N, (got / N, want)
-    est = pot.model.descriptor.memory_estimate(torch.float64)
+    est = desc.memory_estimate(torch.float64)
     assert est.node_kept * N + est.edge_kept * E >= kept_bytes(e)
 
 
