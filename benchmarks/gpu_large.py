@@ -100,42 +100,38 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: in
     plans = {1: plan_chunks(ptr, g.n_edges, is_sorted)}
     plans[n_chunks] = plan_chunks(ptr, -(-g.n_edges // n_chunks), is_sorted)
     row = {"atoms": len(atoms), "edges": g.n_edges}
-    row["unchunked_ms"] = 1e3 * timed(dev, lambda: pot.evaluate_edges(t, src, dst, ev), repeat)
-    ref = pot.evaluate_edges(t, src, dst, ev).edge_grad
-    for eager in (True, False):
-        chunked.EAGER_FINAL_STAGE = eager
-        try:
-            for plan in plans.values():
-                name = f"{plan.n_chunks}_chunks_{'one_pass' if eager else 'recomputed'}_ms"
-                row[name] = 1e3 * timed(
-                    dev, lambda plan=plan: pot.evaluate_edges(t, src, dst, ev, plan=plan), repeat
-                )
-                got = pot.evaluate_edges(t, src, dst, ev, plan=plan).edge_grad
-                row[f"max_dgrad_{plan.n_chunks}_{int(eager)}"] = float((got - ref).abs().max())
-        finally:
-            chunked.EAGER_FINAL_STAGE = True
-    cached = chunked.CACHE_GEOMETRY
-    try:  # the edge geometry built once per chunk and kept for every stage
-        chunked.CACHE_GEOMETRY = True
+
+    def evaluate(plan=None):
+        return pot.evaluate_edges(t, src, dst, ev, plan=plan)
+
+    def time_plans(label: str, key: str) -> None:
         for plan in plans.values():
-            name = f"{plan.n_chunks}_chunks_geometry_cached_ms"
-            row[name] = 1e3 * timed(
-                dev, lambda plan=plan: pot.evaluate_edges(t, src, dst, ev, plan=plan), repeat
+            row[f"{plan.n_chunks}_chunks_{label}_ms"] = 1e3 * timed(
+                dev, lambda plan=plan: evaluate(plan), repeat
             )
-            got = pot.evaluate_edges(t, src, dst, ev, plan=plan).edge_grad
-            row[f"max_dgrad_{plan.n_chunks}_cached"] = float((got - ref).abs().max())
+            got = evaluate(plan).edge_grad
+            row[f"max_dgrad_{plan.n_chunks}_{key}"] = float((got - ref).abs().max())
+
+    row["unchunked_ms"] = 1e3 * timed(dev, evaluate, repeat)
+    ref = evaluate().edge_grad
+    cached = chunked.CACHE_GEOMETRY
+    try:
+        for eager in (True, False):
+            chunked.EAGER_FINAL_STAGE = eager
+            time_plans("one_pass" if eager else "recomputed", str(int(eager)))
+        chunked.EAGER_FINAL_STAGE = True
+        chunked.CACHE_GEOMETRY = True  # the edge geometry built once per chunk, kept
+        time_plans("geometry_cached", "cached")
         if profile_rows:
             row["profile_1_chunk_geometry_cached"] = profile_call(
-                dev, lambda: pot.evaluate_edges(t, src, dst, ev, plan=plans[1]), profile_rows
+                dev, lambda: evaluate(plans[1]), profile_rows
             )
     finally:
-        chunked.CACHE_GEOMETRY = cached
+        chunked.EAGER_FINAL_STAGE, chunked.CACHE_GEOMETRY = True, cached
     if profile_rows:
         calls = {"unchunked": None, "1_chunk": plans[1]}
         row["profile"] = {
-            name: profile_call(
-                dev, lambda plan=plan: pot.evaluate_edges(t, src, dst, ev, plan=plan), profile_rows
-            )
+            name: profile_call(dev, lambda plan=plan: evaluate(plan), profile_rows)
             for name, plan in calls.items()
         }
     return row
