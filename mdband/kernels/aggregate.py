@@ -485,6 +485,7 @@ def aggregate(
         raise ValueError("aggregate: plain mode takes s (N,) (and no z)")
     rho = rho.to(dtype=y.dtype, device=y.device)
     cm.check_dtypes("aggregate", y=y, storage=rot, env=env, logits=logits, z=z, s=s)
+    env = env.contiguous()  # the kernels read env[e] at stride 1 (a column view is not)
     dst = dst.to(torch.int64)
     perm, row_ptr = csr if csr is not None else cm.csr(dst, n_nodes)
     out, _ = _aggregate_op(

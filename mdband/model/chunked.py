@@ -157,7 +157,8 @@ class EdgeChunks:
             layout, lmax, shape = self._rot
             data = g[:, 5 + n :].contiguous().reshape(g.shape[0], *shape)
             rot = st.RotationStorage(layout, lmax, data)
-        vec, r, env, rbf = g[:, :3].contiguous(), g[:, 3:4], g[:, 4:5], g[:, 5 : 5 + n]
+        # contiguous copies: the fused kernels index these by row (stride 1 columns)
+        vec, r, env, rbf = (g[:, a:b].contiguous() for a, b in ((0, 3), (3, 4), (4, 5), (5, 5 + n)))
         return vec, r, env, rbf, rot
 
     def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage",

@@ -205,3 +205,24 @@ def test_bad_arguments():
         aggregate(t["y"], S, L, rho, dst, N, t["env"], logits=torch.zeros(8, 4), z=torch.ones(4))
     with pytest.raises(ValueError):  # plain mode needs s
         aggregate(t["y"], S, L, rho, dst, N, t["env"])
+
+
+@pytest.mark.parametrize("H", [0, 2])
+def test_env_as_a_column_view(kdev, H):
+    """env given as a column of a wider tensor (stride ≠ 1; a chunked evaluation's packed
+    geometry) gives the contiguous call's output and gradients, bitwise."""
+    L = 2
+    t0, dst, rho, N = _inputs(L, F64, H, kdev, E=12)
+    v = edge_vectors(12, F64, seed=1)
+    S0 = storages(v, L)[st.RotationLayout.BAND]
+    band = S0.require(S0.layout, "t").to(kdev)
+    wide = torch.stack([t0["env"] * 7.0, t0["env"], -t0["env"]], dim=1)
+    t = _leaves(t0)
+    t["env"] = wide.detach().clone().requires_grad_(True)[:, 1]
+    assert t["env"].stride() == (3,)
+    with cm.force_triton():
+        got = _run(leaf_storage(st.RotationStorage(S0.layout, L, band)), L, rho, dst, N, t)
+        want = _run(leaf_storage(st.RotationStorage(S0.layout, L, band)), L, rho, dst, N,
+                    _leaves(t0))  # fmt: skip
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
