@@ -480,27 +480,20 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
-        # aggregate on the "dot" kernels (same op calls; the bwd reuses the walk's out/stats)
-        for name in ("aggregate[H]", "aggregate[plain]"):
+        # aggregate and rotate_mix on their "dot" kernels (same op calls; aggregate's bwd
+        # reuses the walk's out/stats), with the launch sweeps on the band layout
+        dots = [(n, aggregate_kernels, DOT_SWEEP, aggregate_dot)
+                for n in ("aggregate[H]", "aggregate[plain]")]  # fmt: skip
+        dots += [(n, rotate_mix_kernels, RM_DOT_SWEEP, rotate_mix_dot)
+                 for n in ("rotate_mix[mix]", "rotate_mix[none]")]  # fmt: skip
+        for name, kernels, sweep, module in dots:
             for pas in ("fwd", "bwd"):
-                with aggregate_kernels("dot"), cm.force_backend("triton"):
+                with kernels("dot"), cm.force_backend("triton"):
                     t_dot = bench(ops[(name, pas)], device)
                     mem = peak_mb(runners[name], device) if pas == "fwd" else None
                 rows.append(_row(f"{name} dot", pas, lay.value, t_dot, None, mem))
-                for be, w in DOT_SWEEP if dot_sweep and lay is BAND else ():
-                    with aggregate_kernels("dot"), dot_config(be, w), cm.force_backend("triton"):
-                        t_dot = bench(ops[(name, pas)], device)
-                    rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
-        # rotate_mix on the "dot" kernels (same op calls)
-        for name in ("rotate_mix[mix]", "rotate_mix[none]"):
-            for pas in ("fwd", "bwd"):
-                with rotate_mix_kernels("dot"), cm.force_backend("triton"):
-                    t_dot = bench(ops[(name, pas)], device)
-                    mem = peak_mb(runners[name], device) if pas == "fwd" else None
-                rows.append(_row(f"{name} dot", pas, lay.value, t_dot, None, mem))
-                for be, w in RM_DOT_SWEEP if dot_sweep and lay is BAND else ():
-                    with rotate_mix_kernels("dot"), dot_config(be, w, rotate_mix_dot), \
-                            cm.force_backend("triton"):  # fmt: skip
+                for be, w in sweep if dot_sweep and lay is BAND else ():
+                    with kernels("dot"), dot_config(be, w, module), cm.force_backend("triton"):
                         t_dot = bench(ops[(name, pas)], device)
                     rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
     v = c["v"]

@@ -112,6 +112,11 @@ if cm.TRITON_AVAILABLE:
         return er[:, None] * s0 + rs[:, None] * s1 + cc[None, :] * s2
 
     @triton.jit
+    def _load_rows(ptr, er, rs, cc, s0, s1, s2, mask):
+        """Rows rs of edges er, channels cc, of an (E, Dm, C) tensor (R, BC); 0 where masked."""
+        return tl.load(ptr + _rows(er, rs, cc, s0, s1, s2), mask=mask, other=0.0)
+
+    @triton.jit
     def _step_edges(perm_ptr, i0, end, SP: tl.constexpr, BE: tl.constexpr):
         """The step of BE edges at CSR positions i0 + i (those ≥ end masked): their ids ee and
         validity oke (BE,), and per row r = i·SP + s its edge er and validity okr (R,)."""
@@ -171,11 +176,7 @@ if cm.TRITON_AVAILABLE:
                         y3 += kv[:, :, None] * (xl * bq[None, :])[:, None, :]
                 else:
                     rm = okr[:, None] & rowm
-                    rd = tl.load(
-                        rad_ptr + _rows(er, rs, cc, sd0, sd1, sd2),
-                        mask=rm,
-                        other=0.0,
-                    )
+                    rd = _load_rows(rad_ptr, er, rs, cc, sd0, sd1, sd2, rm)
                     tl.store(
                         y_ptr + _rows(er, rs, cc, sy0, sy1, sy2),
                         xl * rd,
@@ -258,16 +259,8 @@ if cm.TRITON_AVAILABLE:
                     gbw += tl.where((qq == q)[:, None, None], (xl * u)[None, :, :], 0.0)
             else:
                 rm = okr[:, None] & rowm
-                rd = tl.load(
-                    rad_ptr + _rows(er, rs, cc, sd0, sd1, sd2),
-                    mask=rm,
-                    other=0.0,
-                )
-                gr = tl.load(
-                    gy_ptr + _rows(er, rs, cc, sg0, sg1, sg2),
-                    mask=rm,
-                    other=0.0,
-                )
+                rd = _load_rows(rad_ptr, er, rs, cc, sd0, sd1, sd2, rm)
+                gr = _load_rows(gy_ptr, er, rs, cc, sg0, sg1, sg2, rm)
                 gxl = gr * rd
                 tl.store(
                     grad_ptr + _rows(er, rs, cc, sh0, sh1, sh2),

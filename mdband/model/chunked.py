@@ -119,12 +119,13 @@ class EdgeChunks:
         _, _, e0, e1 = self.bounds[c]
         return self.vec[e0:e1]
 
-    def geometry(self, c: int, edge: torch.Tensor):
+    def geometry(self, c: int, edge: torch.Tensor, packed: bool | None = None):
         """EdgeCache of chunk c (destinations local to it) from its rows ``edge`` of the
-        stages' edge input: the edge vectors, or the packed geometry once cached."""
+        stages' edge input: the packed geometry once cached (``packed``, by default whether
+        it is), else the edge vectors."""
         a0, a1, e0, e1 = self.bounds[c]
         src, dst = self.src[e0:e1], self.dst[e0:e1] - a0
-        if edge.shape[1] == 3:  # edge vectors (the packed geometry has 5 columns or more)
+        if not (self.geo is not None if packed is None else packed):
             vec, (r, env, rbf, rot) = edge, self.desc.edge_geometry(edge)
         else:
             vec, r, env, rbf, rot = self._unpack(edge)
@@ -139,8 +140,8 @@ class EdgeChunks:
         edge vectors), and give the later stages the packed (E, G) tensor instead of the
         vectors."""
 
-        def pack(c, vec, _x):
-            ec = self.geometry(c, vec)
+        def pack(c, vec, _x):  # also in its backward, when self.geo is already set
+            ec = self.geometry(c, vec, packed=False)
             rot = [] if ec.rotations is None else [ec.rotations.data.flatten(1)]
             if ec.rotations is not None:
                 d = ec.rotations

@@ -107,3 +107,11 @@ def switched(module, fwd: str, bwd: str | None = None):
         yield
     finally:
         module.KERNELS.update(old)
+
+
+#: the "dot" kernels' test segments: 11 edges (several steps of DOT_EDGES = 4 or 8, the last
+#: partial), 1 and 8 (whole steps); nodes 0, 3 and 5 (first, middle, last) have none
+DOT_COUNTS = [0, 11, 1, 0, 8, 0]
+DOT_EMPTY = [0, 3, 5]
+#: relative tolerance of the "dot" kernels against the torch references
+DOT_REL = {torch.float64: 1e-12, torch.float32: 1e-5}

@@ -11,6 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 from kernel_helpers import (
+    DOT_COUNTS,
+    DOT_EMPTY,
+    DOT_REL,
     band_view,
     edge_vectors,
     leaf_storage,
@@ -28,12 +31,7 @@ from mdband.so3 import storage as st
 
 F64, F32 = torch.float64, torch.float32
 BAND, DENSE = st.RotationLayout.BAND, st.RotationLayout.DENSE
-REL = {F64: 1e-12, F32: 1e-5}
-
-# segments of 11 edges (several steps of DOT_EDGES = 4 or 8, the last partial), 1, and 8
-# (whole steps); nodes 0, 3 and 5 (first, middle, last) have no edge
-COUNTS = [0, 11, 1, 0, 8, 0]
-EMPTY = [0, 3, 5]
+REL, COUNTS, EMPTY = DOT_REL, DOT_COUNTS, DOT_EMPTY
 
 
 def _dst(device, seed=0):
