@@ -20,13 +20,17 @@ the candidates are all atoms of those bins, kept when ``|v|² < rc²``. Output i
 destination (the CSR order the model uses), then stencil, then bin order.
 
 Cost (4,096 atoms of diamond, rc 6 Å, 2 bins per cutoff): 125 stencil bins per atom, about
-2.4 M candidates (≈ 3.7 per edge), float64 vectors; 4 host synchronisations (cell, per-atom
-candidate counts, and one ``nonzero`` per batch of at most ``max_candidates`` candidates).
+2.4 M candidates (≈ 3.7 per edge), float64 vectors; 2 host synchronisations (per-atom
+candidate counts, and one ``nonzero`` per batch of at most ``max_candidates`` candidates), one more
+for a device cell given without ``host_cell`` and one for open directions (the atoms' extent).
+The box basis, bins and stencil are cached per cell, periodicity, cutoff and atom count.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +39,21 @@ from mdband.graph import COINCIDENT_R2
 
 #: slack on bin widths and stencils against rounding of fractional coordinates
 _SLACK = 1e-9
+
+
+class _Frame(NamedTuple):
+    basis: torch.Tensor  # (3, 3) float64: box rows (periodic: cell vectors)
+    inv: torch.Tensor  # its inverse: fractional coordinates t = r @ inv
+    scale: np.ndarray  # (3,) fractional change per Å along each box row
+    periodic: torch.Tensor  # (3,) bool
+
+
+class _Grid(NamedTuple):
+    n_bins: torch.Tensor  # (3,) bins per direction
+    last: torch.Tensor  # n_bins - 1
+    stride: torch.Tensor  # (3,) bin id = b · stride
+    offsets: torch.Tensor  # (K, 3) stencil
+    bin_edges: torch.Tensor  # 0 … n_bins.prod(): searchsorted bounds of the sorted bins
 
 
 def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
@@ -79,6 +98,43 @@ def _bins(scale: np.ndarray, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: 
     return n, m
 
 
+@functools.lru_cache(maxsize=16)
+def _frame(cell_key: bytes, pbc: tuple[bool, bool, bool], device: torch.device) -> _Frame:
+    """The box basis of a cell (cached: an MD run's cell rarely changes, and each of these
+    small host → device copies costs a few µs of latency on CUDA)."""
+    cell = np.frombuffer(cell_key, dtype=np.float64).reshape(3, 3)
+    basis = _box_basis(cell, pbc)
+    inv = np.linalg.inv(basis)
+    return _Frame(
+        basis=torch.as_tensor(basis, device=device),
+        inv=torch.as_tensor(inv, device=device),
+        scale=np.linalg.norm(inv, axis=0),  # |Δt_k| ≤ |Δr| · scale_k
+        periodic=torch.tensor(pbc, device=device),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _grid(scale: tuple, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: int, device) -> _Grid:
+    """Bins and stencil of a frame (cached like :func:`_frame`)."""
+    n_bins, reach = _bins(np.asarray(scale), pbc, cutoff, bins_per_cutoff, n_atoms)
+    i64 = dict(dtype=torch.int64, device=device)
+    n_t = torch.as_tensor(n_bins, **i64)
+    stride = torch.as_tensor([n_bins[1] * n_bins[2], n_bins[2], 1], **i64)
+    offsets = torch.tensor(
+        list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
+    )  # (K, 3)
+    total = int(np.prod(n_bins))
+    return _Grid(n_t, n_t - 1, stride, offsets, torch.arange(total + 1, **i64))
+
+
+def _host_cell(cell) -> np.ndarray:
+    if cell is None:
+        return np.zeros((3, 3))
+    if isinstance(cell, torch.Tensor):
+        return cell.detach().to("cpu", torch.float64).numpy().reshape(3, 3)
+    return np.asarray(cell, dtype=np.float64).reshape(3, 3)
+
+
 def cell_list_edges(
     positions: torch.Tensor,
     cell: torch.Tensor | np.ndarray | None,
@@ -87,6 +143,7 @@ def cell_list_edges(
     *,
     bins_per_cutoff: int = 2,
     max_candidates: int = 1 << 25,
+    host_cell: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every pair within ``cutoff`` as ``(src, dst, shifts)`` int64 tensors on the positions'
     device, sorted by ``dst``.
@@ -101,6 +158,9 @@ def cell_list_edges(
         Bins per cutoff length; 2 visits a 5×5×5 stencil (≈ 45 % fewer candidates than 3×3×3).
     max_candidates : int
         Candidates handled at once (memory ≈ 100 B each); more are split into atom batches.
+    host_cell : (3, 3) numpy array, optional
+        The same cell on the host, when the caller has it: saves copying a device cell back
+        (a synchronisation).
 
     The edge vector is ``r[src] + shifts @ cell - r[dst]``; periodic images of the
     neighbour beyond the first are found for cells thinner than ``cutoff``.
@@ -113,56 +173,52 @@ def cell_list_edges(
     empty = torch.zeros(0, **i64)
     if n_atoms == 0:
         return empty, empty, torch.zeros(0, 3, **i64)
-    if cell is None:
-        cell_np = np.zeros((3, 3))
-    elif isinstance(cell, torch.Tensor):
-        cell_np = cell.detach().to("cpu", torch.float64).numpy().reshape(3, 3)
+    cell_np = _host_cell(cell if host_cell is None else host_cell)
+    frame = _frame(np.ascontiguousarray(cell_np).tobytes(), pbc, dev)
+    t = r @ frame.inv
+    if all(pbc):
+        image = torch.floor(t)
     else:
-        cell_np = np.asarray(cell, dtype=np.float64).reshape(3, 3)
-
-    basis = _box_basis(cell_np, pbc)
-    inv = np.linalg.inv(basis)
-    scale = np.linalg.norm(inv, axis=0)  # |Δt_k| ≤ |Δr| · scale_k
-    periodic = torch.tensor(pbc, device=dev)
-    t = r @ torch.as_tensor(inv, device=dev)
-    image = torch.where(periodic, torch.floor(t), torch.zeros_like(t))
+        image = torch.where(frame.periodic, torch.floor(t), torch.zeros_like(t))
     t = t - image
+    scale = frame.scale
     if not all(pbc):
-        lo = torch.where(periodic, torch.zeros_like(t), t).amin(0)
-        hi = torch.where(periodic, torch.ones_like(t), t).amax(0)
+        lo = torch.where(frame.periodic, torch.zeros_like(t), t).amin(0)
+        hi = torch.where(frame.periodic, torch.ones_like(t), t).amax(0)
         lo_np, hi_np = lo.cpu().numpy(), hi.cpu().numpy()
         extent = np.where(pbc, 1.0, np.maximum(hi_np - lo_np, 1e-6 * cutoff))
         scale = scale / extent
         t = (t - lo) / torch.as_tensor(extent, device=dev)
-    n_bins, reach = _bins(scale, pbc, float(cutoff), int(bins_per_cutoff), n_atoms)
-    n_t = torch.as_tensor(n_bins, **i64)
-    b = torch.minimum((t * n_t).to(torch.int64), n_t - 1).clamp_(min=0)  # (N, 3)
-    wrapped = r - image @ torch.as_tensor(basis, device=dev)  # positions inside the box
+    grid = _grid(tuple(scale.tolist()), pbc, float(cutoff), int(bins_per_cutoff), n_atoms, dev)
+    n_t = grid.n_bins
+    b = torch.minimum((t * n_t).to(torch.int64), grid.last).clamp_(min=0)  # (N, 3)
+    wrapped = r - image @ frame.basis  # positions inside the box
 
-    bin_id = (b[:, 0] * n_t[1] + b[:, 1]) * n_t[2] + b[:, 2]
+    bin_id = (b * grid.stride).sum(1)
     order = torch.argsort(bin_id, stable=True)
-    counts = torch.bincount(bin_id, minlength=int(np.prod(n_bins)))
-    starts = torch.cumsum(counts, 0) - counts
+    # bin k holds order[starts[k] : starts[k] + counts[k]] (no bincount: it synchronises)
+    bounds = torch.searchsorted(bin_id[order], grid.bin_edges)
+    starts = bounds[:-1]
+    counts = bounds[1:] - starts
 
-    offsets = torch.tensor(
-        list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
-    )  # (K, 3)
+    offsets = grid.offsets
     cand = b[:, None, :] + offsets[None, :, :]  # (N, K, 3) stencil bins
     img = torch.div(cand, n_t, rounding_mode="floor")
-    valid = torch.ones(cand.shape[:2], dtype=torch.bool, device=dev)
+    valid = None
     if not all(pbc):  # open directions: bins outside the box do not exist
-        open_dirs = ~periodic
+        open_dirs = ~frame.periodic
         valid = ~((img != 0) & open_dirs).any(-1)
         img = torch.where(open_dirs, torch.zeros_like(img), img)
-    w = cand - img * n_t
-    nb_id = (w[..., 0] * n_t[1] + w[..., 1]) * n_t[2] + w[..., 2]
-    nb_id = torch.where(valid, nb_id, torch.zeros_like(nb_id))
-    cnt = torch.where(valid, counts[nb_id], torch.zeros_like(nb_id))  # (N, K)
+    nb_id = ((cand - img * n_t) * grid.stride).sum(-1)
+    if valid is None:
+        cnt = counts[nb_id]  # (N, K)
+    else:
+        nb_id = torch.where(valid, nb_id, torch.zeros_like(nb_id))
+        cnt = torch.where(valid, counts[nb_id], torch.zeros_like(nb_id))
 
     per_atom = cnt.sum(1).cpu().numpy()
     rc2 = float(cutoff) ** 2
-    basis_t = torch.as_tensor(basis, device=dev)
-    out_src, out_dst, out_shift = [], [], []
+    out = []
     for a0, a1 in _atom_batches(per_atom, max_candidates):
         c = cnt[a0:a1].reshape(-1)
         total = int(per_atom[a0:a1].sum())
@@ -174,18 +230,18 @@ def cell_list_edges(
         j = order[starts[nb_id[a0:a1].reshape(-1)[slot]] + within]
         i = a0 + torch.div(slot, offsets.shape[0], rounding_mode="floor")
         s = img[a0:a1].reshape(-1, 3)[slot]  # image shift of the wrapped neighbour
-        v = wrapped[j] - wrapped[i] + s.to(torch.float64) @ basis_t
+        v = wrapped[j] - wrapped[i] + s.to(torch.float64) @ frame.basis
         d2 = (v * v).sum(1)
         keep = torch.nonzero((d2 < rc2) & (d2 > COINCIDENT_R2)).reshape(-1)
         j, i, s = j[keep], i[keep], s[keep]
         # back to the caller's (unwrapped) positions: r_j + S cell - r_i
         shift = s + (image[i] - image[j]).to(torch.int64)
-        out_src.append(j)
-        out_dst.append(i)
-        out_shift.append(shift)
-    if not out_src:
+        out.append((j, i, shift))
+    if not out:
         return empty, empty, torch.zeros(0, 3, **i64)
-    return torch.cat(out_src), torch.cat(out_dst), torch.cat(out_shift)
+    if len(out) == 1:
+        return out[0]
+    return tuple(torch.cat(parts) for parts in zip(*out))
 
 
 def _atom_batches(per_atom: np.ndarray, max_candidates: int):

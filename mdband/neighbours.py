@@ -148,8 +148,10 @@ class DeviceNeighbourList:
             cell = torch.as_tensor(np.asarray(reference.cell, np.float64), device=dev)
             self._build(pos, cell, tuple(bool(p) for p in np.asarray(reference.pbc)))
 
-    def _build(self, positions, cell, pbc) -> None:
-        src, dst, shifts = cell_list_edges(positions, cell, pbc, self.cutoff + self.skin)
+    def _build(self, positions, cell, pbc, host_cell=None) -> None:
+        src, dst, shifts = cell_list_edges(
+            positions, cell, pbc, self.cutoff + self.skin, host_cell=host_cell
+        )
         self._full = (src, dst, shifts)
         self._shift_vectors = shifts.to(torch.float64) @ cell
         self._ref_pos, self._ref_cell, self._ref_pbc = positions.clone(), cell.clone(), pbc
@@ -172,14 +174,19 @@ class DeviceNeighbourList:
         moved = (d2 >= (0.5 * self.skin) ** 2) | (cell != self._ref_cell).any()
         return bool(moved)
 
-    def edges(self, positions: torch.Tensor, cell: torch.Tensor, pbc) -> EdgeGraph:
+    def edges(
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc, host_cell: np.ndarray | None = None
+    ) -> EdgeGraph:
+        """Edges within the cutoff for these positions; ``host_cell``, the same cell as a numpy
+        array when the caller has it, saves copying ``cell`` back to the host at a build."""
         pbc = tuple(bool(p) for p in np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)))
         n = int(positions.shape[0])
         if self.skin <= 0:
             self.n_builds += 1
-            return EdgeGraph(*cell_list_edges(positions, cell, pbc, self.cutoff), n_atoms=n)
+            edges = cell_list_edges(positions, cell, pbc, self.cutoff, host_cell=host_cell)
+            return EdgeGraph(*edges, n_atoms=n)
         if self._rebuild_needed(positions, cell, pbc):
-            self._build(positions, cell, pbc)
+            self._build(positions, cell, pbc, host_cell)
         src, dst, shifts = self._full
         vec = positions[src] - positions[dst] + self._shift_vectors
         keep = torch.nonzero((vec * vec).sum(1) < self.cutoff**2).reshape(-1)

@@ -87,3 +87,18 @@ def test_empty_and_far_apart():
     assert src.shape[0] == 0
     coincident = torch.tensor([[1.0, 1, 1], [1.0, 1, 1]], dtype=torch.float64)
     assert cell_list_edges(coincident, None, False, 3.0)[0].shape[0] == 0
+
+
+def test_host_cell_and_cached_frames_change_nothing():
+    """The host copy of the cell gives the same list; frames and grids cached for one cell
+    are not reused for another (alternating cells, same atom count)."""
+    pos = structure(TRICLINIC, (True, True, True), 40, seed=2)
+    cells = [TRICLINIC, TRICLINIC * 1.1, TRICLINIC]
+    for cell in cells + cells:
+        ref = build_edge_graph(pos, cell, True, 3.3)
+        want = edge_set(ref.src, ref.dst, ref.shifts)
+        plain = cell_list_edges(torch.tensor(pos), torch.tensor(cell), True, 3.3)
+        hosted = cell_list_edges(torch.tensor(pos), torch.tensor(cell), True, 3.3, host_cell=cell)
+        assert edge_set(*plain) == want
+        for a, b in zip(plain, hosted):
+            assert torch.equal(a, b)
