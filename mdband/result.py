@@ -72,11 +72,16 @@ def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks
         virial = torch.zeros_like(virial)
     if not to_numpy:
         return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks)
+    # one device → host copy (each copy waits for the device): energy, atom energies, forces,
+    # virial in one float64 vector
+    n = atom_e.shape[0]
+    flat = torch.cat([atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)])
+    host = flat.cpu().numpy()
     return Result(
-        energy=float(atom_e.sum()),
-        forces=forces.cpu().numpy(),
-        virial=virial.cpu().numpy(),
-        atom_energy=atom_e.cpu().numpy(),
+        energy=float(host[0]),
+        forces=host[1 + n : 1 + 4 * n].reshape(n, 3),
+        virial=host[1 + 4 * n :].reshape(3, 3),
+        atom_energy=host[1 : 1 + n],
         chunks=chunks,
     )
 

@@ -177,6 +177,40 @@ def test_weight_edit_drops_graphs():
     assert e1 == pytest.approx(e0 + 8.0, abs=1e-9)
 
 
+def test_replaced_parameter_drops_graphs():
+    pot = potential()
+    _, arrays = frame_arrays(pot, frame())
+    runner = policy_runner(pot)
+    runner.run(*arrays)
+    e0 = runner.run(*arrays)[0].sum().item()
+    bias = pot.model.fitting_net.bias_atom_e
+    pot.model.fitting_net.bias_atom_e = torch.nn.Parameter(bias.detach() + 1.0)  # a new tensor
+    e1 = runner.run(*arrays)[0].sum().item()
+    assert runner._weights == sg._weights_version(pot.model)
+    assert e1 == pytest.approx(e0 + 8.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("change", ["none", "in_place", "parameter", "buffer", "submodule"])
+def test_weights_watch_equals_a_full_walk(change):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    model.register_buffer("scale", torch.ones(2))
+    watch = sg._WeightsWatch()
+    before = watch.version(model)
+    assert before == sg._weights_version(model)
+    with torch.no_grad():
+        if change == "in_place":
+            model[0].weight.mul_(2.0)
+        elif change == "parameter":
+            model[0].bias = torch.nn.Parameter(torch.zeros(4))
+        elif change == "buffer":
+            model.scale = torch.zeros(2)
+        elif change == "submodule":
+            model[1] = torch.nn.LayerNorm(4)
+    after = watch.version(model)
+    assert after == sg._weights_version(model)
+    assert (after == before) == (change == "none")
+
+
 def test_failed_capture_warns_and_stays_eager():
     pot = potential()
     _, arrays = frame_arrays(pot, frame())
