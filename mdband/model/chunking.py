@@ -111,6 +111,18 @@ def plan_chunks(row_ptr: Sequence[int], max_edges: int, dst_sorted: bool = False
     return ChunkPlan(tuple(atoms), tuple(edges), dst_sorted)
 
 
+def plan_even(row_ptr: Sequence[int], n_chunks: int, dst_sorted: bool = False) -> ChunkPlan:
+    """``n_chunks`` chunks of consecutive destination atoms with about the same number of
+    edges: chunk c starts at the first atom whose edges start at or after c·E/n (fewer chunks
+    where atoms are larger than that). Pure function of its arguments."""
+    ptr = np.asarray(row_ptr, dtype=np.int64).reshape(-1)
+    n, e = ptr.shape[0] - 1, int(ptr[-1])
+    targets = (np.arange(1, max(1, int(n_chunks)), dtype=np.int64) * e) // max(1, int(n_chunks))
+    cuts = np.searchsorted(ptr, targets, side="left")
+    atoms = np.unique(np.concatenate([[0], np.clip(cuts, 1, max(n - 1, 1)), [n]]))
+    return ChunkPlan(tuple(atoms.tolist()), tuple(ptr[atoms].tolist()), dst_sorted)
+
+
 def row_pointer(dst: torch.Tensor, n_atoms: int) -> tuple[np.ndarray, bool]:
     """Host CSR row pointer (N+1,) of ``dst`` and whether ``dst`` is already sorted (one
     device sync)."""
@@ -169,8 +181,12 @@ def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: in
 
     ``estimate`` is the model's :class:`~mdband.model.memory.MemoryEstimate`. Unchunked when
     no budget is set or its estimate fits and the call has at most ``max_chunk_edges`` edges
-    (no device sync); otherwise chunks as large as the budget allows, at most
-    ``max_chunk_edges`` edges each (an atom with more is a chunk of its own). Raises
+    (no device sync); otherwise the number of chunks the budget and ``max_chunk_edges`` need,
+    rounded up to a power of two (:func:`plan_even`; doubled while a chunk is still too long),
+    each of about the same number of edges. The rounding keeps the plan, and so the rounding
+    of the results, the same when the free memory moves by less than a factor of two: a run
+    resumed in another process (another budget under "auto") reproduces the uninterrupted run
+    bit for bit. Raises
     :class:`~mdband.errors.MemoryBudgetError` when even a chunk of the atom with the most
     edges does not fit.
     """
@@ -187,4 +203,13 @@ def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: in
             f"{n_atoms} atoms ({n_edges} edges) need an estimated {format_bytes(need)} even "
             f"one atom per chunk, above the memory budget of {format_bytes(budget)}"
         )
-    return plan_chunks(ptr, min(max_edges, cap), dst_sorted=is_sorted)
+    limit = min(max_edges, cap)
+    n_chunks = 1 << (-(-n_edges // limit) - 1).bit_length()  # a power of two
+    while limit >= max_deg and n_chunks < n_atoms:
+        plan = plan_even(ptr, n_chunks, dst_sorted=is_sorted)
+        if plan.max_chunk_edges <= limit:
+            return plan
+        n_chunks *= 2  # atoms at the cuts made a chunk too long: twice as many
+    # a cap below the largest atom's edges (after out-of-memory errors), or about an atom
+    # per chunk: greedy chunks of at most ``limit`` edges, a larger atom alone
+    return plan_chunks(ptr, limit, dst_sorted=is_sorted)
