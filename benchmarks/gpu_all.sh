@@ -5,7 +5,10 @@
 #   large     chunked evaluation: chunked vs unchunked vs float64 forces, what chunking costs at
 #             4,096 atoms (--cost), ms per call, peak memory and chunks of 13,824 to 262,144 atoms
 #             of the default config (gpu_large.py; LARGE_SIZES="12 16 24 32 50" adds 1,000,000
-#             atoms, one timed call each from 500,000 on: LARGE_TIMEOUT=540)
+#             atoms, one timed call each from 500,000 on: LARGE_TIMEOUT=540; LARGE_CACHED_SIZES
+#             times those sizes again with the edge geometry kept per chunk)
+#   overhead  what a user-level call spends outside the model step at 512 and 4,096 atoms: the
+#             GPU list, its torch ops, the call's Python functions (gpu_overhead.py)
 #   committee a committee of 4 default-config models vs 4 separate evaluations (committee.py)
 #   run       a 2,000-step `mdband run --device cuda` with trajectory and checkpoints (512 atoms)
 #   model     the model end to end: forces vs float64, band vs dense, graph replay vs eager,
@@ -32,7 +35,7 @@
 # `../shared/tools/deepmd-on-device fetch .whl`):   STAGES="kernels large" bash benchmarks/gpu_all.sh
 set -uo pipefail
 OUT=${OUT:-benchmarks/out}
-STAGES=${STAGES:-kernels committee run large model deepmd}
+STAGES=${STAGES:-kernels overhead committee run large model deepmd}
 mkdir -p "$OUT"
 if [ -f .whl/deepmd-on-device ] && [[ " $STAGES " == *" deepmd "* ]]; then
     eval "$(bash .whl/deepmd-on-device install .whl)" || exit 2
@@ -64,10 +67,22 @@ SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain
         --run-steps ${RUN_STEPS:-2000} --json "$OUT/run.json" >"$OUT/run.log" 2>&1 || status=1
     grep -E '^\{"(default|mdband_run)' "$OUT/run.log"
 fi
+if has overhead; then
+    (cd benchmarks && OUT=$OUT timeout 200 python3 gpu_overhead.py --sizes 4 8) \
+        >"$OUT/overhead.log" 2>&1 || status=1
+    grep -E '^\{"overhead' "$OUT/overhead.log"
+fi
 if has large; then
     OUT=$OUT timeout ${LARGE_TIMEOUT:-190} python3 benchmarks/gpu_large.py --sizes ${LARGE_SIZES:-12 16 24 32} \
         --repeat 2 --cost --cost-profile 25 >"$OUT/large.log" 2>&1 || status=1
     sed -n '/== large cells ==/,$p' "$OUT/large.log"
+    if [ -n "${LARGE_CACHED_SIZES:-}" ]; then  # the same sizes with the geometry kept per chunk
+        mkdir -p "$OUT/cached"
+        OUT=$OUT/cached timeout ${LARGE_TIMEOUT:-190} python3 benchmarks/gpu_large.py \
+            --sizes $LARGE_CACHED_SIZES --repeat 2 --cache-geometry >"$OUT/large-cached.log" 2>&1 \
+            || status=1
+        sed -n '/== large cells ==/,$p' "$OUT/large-cached.log"
+    fi
 fi
 if has model; then
     OUT=$OUT timeout 300 python3 benchmarks/gpu_model.py --sizes 4 8 --largest 12 14 \

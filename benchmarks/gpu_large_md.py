@@ -14,17 +14,21 @@ Model: deepmd-kit's default DPA4 config (random weights, seed 0, float32, writte
 * ``--phase finish``: ``mdband run --resume`` from that checkpoint to ``--steps``; then the
   trajectory must hold every frame from 0 to ``--steps`` once, in order.
 
-    python benchmarks/gpu_large_md.py --phase start  [--size 24] [--split 48] [--steps 100]
+    python benchmarks/gpu_large_md.py --phase start  [--size 24] [--split 50] [--steps 100]
+    python benchmarks/gpu_large_md.py --join DIR   (here, between the calls: DIR the first
+        call's returned files, parts joined into STATE)
     python benchmarks/gpu_large_md.py --phase finish [--size 24] [--steps 100]
 
 The checkpoint records its outputs' absolute paths: both calls must run in a checkout at the
 same path (the device machine's is). Writes ``$OUT/gpu_large_md-PHASE.json`` and copies the
-checkpoint, trajectory and log there; exits 1 when a check fails.
+checkpoint, trajectory and log there (a file above ``--part-bytes`` in parts ``NAME.partK``);
+exits 1 when a check fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -36,6 +40,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_md  # noqa: E402  (the restart check and its helpers)
@@ -81,6 +86,34 @@ def frames_complete(path: Path, last: int, every: int) -> dict:
     return {"steps": steps, "complete": steps == want, "finite": bool(finite)}
 
 
+def copy_in_parts(path: Path, dest: Path, part_bytes: int) -> None:
+    """Copy ``path`` into ``dest``; a file above ``part_bytes`` as ``NAME.part0``, ``.part1``,
+    … (the device returns files of at most 16 MiB: the trajectory of 110,592 atoms is larger).
+    :func:`join_parts` puts them together."""
+    data = path.read_bytes()
+    if len(data) <= part_bytes:
+        shutil.copy2(path, dest / path.name)
+        return
+    for k in range(0, -(-len(data) // part_bytes)):
+        (dest / f"{path.name}.part{k}").write_bytes(data[k * part_bytes : (k + 1) * part_bytes])
+
+
+def join_parts(src: Path, state: Path) -> list[str]:
+    """Copy what came back from a call (``src``) into ``state``, parts joined; the names."""
+    state.mkdir(parents=True, exist_ok=True)
+    names = []
+    for name in KEEP:
+        parts = sorted(src.glob(f"{name}.part*"), key=lambda q: int(q.suffix[5:]))
+        if parts:
+            (state / name).write_bytes(b"".join(q.read_bytes() for q in parts))
+        elif (src / name).exists():
+            shutil.copy2(src / name, state / name)
+        else:
+            continue
+        names.append(name)
+    return names
+
+
 def start(args) -> dict:
     shutil.rmtree(STATE, ignore_errors=True)  # a fresh run: nothing of an earlier one
     STATE.mkdir()
@@ -97,6 +130,9 @@ def start(args) -> dict:
     out["restart_check"] = row
     print("restart", row, flush=True)
     del pot
+    gc.collect()  # the run's process gets the GPU: nothing of the check stays cached here
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     out["run"] = main_run(args, resume=False)
     print("run", out["run"], flush=True)
     return out
@@ -116,17 +152,26 @@ def finish(args) -> dict:
 def main() -> int:
     global STATE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("start", "finish"), required=True)
     ap.add_argument("--size", type=int, default=24, help="8·n³ atoms (24: 110,592)")
     ap.add_argument("--steps", type=int, default=100, help="the run's total length")
-    ap.add_argument("--split", type=int, default=48, help="steps of the first call")
-    ap.add_argument("--traj-every", type=int, default=24)
+    ap.add_argument("--split", type=int, default=50, help="steps of the first call")
+    ap.add_argument("--traj-every", type=int, default=25)
     ap.add_argument("--check-steps", type=int, default=4, help="length of the restart check")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
     ap.add_argument("--state", type=Path, default=STATE, help="the run's folder")
+    ap.add_argument("--part-bytes", type=int, default=15 << 20,
+                    help="files above this come back in parts (NAME.partK)")  # fmt: skip
+    ap.add_argument("--join", type=Path, metavar="DIR",
+                    help="only put DIR's returned files (parts joined) into --state")  # fmt: skip
+    ap.add_argument("--phase", choices=("start", "finish"))
     args = ap.parse_args()
     STATE = args.state.resolve()
+    if args.join:
+        print("joined:", ", ".join(join_parts(args.join, STATE)))
+        return 0
+    if args.phase is None:
+        ap.error("--phase is required (or --join)")
     if args.tiny:
         gpu_md.CFG = gpu_md.TINY
     if args.split % args.traj_every or args.steps % args.traj_every:
@@ -142,7 +187,7 @@ def main() -> int:
         Path(dest, f"gpu_large_md-{args.phase}.json").write_text(json.dumps(out, indent=1))
         for name in KEEP:
             if (STATE / name).exists():
-                shutil.copy2(STATE / name, Path(dest, name))
+                copy_in_parts(STATE / name, Path(dest), args.part_bytes)
     print("large MD:", "ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

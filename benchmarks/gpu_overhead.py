@@ -1,0 +1,135 @@
+"""Where a user-level call spends its time outside the model step (host work, syncs, the list).
+
+Model: deepmd-kit's default DPA4 config (``gpu_large.CFG``, random weights, float32, CUDA graphs
+as by default); system: rattled diamond of 8·n³ atoms. Per size:
+
+* ``call_ms``: ``Potential.evaluate`` with numpy in and out (the neighbour list built inside);
+* ``model_step_ms``: the same call with device tensors and a list built once outside (labelled:
+  it leaves the list out);
+* ``list_ms`` / ``list_device_cell_ms``: the GPU cell list alone, with the host cell given
+  (what ``evaluate`` does) and with only the device cell (one more synchronisation);
+* ``list_ops``: one profiled list build, the torch ops of most host time (count, µs);
+* ``call_python``: cProfile of ``--calls`` user calls, the functions of most own host time (µs
+  per call; blocking copies and synchronisations show up in the op that waits).
+
+    python benchmarks/gpu_overhead.py [--sizes 4 8] [--calls 30] [--device cuda]
+
+Writes ``$OUT/gpu_overhead.json`` when ``OUT`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import time
+
+import torch
+from gpu_large import CFG, TINY, diamond, sync
+
+from mdband.model.factory import random_potential
+
+
+def median_ms(dev, fn, repeat: int) -> float:
+    fn()
+    fn()
+    ts = []
+    for _ in range(repeat):
+        sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        sync(dev)
+        ts.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(ts)
+
+
+def list_ops(dev, fn, rows: int) -> list:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
+    fn()
+    sync(dev)
+    with profile(activities=acts) as prof:
+        fn()
+        sync(dev)
+    ev = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [[e.key[:50], e.count, round(e.self_cpu_time_total, 1)] for e in ev[:rows]]
+
+
+def call_python(fn, calls: int, rows: int) -> list:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    st = pstats.Stats(prof)
+    items = sorted(st.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:rows]
+    out = []
+    for (path, line, name), (_, ncalls, tottime, cumtime, _) in items:
+        where = f"{os.path.basename(path)}:{line}({name})"
+        out.append([where[:70], ncalls / calls, round(1e6 * tottime / calls, 1),
+                    round(1e6 * cumtime / calls, 1)])  # fmt: skip
+    return out
+
+
+def measure(pot, dev, n: int, args) -> dict:
+    """The row of one size (see the module docstring)."""
+    atoms = diamond(n)
+    pos, cell, sym = atoms.positions, atoms.cell.array, atoms.get_chemical_symbols()
+    pos_t, cell_t = torch.tensor(pos, device=dev), torch.tensor(cell, device=dev)
+    nl = pot.neighbour_list()
+    row = {"atoms": len(atoms)}
+    row["call_ms"] = median_ms(dev, lambda: pot.evaluate(pos, cell, True, sym), args.repeat)
+    graph = nl.edges(pos_t, cell_t, True, host_cell=cell)
+    row["edges"] = graph.n_edges
+    row["model_step_ms (list prebuilt)"] = median_ms(
+        dev, lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat
+    )
+    row["list_ms"] = median_ms(
+        dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat
+    )
+    row["list_device_cell_ms"] = median_ms(dev, lambda: nl.edges(pos_t, cell_t, True), args.repeat)
+    row["list_ops"] = list_ops(dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell),
+                               args.rows)  # fmt: skip
+    row["call_python"] = call_python(
+        lambda: pot.evaluate(pos, cell, True, sym), args.calls, args.rows
+    )
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[4, 8])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--calls", type=int, default=30)
+    ap.add_argument("--rows", type=int, default=25)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
+    args = ap.parse_args()
+    dev = args.device
+    pot = random_potential(TINY if args.tiny else CFG, seed=0, gain=0.5, device=dev,
+                           dtype="float32")  # fmt: skip
+    pot.neighbour_backend = "cell_list"  # CUDA's default; on a CPU run the same code path
+    out = {"device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev, "sizes": {}}
+    for n in args.sizes:
+        row = measure(pot, dev, n, args)
+        out["sizes"][str(n)] = row
+        head = {k: v for k, v in row.items() if not isinstance(v, list)}
+        print(json.dumps({"overhead": head}), flush=True)
+        print("  list ops (name, count, host µs):")
+        for r in row["list_ops"]:
+            print(f"    {r[0]:50s} {r[1]:4d} {r[2]:9.1f}")
+        print("  call, python (function, calls/call, own µs, cumulative µs):")
+        for r in row["call_python"]:
+            print(f"    {r[0]:70s} {r[1]:6.1f} {r[2]:9.1f} {r[3]:9.1f}")
+    if os.environ.get("OUT"):
+        path = os.path.join(os.environ["OUT"], "gpu_overhead.json")
+        with open(path, "w") as f:
+            json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
