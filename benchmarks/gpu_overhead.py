@@ -1,7 +1,8 @@
 """Where a user-level call spends its time outside the model step (host work, syncs, the list).
 
-Model: deepmd-kit's default DPA4 config (``gpu_large.CFG``, random weights, float32, CUDA graphs
-as by default); system: rattled diamond of 8·n³ atoms. Per size:
+Models: deepmd-kit's default DPA4 config (``gpu_large.CFG``) and DPA4-Mini (``vs_deepmd.MINI``),
+random weights, float32, CUDA graphs as by default; system: rattled diamond of 8·n³ atoms. Per
+config and size:
 
 * ``call_ms``: ``Potential.evaluate`` with numpy in and out (the neighbour list built inside);
 * ``model_step_ms``: the same call with device tensors and a list built once outside (labelled:
@@ -12,7 +13,7 @@ as by default); system: rattled diamond of 8·n³ atoms. Per size:
 * ``call_python``: cProfile of ``--calls`` user calls, the functions of most own host time (µs
   per call; blocking copies and synchronisations show up in the op that waits).
 
-    python benchmarks/gpu_overhead.py [--sizes 4 8] [--calls 30] [--device cuda]
+    python benchmarks/gpu_overhead.py [--configs default mini] [--sizes 4 8] [--calls 30]
 
 Writes ``$OUT/gpu_overhead.json`` when ``OUT`` is set.
 """
@@ -29,8 +30,16 @@ import time
 
 import torch
 from gpu_large import CFG, TINY, diamond, sync
+from vs_deepmd import MINI
 
+from mdband.config import config_from_deepmd
 from mdband.model.factory import random_potential
+
+#: the two configs of the comparisons: deepmd-kit's default DPA4 and DPA4-Mini (its water example)
+CONFIGS = {
+    "default": lambda: CFG,
+    "mini": lambda: config_from_deepmd(MINI, 1.2).to_dict(),
+}
 
 
 def median_ms(dev, fn, repeat: int) -> float:
@@ -102,6 +111,7 @@ def measure(pot, dev, n: int, args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", nargs="*", default=["default", "mini"], choices=list(CONFIGS))
     ap.add_argument("--sizes", type=int, nargs="*", default=[4, 8])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--calls", type=int, default=30)
@@ -110,21 +120,24 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
     args = ap.parse_args()
     dev = args.device
-    pot = random_potential(TINY if args.tiny else CFG, seed=0, gain=0.5, device=dev,
-                           dtype="float32")  # fmt: skip
-    pot.neighbour_backend = "cell_list"  # CUDA's default; on a CPU run the same code path
-    out = {"device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev, "sizes": {}}
-    for n in args.sizes:
-        row = measure(pot, dev, n, args)
-        out["sizes"][str(n)] = row
-        head = {k: v for k, v in row.items() if not isinstance(v, list)}
-        print(json.dumps({"overhead": head}), flush=True)
-        print("  list ops (name, count, host µs):")
-        for r in row["list_ops"]:
-            print(f"    {r[0]:50s} {r[1]:4d} {r[2]:9.1f}")
-        print("  call, python (function, calls/call, own µs, cumulative µs):")
-        for r in row["call_python"]:
-            print(f"    {r[0]:70s} {r[1]:6.1f} {r[2]:9.1f} {r[3]:9.1f}")
+    out = {"device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev}
+    for name in args.configs:
+        cfg = TINY if args.tiny else CONFIGS[name]()
+        pot = random_potential(cfg, seed=0, gain=0.5, device=dev, dtype="float32")
+        pot.neighbour_backend = "cell_list"  # CUDA's default; on a CPU run the same code path
+        out[name] = {}
+        for n in args.sizes:
+            row = measure(pot, dev, n, args)
+            out[name][str(n)] = row
+            head = {k: v for k, v in row.items() if not isinstance(v, list)}
+            print(json.dumps({f"overhead {name}": head}), flush=True)
+            print("  list ops (name, count, host µs):")
+            for r in row["list_ops"]:
+                print(f"    {r[0]:50s} {r[1]:4d} {r[2]:9.1f}")
+            print("  call, python (function, calls/call, own µs, cumulative µs):")
+            for r in row["call_python"]:
+                print(f"    {r[0]:70s} {r[1]:6.1f} {r[2]:9.1f} {r[3]:9.1f}")
+        del pot
     if os.environ.get("OUT"):
         path = os.path.join(os.environ["OUT"], "gpu_overhead.json")
         with open(path, "w") as f:
