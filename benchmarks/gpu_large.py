@@ -88,7 +88,7 @@ def timed(dev, fn, repeat: int) -> float:
 def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: int = 0) -> dict:
     """ms per energy + forces call of one edge list: unchunked, and chunked (1 and
     ``n_chunks`` chunks) with the last stage in one pass and recomputed; with
-    ``profile_rows``, a profile of one unchunked and one single-chunk call."""
+    ``profile_rows``, a profile of one unchunked call and one of each plan."""
     pot = make(cfg, sd, dev, "float32", memory_budget="off", cuda_graphs="off")
     g = pot.edges(atoms.positions, atoms.cell.array, True)
     t = torch.as_tensor(pot.types_of(atoms.get_chemical_symbols()), device=pot.device)
@@ -129,7 +129,8 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: in
     finally:
         chunked.EAGER_FINAL_STAGE, chunked.CACHE_GEOMETRY = True, cached
     if profile_rows:
-        calls = {"unchunked": None, "1_chunk": plans[1]}
+        many = plans[n_chunks]
+        calls = {"unchunked": None, "1_chunk": plans[1], f"{many.n_chunks}_chunks": many}
         row["profile"] = {
             name: profile_call(dev, lambda plan=plan: evaluate(plan), profile_rows)
             for name, plan in calls.items()
@@ -183,7 +184,7 @@ def main() -> None:
         type=int,
         default=0,
         metavar="ROWS",
-        help="with --cost: profile one unchunked and one 1-chunk call (top ROWS)",
+        help="with --cost: profile one unchunked call and one of each plan (top ROWS)",
     )
     args = ap.parse_args()
     cfg = TINY if args.tiny else CFG

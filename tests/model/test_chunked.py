@@ -26,7 +26,7 @@ from mdband.errors import MemoryBudgetError
 from mdband.kernels import _common as cm
 from mdband.kernels import force_triton
 from mdband.model import chunked
-from mdband.model.chunking import ChunkPlan, plan_chunks
+from mdband.model.chunking import ChunkPlan, plan_chunks, plan_even
 from mdband.model.factory import build_sezm, initialise_weights
 from mdband.model.memory import saved_tensor_bytes
 from mdband.potential import Potential
@@ -64,6 +64,28 @@ def test_plan_never_splits_a_destination(seed):
         nxt = a[1:-1]  # the first atom of the next chunk would not have fit (greedy, maximal)
         assert np.all(n_edges[:-1] + deg[nxt] > m)
     assert plan_chunks(ptr, 10**9).n_chunks == 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_even_plan_never_splits_a_destination(seed):
+    """plan_even on degree lists with empty and huge atoms: whole atoms per chunk, at most
+    n chunks, each within one atom's edges of the even share E/n (more only where one atom
+    alone is larger)."""
+    rng = np.random.default_rng(seed)
+    deg = rng.integers(0, 12, size=40)
+    deg[rng.integers(0, 40, size=4)] = 0
+    deg[rng.integers(0, 40, size=2)] = 60
+    ptr = np.concatenate([[0], np.cumsum(deg)])
+    total = int(ptr[-1])
+    for n in (1, 2, 4, 8, 16, 32, 64):
+        plan = plan_even(ptr, n)
+        a, e = np.array(plan.atom_bounds), np.array(plan.edge_bounds)
+        assert a[0] == 0 and a[-1] == 40 and np.all(np.diff(a) > 0)
+        np.testing.assert_array_equal(e, ptr[a])
+        assert plan.n_chunks <= n
+        assert np.all(np.diff(e) <= -(-total // n) + deg.max())
+        assert plan == plan_even(ptr, n)  # a pure function
+    assert plan_even(ptr, 1).n_chunks == 1 and plan_even([0, 5], 4).n_chunks == 1
 
 
 def test_plan_validation():
