@@ -1,6 +1,9 @@
 """Experiment: candidate tf32x3 SO(2) linear kernels (times and errors on one GPU).
 
-Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` (BENCHMARKS.md).
+Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` (BENCHMARKS.md),
+and the next candidate, ``lin_pair`` (the |m| = 1 rows in degree pairs with Gauss's three complex
+products: 25 % fewer tensor-core products; checked in the interpreter by
+``tests/benchmarks/test_linear_variants.py``).
 ``python benchmarks/linear_variants.py`` prints one JSON line per variant (time, useful TFLOP/s,
 error against float64).
 """
@@ -99,6 +102,98 @@ def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
     y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
 
 
+_rna = ss._rna_tf32  # round to the nearest TF32 value (the product kernel's split)
+
+
+@triton.jit
+def _dot3(a, wh, wl, acc):
+    """acc + a·(wh + wl)ᵀ with three TF32 products, a split in registers (as the product)."""
+    ah = _rna(a)
+    al = _rna(a - ah)
+    acc = tl.dot(al, wh.T, acc, input_precision="tf32")
+    acc = tl.dot(ah, wl.T, acc, input_precision="tf32")
+    return tl.dot(ah, wh.T, acc, input_precision="tf32")
+
+
+@triton.jit
+def lin_pair(x_d, res_d, wh_d, wl_d, ph_d, pl_d, y_d,
+             L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
+    """Candidate: the m = 0 rows as the product kernel (one output row per program), the
+    |m| = 1 rows in degree pairs (l, −1), (l, +1) per program with Gauss's three complex
+    products: t1 = (x₋ + x₊)·Wu, t2 = x₊·(Wu + Wv), t3 = x₋·(Wv − Wu), h₋ = t1 − t2,
+    h₊ = t1 + t3: 27 instead of 36 TF32 dot groups per edge block at L = 3, each x tile
+    loaded by 3 programs instead of 6. Grid ((2L+1)·cdiv(E, BE), F); wh, wl the product's
+    tiles (m = 0 rows used), ph, pl the pair tiles of :func:`pair_tiles`."""
+    DM: tl.constexpr = 3 * L + 1
+    NK: tl.constexpr = 2 * L
+    G: tl.constexpr = 2 * L + 1
+    pid = tl.program_id(0)
+    g = pid % G
+    f = tl.program_id(1)
+    e0 = (pid // G) * BE
+    if g <= L:
+        wrow = (f * DM + g) * (NK * C)
+        acc = tl.zeros((BE, C), tl.float32)
+        for k in range(L + 1):
+            xa = x_d.load([f, e0, k * C]).reshape(BE, C)
+            wr = wrow + k * C
+            acc = _dot3(xa, wh_d.load([wr, 0]), wl_d.load([wr, 0]), acc)
+        if RES:
+            acc += res_d.load([f, e0, g * C]).reshape(BE, C)
+        y_d.store([f, e0, g * C], acc.reshape(1, BE, C))
+    else:
+        lo = g - (L + 1)
+        base = (f * L + lo) * 3 * L
+        t1 = tl.zeros((BE, C), tl.float32)
+        t2 = tl.zeros((BE, C), tl.float32)
+        t3 = tl.zeros((BE, C), tl.float32)
+        for k in range(L):
+            xm = x_d.load([f, e0, (L + 1 + k) * C]).reshape(BE, C)
+            xp = x_d.load([f, e0, (2 * L + 1 + k) * C]).reshape(BE, C)
+            ra = (base + k) * C
+            rb = (base + L + k) * C
+            rd = (base + 2 * L + k) * C
+            t1 = _dot3(xm + xp, ph_d.load([ra, 0]), pl_d.load([ra, 0]), t1)
+            t2 = _dot3(xp, ph_d.load([rb, 0]), pl_d.load([rb, 0]), t2)
+            t3 = _dot3(xm, ph_d.load([rd, 0]), pl_d.load([rd, 0]), t3)
+        yn = t1 - t2
+        yp = t1 + t3
+        jn = L + 1 + lo
+        jp = 2 * L + 1 + lo
+        if RES:
+            yn += res_d.load([f, e0, jn * C]).reshape(BE, C)
+            yp += res_d.load([f, e0, jp * C]).reshape(BE, C)
+        y_d.store([f, e0, jn * C], yn.reshape(1, BE, C))
+        y_d.store([f, e0, jp * C], yp.reshape(1, BE, C))
+
+
+def pair_tiles(w0, wm, F, L, C):
+    """(F·L·3·L·C, C) tiles [f, l_out, q, l_in, c_out, c_in] of Wu, Wu + Wv, Wv − Wu."""
+    _, Wu, Wv = sw.oriented(w0, wm, F, L, False)
+
+    def t(m):  # (F, L·C in, L·C out) -> (F, L out, L in, C out, C in)
+        return m.reshape(F, L, C, L, C).permute(0, 3, 1, 4, 2)
+
+    return torch.stack([t(Wu), t(Wu + Wv), t(Wv - Wu)], 2).reshape(-1, C).contiguous()
+
+
+def pair_linear(x, res, w0, wm, L, be=64, warps=4, stages=2):
+    """x·W + res by :func:`lin_pair` (tf32x3 products)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    F, E, _, C = x.shape
+    y = torch.empty_like(x)
+    wh, wl = sw.split_tf32(sw.weight_tiles(w0, wm, F, L, C, False))
+    ph, pl = sw.split_tf32(pair_tiles(w0, wm, F, L, C))
+    rows = [TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C]) for t in (x, res, y)]
+    wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl, ph, pl)]
+    lin_pair[((2 * L + 1) * triton.cdiv(E, be), F)](
+        rows[0], rows[1], *wd, rows[2], L=L, C=C, BE=be, RES=True, num_warps=warps,
+        num_stages=stages,
+    )  # fmt: skip
+    return y
+
+
 def split_host(t):
     hi = (t.view(torch.int32) & -8192).view(torch.float32)
     return hi, t - hi
@@ -177,6 +272,10 @@ def main():
                lin_tma[(DM, triton.cdiv(E, be), F)](*d, L=L, C=C, BE=be, RES=True,
                BUILTIN=mode == "builtin", XSPLIT=mode == "xsplit", num_warps=wa,
                num_stages=stg), y)  # fmt: skip
+    for be, wa, stg in [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2)]:
+        out = pair_linear(x, x, w0, wm, L, be, wa, stg)
+        report(f"pair-gauss {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg:
+               pair_linear(x, x, w0, wm, L, be, wa, stg), out)  # fmt: skip
     # the product kernel (TMA, x split in registers with rounding, weights split once)
     for cfg in [(128, 8, 2), (64, 4, 2)]:
         ss.CONFIG["tf32x3"] = dict(BE=cfg[0], warps=cfg[1], stages=cfg[2])
