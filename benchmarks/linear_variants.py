@@ -167,9 +167,10 @@ def lin_pair(x_d, res_d, wh_d, wl_d, ph_d, pl_d, y_d,
         y_d.store([f, e0, jp * C], yp.reshape(1, BE, C))
 
 
-def pair_tiles(w0, wm, F, L, C):
-    """(F·L·3·L·C, C) tiles [f, l_out, q, l_in, c_out, c_in] of Wu, Wu + Wv, Wv − Wu."""
-    _, Wu, Wv = sw.oriented(w0, wm, F, L, False)
+def pair_tiles(w0, wm, F, L, C, transpose=False):
+    """(F·L·3·L·C, C) tiles [f, l_out, q, l_in, c_out, c_in] of Wu, Wu + Wv, Wv − Wu (of the
+    transposed map, the backward's, with ``transpose``)."""
+    _, Wu, Wv = sw.oriented(w0, wm, F, L, transpose)
 
     def t(m):  # (F, L·C in, L·C out) -> (F, L out, L in, C out, C in)
         return m.reshape(F, L, C, L, C).permute(0, 3, 1, 4, 2)
@@ -177,14 +178,14 @@ def pair_tiles(w0, wm, F, L, C):
     return torch.stack([t(Wu), t(Wu + Wv), t(Wv - Wu)], 2).reshape(-1, C).contiguous()
 
 
-def pair_linear(x, res, w0, wm, L, be=64, warps=4, stages=2):
-    """x·W + res by :func:`lin_pair` (tf32x3 products)."""
+def pair_linear(x, res, w0, wm, L, be=64, warps=4, stages=2, transpose=False):
+    """x·W + res (x·Wᵀ + res with ``transpose``) by :func:`lin_pair` (tf32x3 products)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     F, E, _, C = x.shape
     y = torch.empty_like(x)
-    wh, wl = sw.split_tf32(sw.weight_tiles(w0, wm, F, L, C, False))
-    ph, pl = sw.split_tf32(pair_tiles(w0, wm, F, L, C))
+    wh, wl = sw.split_tf32(sw.weight_tiles(w0, wm, F, L, C, transpose))
+    ph, pl = sw.split_tf32(pair_tiles(w0, wm, F, L, C, transpose))
     rows = [TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C]) for t in (x, res, y)]
     wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl, ph, pl)]
     lin_pair[((2 * L + 1) * triton.cdiv(E, be), F)](

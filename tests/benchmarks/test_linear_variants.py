@@ -20,8 +20,9 @@ pytestmark = pytest.mark.skipif(
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 
+@pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize(("L", "C", "F", "E"), [(1, 16, 1, 33), (2, 16, 1, 50), (3, 16, 2, 70)])
-def test_pair_kernel_equals_the_reference(L, C, F, E):
+def test_pair_kernel_equals_the_reference(L, C, F, E, transpose):
     import linear_variants as lv
 
     g = torch.Generator().manual_seed(L + F)
@@ -29,6 +30,7 @@ def test_pair_kernel_equals_the_reference(L, C, F, E):
     res = torch.randn(F, E, 3 * L + 1, C, generator=g)
     w0 = torch.randn((L + 1) * C, F * (L + 1) * C, generator=g) / 4
     wm = torch.randn(L * C, F * 2 * L * C, generator=g) / 4
-    want = ss.linear_reference(x.double(), w0.double(), wm.double(), L) + res.double()
-    got = lv.pair_linear(x, res, w0, wm, L, be=32, warps=4, stages=2)
+    ref = ss.linear_t_reference if transpose else ss.linear_reference
+    want = ref(x.double(), w0.double(), wm.double(), L) + res.double()
+    got = lv.pair_linear(x, res, w0, wm, L, be=32, warps=4, stages=2, transpose=transpose)
     assert float((got.double() - want).abs().max() / want.abs().max()) < 1e-6
