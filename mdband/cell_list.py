@@ -53,7 +53,7 @@ class _Grid(NamedTuple):
     last: torch.Tensor  # n_bins - 1
     stride: torch.Tensor  # (3,) bin id = b · stride
     offsets: torch.Tensor  # (K, 3) stencil
-    bin_edges: torch.Tensor  # 0 … n_bins.prod(): searchsorted bounds of the sorted bins
+    total: int  # bins in all
 
 
 def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
@@ -123,8 +123,7 @@ def _grid(scale: tuple, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: int, 
     offsets = torch.tensor(
         list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
     )  # (K, 3)
-    total = int(np.prod(n_bins))
-    return _Grid(n_t, n_t - 1, stride, offsets, torch.arange(total + 1, **i64))
+    return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)))
 
 
 def _host_cell(cell) -> np.ndarray:
@@ -197,7 +196,8 @@ def cell_list_edges(
     bin_id = (b * grid.stride).sum(1)
     order = torch.argsort(bin_id, stable=True)
     # bin k holds order[starts[k] : starts[k] + counts[k]] (no bincount: it synchronises)
-    bounds = torch.searchsorted(bin_id[order], grid.bin_edges)
+    edges = torch.arange(grid.total + 1, **i64)  # not cached: up to 4 N + 1 of them
+    bounds = torch.searchsorted(bin_id[order], edges)
     starts = bounds[:-1]
     counts = bounds[1:] - starts
 
