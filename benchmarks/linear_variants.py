@@ -2,7 +2,7 @@
 
 Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` (BENCHMARKS.md),
 and the next candidate, ``lin_pair`` (the |m| = 1 rows in degree pairs with Gauss's three complex
-products: 25 % fewer tensor-core products; checked in the interpreter by
+products: 25 % fewer tensor-core products for those rows, 17 % in all; checked in the interpreter by
 ``tests/benchmarks/test_linear_variants.py``).
 ``python benchmarks/linear_variants.py`` prints one JSON line per variant (time, useful TFLOP/s,
 error against float64).
