@@ -138,9 +138,9 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: in
     return row
 
 
-def profile_call(dev, fn, rows: int) -> dict:
-    """One profiled call (after a warm-up): the ``rows`` kernels and ops of most self device
-    time, and the chunked stages' ranges (``chunked: ...``, device time under each), in ms."""
+def profiled(dev, fn):
+    """torch.profiler's key averages of one call of ``fn`` after a warm-up call (CPU, and
+    CUDA on a GPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
@@ -149,7 +149,13 @@ def profile_call(dev, fn, rows: int) -> dict:
     with profile(activities=acts) as prof:
         fn()
         sync(dev)
-    events = prof.key_averages()
+    return prof.key_averages()
+
+
+def profile_call(dev, fn, rows: int) -> dict:
+    """One profiled call (after a warm-up): the ``rows`` kernels and ops of most self device
+    time, and the chunked stages' ranges (``chunked: ...``, device time under each), in ms."""
+    events = profiled(dev, fn)
 
     def own(e):  # self time on the device (CPU time on a CPU run)
         return getattr(e, "self_device_time_total", 0) or e.self_cpu_time_total

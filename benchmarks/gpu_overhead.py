@@ -25,12 +25,10 @@ import cProfile
 import json
 import os
 import pstats
-import statistics
-import time
 
 import torch
-from gpu_large import CFG, TINY, diamond, sync
-from vs_deepmd import MINI
+from gpu_large import CFG, TINY, diamond, profiled
+from vs_deepmd import MINI, median_ms
 
 from mdband.config import config_from_deepmd
 from mdband.model.factory import random_potential
@@ -42,29 +40,9 @@ CONFIGS = {
 }
 
 
-def median_ms(dev, fn, repeat: int) -> float:
-    fn()
-    fn()
-    ts = []
-    for _ in range(repeat):
-        sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        sync(dev)
-        ts.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(ts)
-
-
 def list_ops(dev, fn, rows: int) -> list:
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
-    fn()
-    sync(dev)
-    with profile(activities=acts) as prof:
-        fn()
-        sync(dev)
-    ev = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    """The torch ops of most host time in one call of ``fn``: (name, count, µs)."""
+    ev = sorted(profiled(dev, fn), key=lambda e: e.self_cpu_time_total, reverse=True)
     return [[e.key[:50], e.count, round(e.self_cpu_time_total, 1)] for e in ev[:rows]]
 
 
@@ -91,16 +69,14 @@ def measure(pot, dev, n: int, args) -> dict:
     pos_t, cell_t = torch.tensor(pos, device=dev), torch.tensor(cell, device=dev)
     nl = pot.neighbour_list()
     row = {"atoms": len(atoms)}
-    row["call_ms"] = median_ms(dev, lambda: pot.evaluate(pos, cell, True, sym), args.repeat)
+    row["call_ms"] = median_ms(lambda: pot.evaluate(pos, cell, True, sym), args.repeat)
     graph = nl.edges(pos_t, cell_t, True, host_cell=cell)
     row["edges"] = graph.n_edges
     row["model_step_ms (list prebuilt)"] = median_ms(
-        dev, lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat
+        lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat
     )
-    row["list_ms"] = median_ms(
-        dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat
-    )
-    row["list_device_cell_ms"] = median_ms(dev, lambda: nl.edges(pos_t, cell_t, True), args.repeat)
+    row["list_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat)
+    row["list_device_cell_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True), args.repeat)
     row["list_ops"] = list_ops(dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell),
                                args.rows)  # fmt: skip
     row["call_python"] = call_python(

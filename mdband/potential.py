@@ -313,21 +313,26 @@ class Potential:
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
         device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise."""
-        from mdband.neighbours import DeviceNeighbourList
-
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         if self.neighbour_backend == "cell_list":
-            nl = neighbours if neighbours is not None else self.neighbour_list()
             dev = self.device
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-            if isinstance(nl, DeviceNeighbourList):
-                return nl.edges(pos_t, cell_t, pbc, host_cell=cell_np)
-            return nl.edges(pos_t, cell_t, pbc)
+            return self._device_edges(neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
         if neighbours is not None:
             return neighbours.edges(pos, cell_np, pbc)
         return build_edge_graph(pos, cell_np, pbc, self.cutoff)
+
+    def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
+        """Edges from ``neighbours`` (a fresh device list when None) for device positions and
+        cell; a DeviceNeighbourList also gets the host copy of the cell (no copy back)."""
+        from mdband.neighbours import DeviceNeighbourList
+
+        nl = neighbours if neighbours is not None else self.neighbour_list()
+        if isinstance(nl, DeviceNeighbourList):
+            return nl.edges(pos_t, cell_t, pbc, host_cell=cell_np)
+        return nl.edges(pos_t, cell_t, pbc)
 
     def _types_for(self, species, n_atoms: int) -> np.ndarray:
         if isinstance(species, torch.Tensor):
@@ -372,17 +377,10 @@ class Potential:
         """(atom energies, forces, virial) from positions on the potential's device; the
         neighbour list (torch cell list) is built there, or taken from ``graph`` /
         ``neighbours``."""
-        from mdband.neighbours import DeviceNeighbourList
-
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
-            if neighbours is None:
-                neighbours = self.neighbour_list()
-            if isinstance(neighbours, DeviceNeighbourList):  # the cell is on the host already
-                graph = neighbours.edges(pos_t, cell_t, pbc_np, host_cell=cell_np)
-            else:
-                graph = neighbours.edges(pos_t, cell_t, pbc_np)
+            graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
         return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t)
 
     def evaluate_vectors(self, types, src, dst, vectors):

@@ -163,30 +163,23 @@ def test_capture_on_second_use_then_replay_and_lru(monkeypatch):
     assert len(runner.steps) == 2 and all(c > 1000 for _, _, c in runner.steps)
 
 
-def test_weight_edit_drops_graphs():
-    pot = potential()
-    _, arrays = frame_arrays(pot, frame())
-    runner = policy_runner(pot)
-    runner.run(*arrays)
-    e0 = runner.run(*arrays)[0].sum().item()
-    with torch.no_grad():
-        pot.model.fitting_net.bias_atom_e.add_(1.0)
-    assert not runner.steps or runner._weights != sg._weights_version(pot.model)
-    e1 = runner.run(*arrays)[0].sum().item()
-    assert runner.n_captures == 1  # the stale graph was dropped, the new bucket runs eagerly
-    assert e1 == pytest.approx(e0 + 8.0, abs=1e-9)
-
-
-def test_replaced_parameter_drops_graphs():
+@pytest.mark.parametrize("edit", ["in_place", "replaced"])
+def test_weight_edit_drops_graphs(edit):
     pot = potential()
     _, arrays = frame_arrays(pot, frame())
     runner = policy_runner(pot)
     runner.run(*arrays)
     e0 = runner.run(*arrays)[0].sum().item()
     bias = pot.model.fitting_net.bias_atom_e
-    pot.model.fitting_net.bias_atom_e = torch.nn.Parameter(bias.detach() + 1.0)  # a new tensor
+    if edit == "in_place":
+        with torch.no_grad():
+            bias.add_(1.0)
+        assert not runner.steps or runner._weights != sg._weights_version(pot.model)
+    else:  # a new tensor in the parameter's place
+        pot.model.fitting_net.bias_atom_e = torch.nn.Parameter(bias.detach() + 1.0)
     e1 = runner.run(*arrays)[0].sum().item()
     assert runner._weights == sg._weights_version(pot.model)
+    assert runner.n_captures == 1  # the stale graph was dropped, the new bucket runs eagerly
     assert e1 == pytest.approx(e0 + 8.0, abs=1e-9)
 
 
