@@ -4,14 +4,15 @@ Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` 
 and the next candidate, ``lin_pair`` (the |m| = 1 rows in degree pairs with Gauss's three complex
 products: 25 % fewer tensor-core products for those rows, 17 % in all; checked in the interpreter by
 ``tests/benchmarks/test_linear_variants.py``).
-``python benchmarks/linear_variants.py`` prints one JSON line per variant (time, useful TFLOP/s,
-error against float64).
+``python benchmarks/linear_variants.py [--lmax L --channels C --product-only]`` prints one JSON
+line per variant (time, useful TFLOP/s, error against float64); the product's kernel is timed in
+both orientations, one or two output rows per program (``rows``), tf32x3 and fp16x3.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import time
 
 import torch
 import triton
@@ -201,23 +202,35 @@ def split_host(t):
 
 
 def main():
-    dev = "cuda"
-    L, C, F = 3, 64, 1
-    E = int(sys.argv[1]) if len(sys.argv) > 1 else 647154
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edges", type=int, default=647154)
+    ap.add_argument("--lmax", type=int, default=3)
+    ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--product-only", action="store_true", help="only the product's kernel")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1")
+    args = ap.parse_args()
+    dev = args.device
+    L, C, F, E = args.lmax, args.channels, 1, args.edges
     g = torch.Generator(device="cpu").manual_seed(0)
     DM = 3 * L + 1
     x = torch.randn(F, E, DM, C, generator=g).to(dev)
     w0 = (torch.randn((L + 1) * C, F * (L + 1) * C, generator=g) / 16).to(dev)
     wm = (torch.randn(L * C, F * 2 * L * C, generator=g) / 14).to(dev)
     ne = min(E, 20000)
-    ref = ss.linear_reference(x[:, :ne].double(), w0.double(), wm.double(), L)
-    ref = ref + x[:, :ne].double()
+    x64 = x[:, :ne].double()
+    refs = [ss.so2_linear(x64, w0.double(), wm.double(), L, t, gauss=False) + x64 for t in (0, 1)]
     wp = sw.weight_tiles(w0, wm, F, L, C, False)
     wh, wl = split_host(wp)
     xh, xl = split_host(x)
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F
 
     def timed(fn, reps=20):
+        if dev == "cpu":  # the interpreter: one call, a wall-clock figure of no meaning
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e3
         fn()
         torch.cuda.synchronize()
         a, b = torch.cuda.Event(True), torch.cuda.Event(True)
@@ -228,7 +241,8 @@ def main():
         torch.cuda.synchronize()
         return a.elapsed_time(b) / reps
 
-    def report(name, fn, out):
+    def report(name, fn, out, transpose=False):
+        ref = refs[int(transpose)]
         try:
             ms = timed(fn)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
@@ -236,10 +250,25 @@ def main():
             return
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
+        ran = list(ss._WORKING.values())
         print(json.dumps({"variant": name, "ms": round(ms, 3), "useful_tflops": round(tf, 1),
-                          "rel_err": err}), flush=True)  # fmt: skip
+                          "rel_err": err, "launch": ran[-1] if ran else None}),
+              flush=True)  # fmt: skip
 
     y = torch.empty_like(x)
+    if not args.product_only:
+        experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report)
+    # ss._linear is called here outside its triton_op: torch's wrap_triton would then trace each
+    # launch and keep its TensorDescriptors (and so x, y) in its kernel side table for good
+    from torch._library.triton import set_wrap_triton_enabled
+
+    with set_wrap_triton_enabled(False):
+        product(x, w0, wm, L, C, report)
+
+
+def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report):
+    """The earlier candidates (pointer kernel, pre-split TMA variants, the Gauss pair kernel)."""
+    DM = 3 * L + 1
     for be, wa, stg in [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
         tag = f"{be}/{wa}/{stg}"
         grid = (DM, triton.cdiv(E, be), F)
@@ -274,16 +303,33 @@ def main():
                BUILTIN=mode == "builtin", XSPLIT=mode == "xsplit", num_warps=wa,
                num_stages=stg), y)  # fmt: skip
     for be, wa, stg in [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2)]:
-        out = pair_linear(x, x, w0, wm, L, be, wa, stg)
+        try:
+            out = pair_linear(x, x, w0, wm, L, be, wa, stg)
+        except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+            print(json.dumps({"variant": f"pair-gauss {be}/{wa}/{stg}", "error": str(exc)[:300]}))
+            continue
         report(f"pair-gauss {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg:
                pair_linear(x, x, w0, wm, L, be, wa, stg), out)  # fmt: skip
-    # the product kernel (TMA, x split in registers with rounding, weights split once)
-    for cfg in [(128, 8, 2), (64, 4, 2)]:
-        ss.CONFIG["tf32x3"] = dict(BE=cfg[0], warps=cfg[1], stages=cfg[2])
-        ss._WORKING.clear()
-        out = ss._linear(x, x, w0, wm, L, False, "tf32x3")
-        report(f"mdband {cfg[0]}/{cfg[1]}/{cfg[2]}",
-               lambda: ss._linear(x, x, w0, wm, L, False, "tf32x3"), out)  # fmt: skip
+
+
+def product(x, w0, wm, L, C, report):
+    """The product's kernel in both orientations: one output row per program (rows = 1) or two
+    rows of one m-group sharing each x tile's load and split (rows = 2), per mode and launch."""
+    launches = [(128, 8, 2, 1), (64, 4, 2, 1), (128, 8, 2, 2), (64, 4, 2, 2), (64, 8, 2, 2),
+                (128, 8, 1, 2), (64, 4, 3, 2), (32, 4, 2, 2), (256, 8, 2, 2)]  # fmt: skip
+    for mode in ("tf32x3", "fp16x3"):
+        for be, warps, stages, rows in launches:
+            ss.CONFIG[mode] = dict(BE=be, warps=warps, stages=stages, rows=rows)
+            ss.SHAPE_CONFIG.pop((L, C), None)
+            ss._WORKING.clear()
+            for t in (False, True):
+                tag = f"mdband {mode} {'xWt' if t else 'xW'} {be}/{warps}/{stages} rows={rows}"
+                try:
+                    out = ss._linear(x, x, w0, wm, L, t, mode)
+                except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+                    print(json.dumps({"variant": tag, "error": str(exc)[:1500]}), flush=True)
+                    continue
+                report(tag, lambda t=t, mode=mode: ss._linear(x, x, w0, wm, L, t, mode), out, t)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_launch as launch
 from mdband.kernels import _stack_weights as sw
 
@@ -147,31 +148,15 @@ if cm.TRITON_AVAILABLE:
 
     triton, tl = cm.triton, cm.tl
 
-    @triton.jit
-    def _rna_tf32(x):
-        """x rounded to the nearest TF32 value (ties away from zero), as ``cvt.rna.tf32.f32``."""
-        bits = x.to(tl.int32, bitcast=True) + 0x1000
-        return (bits & -8192).to(tl.float32, bitcast=True)
-
-    @triton.jit
-    def _row_scales(xa):
-        """(s, 1/s) per row of the tile xa (BE, C): powers of two (from the exponent bits of
-        the row's largest |x|, so s·(1/s) = 1 exactly) that put max|x·s| in [2¹³, 2¹⁴), where
-        fp16 holds the row's 11 + 11 bits with no subnormals; an all-zero row gets s = 2¹²⁶."""
-        top = tl.max(tl.abs(xa), axis=1)
-        exponent = ((top.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-        s_bits = tl.minimum(tl.maximum(127 + 13 - exponent, 1), 253)
-        s = (s_bits << 23).to(tl.float32, bitcast=True)
-        inv = ((254 - s_bits) << 23).to(tl.float32, bitcast=True)
-        return s, inv
+    _rna_tf32, _split_x, _row_dot = sd.rna_tf32, sd.split_x, sd.row_dot
 
     @triton.jit
     def _linear_kernel(
         x_d, res_d, wh_d, wl_d, y_d, w_inv,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
-        MODE: tl.constexpr,
+        MODE: tl.constexpr, ROWS: tl.constexpr,
     ):  # fmt: skip
-        """Row j of y = x·W (+ res) on BE edges of focus f: acc (BE, C), one k-loop.
+        """Rows j0, j1 of y = x·W (+ res) on BE edges of focus f: acc (BE, C) each, one k-loop.
 
         TMA descriptors: x, res, y (F, E, Dm·C), tiles [1, BE, C] (zero-filled / clipped past
         E); wh, wl (F·Dm·2L·C, C), tiles [C, C]: tile (f, j, k) is the block of W feeding row j
@@ -180,51 +165,56 @@ if cm.TRITON_AVAILABLE:
         0 tf32x3: W = wh + wl (TF32), x = xh + xl in registers, acc += xl·wh + xh·wl + xh·wh;
         1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator;
         each edge's row segment of an x tile scaled by the power of two that puts its largest
-        element in [2¹³, 2¹⁴) (:func:`_row_scales`, undone on the tile's products), W by the
-        power of two 1 / w_inv (undone at the end);
+        element in [2¹³, 2¹⁴) (:func:`~mdband.kernels._split_dots.row_scales`, undone on the
+        tile's products), W by the power of two 1 / w_inv (undone at the end);
         2 fp16: acc += xh·wh, one fp16 product (scaled as in fp16x3).
+        ROWS = 1: one output row per program (j1 = j0). ROWS = 2: two rows of one m-group
+        (which read the same x rows) per program, so each x tile is loaded and split once for
+        both: the m = 0 rows in pairs (0, 1), (2, 3), … (an odd last row computed twice and
+        stored twice, the same values), the 2L |m| = 1 rows in L pairs. Each row's products
+        and their order are those of ROWS = 1.
         """
         DM: tl.constexpr = 3 * L + 1
         NK: tl.constexpr = 2 * L
-        # one flat axis (row j fastest, as the x tile of BE edges stays in L2 for its 3L+1
-        # rows): grid axis 1 holds at most 65,535 blocks, E / BE exceeds it from 4.2 M edges
+        G0: tl.constexpr = (L + 2) // 2  # programs of m = 0 row pairs
+        SLOTS: tl.constexpr = DM if ROWS == 1 else G0 + L
+        # one flat axis (row slot fastest, as the x tile of BE edges stays in L2 for its
+        # slots): grid axis 1 holds at most 65,535 blocks, E / BE exceeds it from 4.2 M edges
         pid = tl.program_id(0)
-        j = pid % DM
+        slot = pid % SLOTS
         f = tl.program_id(1)
-        e0 = (pid // DM) * BE
-        m0 = j <= L
+        e0 = (pid // SLOTS) * BE
+        if ROWS == 1:
+            j0 = slot
+            j1 = slot
+        else:
+            j0 = tl.where(slot < G0, 2 * slot, L + 1 + 2 * (slot - G0))
+            j1 = tl.where(slot < G0, tl.minimum(2 * slot + 1, L), j0 + 1)
+        m0 = j0 <= L
         nk = tl.where(m0, L + 1, NK)  # m = 0 rows read x rows 0..L; |m| = 1 rows read L+1..3L
         xr0 = tl.where(m0, 0, L + 1)
-        wrow = (f * DM + j) * (NK * C)
-        acc = tl.zeros((BE, C), tl.float32)
+        wrow0 = (f * DM + j0) * (NK * C)
+        wrow1 = (f * DM + j1) * (NK * C)
+        acc0 = tl.zeros((BE, C), tl.float32)
+        acc1 = tl.zeros((BE, C), tl.float32)
         for k in range(nk):
             xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-            wh = wh_d.load([wrow + k * C, 0])
-            if MODE == 0:
-                xh = _rna_tf32(xa)
-                xl = _rna_tf32(xa - xh)
-                acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
-                wl = wl_d.load([wrow + k * C, 0])
-                acc = tl.dot(xh, wl.T, acc, input_precision="tf32")
-                acc = tl.dot(xh, wh.T, acc, input_precision="tf32")
-            elif MODE == 1:
-                s, inv = _row_scales(xa)
-                xs = xa * s[:, None]
-                xh = xs.to(tl.float16)
-                xl = ((xs - xh.to(tl.float32)) * 2048.0).to(tl.float16)  # FP16_LO_SCALE
-                lo = tl.dot(xl, wh.T)  # the cross products, 2¹¹ × their value
-                wl = wl_d.load([wrow + k * C, 0])
-                lo = tl.dot(xh, wl.T, lo)
-                part = tl.dot(xh, wh.T)
-                acc += (part + lo * (1.0 / 2048.0)) * inv[:, None]
-            else:
-                s, inv = _row_scales(xa)
-                acc += tl.dot((xa * s[:, None]).to(tl.float16), wh.T) * inv[:, None]
+            xh, xl, inv = _split_x(xa, MODE)
+            wr0 = wrow0 + k * C
+            acc0 = _row_dot(xh, xl, inv, wh_d.load([wr0, 0]), wl_d, wr0, acc0, MODE)
+            if ROWS == 2:
+                wr1 = wrow1 + k * C
+                acc1 = _row_dot(xh, xl, inv, wh_d.load([wr1, 0]), wl_d, wr1, acc1, MODE)
         if MODE != 0:
-            acc = acc * w_inv
+            acc0 = acc0 * w_inv
+            acc1 = acc1 * w_inv
         if RES:
-            acc += res_d.load([f, e0, j * C]).reshape(BE, C)
-        y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
+            acc0 += res_d.load([f, e0, j0 * C]).reshape(BE, C)
+        y_d.store([f, e0, j0 * C], acc0.reshape(1, BE, C))
+        if ROWS == 2:
+            if RES:
+                acc1 += res_d.load([f, e0, j1 * C]).reshape(BE, C)
+            y_d.store([f, e0, j1 * C], acc1.reshape(1, BE, C))
 
     @triton.jit
     def _gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
@@ -337,9 +327,11 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
                 for t in (x, x if res is None else res, y)]  # fmt: skip
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
-            cm.wrap(_linear_kernel)[((3 * L + 1) * triton.cdiv(E, be), F)](
+            n_rows = cfg.get("rows", 1)
+            slots = 3 * L + 1 if n_rows == 1 else (L + 2) // 2 + L
+            cm.wrap(_linear_kernel)[(slots * triton.cdiv(E, be), F)](
                 rows[0], rows[1], *wd, rows[2], 1.0 / w_scale,
-                L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
+                L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision], ROWS=n_rows,
                 num_warps=cfg["warps"],
                 num_stages=cfg["stages"],
             )  # fmt: skip

@@ -82,6 +82,30 @@ def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, mo
     torch.testing.assert_close(gx.cpu().double(), gwant, rtol=0, atol=tol * gscale)
 
 
+@pytest.mark.parametrize("precision", ss.sw.SPLIT_MODES)
+@pytest.mark.parametrize("L,C,E", [(1, 16, 21), (2, 16, 40), (3, 16, 33), (4, 16, 17)])
+def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatch):
+    """rows = 2 (two output rows of one m-group per program, x split once for both; an odd
+    m = 0 group's last row computed twice) gives the rows = 1 kernel's values bit for bit,
+    forward (x·W) and transposed (the backward's x·Wᵀ), and both match float64."""
+    x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=L)
+    x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
+    res = torch.randn_like(x32)
+    monkeypatch.setattr(ss, "_WORKING", {})
+    out = {}
+    for rows in (1, 2):
+        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
+        with cm.force_triton():
+            out[rows] = [ss._linear(x32, res, w0_32, wm_32, L, t, precision) for t in (False, True)]
+    for a, b in zip(out[1], out[2]):
+        assert torch.equal(a, b)
+    for y, t in zip(out[2], (False, True)):
+        want = ss.so2_linear(x, w0, wm, L, transpose=t, gauss=False) + res.cpu().double()
+        scale = float(want.abs().max())
+        tol = TOLERANCE[precision] * scale
+        torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
+
+
 def test_zero_edges(kdev):
     x, w0, wm, wg, _ = _inputs(2, 16, 1, 0)
     x = x.to(F32).to(kdev).requires_grad_(True)
