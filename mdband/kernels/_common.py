@@ -31,6 +31,10 @@ KERNEL_DTYPES = (torch.float32, torch.float64)
 BACKENDS = ("triton", "reference")
 
 #: launcher of Triton kernels inside ``torch.library.triton_op`` bodies
+# Launch kernels through ``wrap`` only inside a ``triton_op`` (whose backend turns the wrapper's
+# tracing off): called outside one, torch traces each launch and keeps its non-tensor arguments
+# (TensorDescriptors, and so their tensors) in its kernel side table for good (seen on an
+# H200 with a benchmark calling so2_stack._linear directly: 139 GB after ~200 launches).
 wrap = torch.library.wrap_triton
 
 #: process-wide override (not thread-local: autograd runs CUDA backwards on its own threads)

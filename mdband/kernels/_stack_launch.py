@@ -7,8 +7,9 @@ where another launch measured faster (``gpu_stack.py --lmax L --channels C`` rep
 from __future__ import annotations
 
 #: launch parameters of the linear kernel per precision mode (edges per program, warps,
-#: pipeline stages), from the sweep of ``benchmarks/gpu_stack.py`` on an H200 (tf32x3: about
-#: 96 kB of shared memory; the fp16 weight tiles are half as large)
+#: pipeline stages; ``rows``: output rows per program, 1 unless given), from the sweep of
+#: ``benchmarks/gpu_stack.py`` on an H200 (tf32x3: about 96 kB of shared memory; the fp16
+#: weight tiles are half as large)
 CONFIG = {
     "tf32x3": {"BE": 128, "warps": 8, "stages": 2},
     "fp16x3": {"BE": 128, "warps": 8, "stages": 2},
@@ -30,9 +31,11 @@ ELEMENTWISE_WARPS = 8
 SHAPE_CONFIG: dict[tuple[int, int], dict[str, dict]] = {
     # DPA4-Mini (647,154 edges): linear 0.69 -> 0.57 ms, gate backward 0.64 -> 0.30 ms
     # the default config (L = 3, C = 64), fp16 modes (2026-12-01 sweep, 647,154 edges):
-    # fp16x3 linear 2.56 -> 2.39 ms (tf32x3 3.16 ms), fp16 1.64 ms
+    # fp16x3 linear 2.56 -> 2.39 ms (tf32x3 3.16 ms), fp16 1.64 ms; 2026-12-02
+    # (linear_variants.py, after the per-row scaling of x): fp16x3 3.27 ms with one row per
+    # program, 2.92 with two (tf32x3: 2.91 with one, 3.72 with two: it keeps one)
     (3, 64): {
-        "linear-fp16x3": {"BE": 64, "warps": 4, "stages": 2},
+        "linear-fp16x3": {"BE": 64, "warps": 4, "stages": 2, "rows": 2},
         "linear-fp16": {"BE": 64, "warps": 4, "stages": 2},
     },
     (2, 32): {

@@ -328,6 +328,8 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
             n_rows = cfg.get("rows", 1)
+            if n_rows not in (1, 2):
+                raise ValueError(f"so2_mix_layer: a launch has 1 or 2 rows per program, got {cfg}")
             slots = 3 * L + 1 if n_rows == 1 else (L + 2) // 2 + L
             cm.wrap(_linear_kernel)[(slots * triton.cdiv(E, be), F)](
                 rows[0], rows[1], *wd, rows[2], 1.0 / w_scale,
