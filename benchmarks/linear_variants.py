@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_weights as sw
 from mdband.kernels import so2_stack as ss
 
@@ -103,7 +104,7 @@ def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
     y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
 
 
-_rna = ss._rna_tf32  # round to the nearest TF32 value (the product kernel's split)
+_rna = sd.rna_tf32  # round to the nearest TF32 value (the product kernel's split)
 
 
 @triton.jit

@@ -54,6 +54,17 @@ def linear_config(precision: str, L: int, C: int) -> dict:
     return SHAPE_CONFIG.get((L, C), {}).get(key, CONFIG[precision])
 
 
+def linear_slots(L: int, rows: int) -> int:
+    """Programs per edge block of the linear kernel: its 3L + 1 output rows one by one
+    (``rows = 1``), or in pairs of one m-group (``rows = 2``: ⌈(L + 1) / 2⌉ m = 0 pairs and L
+    |m| = 1 pairs)."""
+    if rows == 1:
+        return 3 * L + 1
+    if rows == 2:
+        return (L + 2) // 2 + L
+    raise ValueError(f"so2_mix_layer: a launch has 1 or 2 rows per program, got {rows}")
+
+
 def gate_config(L: int, C: int) -> dict:
     """Launch of the gate kernels: edges per program BE, fwd_warps and bwd_warps."""
     default = {"BE": ELEMENTWISE_BE, "fwd_warps": 4, "bwd_warps": ELEMENTWISE_WARPS}

@@ -148,13 +148,13 @@ if cm.TRITON_AVAILABLE:
 
     triton, tl = cm.triton, cm.tl
 
-    _rna_tf32, _split_x, _row_dot = sd.rna_tf32, sd.split_x, sd.row_dot
+    _split_x, _row_dot = sd.split_x, sd.row_dot
 
     @triton.jit
     def _linear_kernel(
         x_d, res_d, wh_d, wl_d, y_d, w_inv,
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
-        MODE: tl.constexpr, ROWS: tl.constexpr,
+        MODE: tl.constexpr, ROWS: tl.constexpr, SLOTS: tl.constexpr,
     ):  # fmt: skip
         """Rows j0, j1 of y = x·W (+ res) on BE edges of focus f: acc (BE, C) each, one k-loop.
 
@@ -172,12 +172,12 @@ if cm.TRITON_AVAILABLE:
         (which read the same x rows) per program, so each x tile is loaded and split once for
         both: the m = 0 rows in pairs (0, 1), (2, 3), … (an odd last row computed twice and
         stored twice, the same values), the 2L |m| = 1 rows in L pairs. Each row's products
-        and their order are those of ROWS = 1.
+        and their order are those of ROWS = 1. SLOTS: programs per edge block
+        (:func:`~mdband.kernels._stack_launch.linear_slots`).
         """
         DM: tl.constexpr = 3 * L + 1
         NK: tl.constexpr = 2 * L
-        G0: tl.constexpr = (L + 2) // 2  # programs of m = 0 row pairs
-        SLOTS: tl.constexpr = DM if ROWS == 1 else G0 + L
+        G0: tl.constexpr = SLOTS - L  # programs of m = 0 row pairs (ROWS = 2)
         # one flat axis (row slot fastest, as the x tile of BE edges stays in L2 for its
         # slots): grid axis 1 holds at most 65,535 blocks, E / BE exceeds it from 4.2 M edges
         pid = tl.program_id(0)
@@ -328,12 +328,11 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         try:
             n_rows = cfg.get("rows", 1)
-            if n_rows not in (1, 2):
-                raise ValueError(f"so2_mix_layer: a launch has 1 or 2 rows per program, got {cfg}")
-            slots = 3 * L + 1 if n_rows == 1 else (L + 2) // 2 + L
+            slots = launch.linear_slots(L, n_rows)
             cm.wrap(_linear_kernel)[(slots * triton.cdiv(E, be), F)](
                 rows[0], rows[1], *wd, rows[2], 1.0 / w_scale,
                 L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision], ROWS=n_rows,
+                SLOTS=slots,
                 num_warps=cfg["warps"],
                 num_stages=cfg["stages"],
             )  # fmt: skip

@@ -106,6 +106,15 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
         torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
 
 
+def test_linear_slots_count_the_programs_per_edge_block():
+    """One row per program: 3L + 1; pairs: ceil((L + 1) / 2) m = 0 pairs + L |m| = 1 pairs;
+    any other row count is refused."""
+    assert [ss.launch.linear_slots(L, 1) for L in (1, 2, 3)] == [4, 7, 10]
+    assert [ss.launch.linear_slots(L, 2) for L in (1, 2, 3, 4)] == [2, 4, 5, 7]
+    with pytest.raises(ValueError, match="1 or 2 rows"):
+        ss.launch.linear_slots(3, 4)
+
+
 def test_zero_edges(kdev):
     x, w0, wm, wg, _ = _inputs(2, 16, 1, 0)
     x = x.to(F32).to(kdev).requires_grad_(True)
