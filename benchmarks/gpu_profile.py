@@ -96,6 +96,62 @@ def kernel_table(pot, atoms, rows: int) -> str:
                      max_shapes_column_width=70)  # fmt: skip
 
 
+def source_table(pot, atoms, rows: int) -> str:
+    """Self device time of the torch ops of one eager call, per op and the mdband source lines
+    that called it (forward ops; backward ops are attributed by autograd node name), largest
+    first: where the ~600 small torch kernels of a call come from."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    steps, pot._steps = pot._steps, None
+    try:
+        pot.evaluate(*call_args(atoms))
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts, with_stack=True) as prof:
+            pot.evaluate(*call_args(atoms))
+            sync()
+    finally:
+        pot._steps = steps
+
+    def source(ev):
+        """(python frames of mdband above ev, its autograd node if a backward op)."""
+        # torch ≤ 2.11 lists the frames in ev.stack; newer ones as parent events
+        where = [f.split("mdband/")[-1] for f in (ev.stack or []) if "mdband/" in f][:2]
+        node = ev.cpu_parent
+        while node is not None and len(where) < 2:
+            if "evaluate_function" in node.name:
+                return where, node
+            if "mdband/" in node.name and ".py(" in node.name:
+                where.append(node.name.split("mdband/")[-1])
+            node = node.cpu_parent
+        return where, None
+
+    events = [ev for ev in prof.events() if ev.name.startswith("aten::")]
+    # a backward node carries the sequence number of the forward op that made it
+    forward_at = {}
+    for ev in events:
+        where, node = source(ev)
+        if node is None and where and ev.sequence_nr >= 0:
+            forward_at.setdefault(ev.sequence_nr, where[0])
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for ev in events:
+        us = ev.self_device_time_total if cuda else ev.self_cpu_time_total
+        if us <= 0:
+            continue
+        where, node = source(ev)
+        if node is not None:
+            fwd = forward_at.get(node.sequence_nr, "?")
+            where = [f"{node.name.split(': ')[-1]} of {fwd}"]
+        acc = sums[(ev.name, " < ".join(where or ["?"]))]
+        acc[0] += us / 1e3
+        acc[1] += 1
+    total = sum(v[0] for v in sums.values())
+    lines = [f"{'ms':>8} {'calls':>6}  op  @ source (torch ops: {total:.1f} ms)"]
+    for (name, where), (ms, n) in sorted(sums.items(), key=lambda kv: -kv[1][0])[:rows]:
+        lines.append(f"{ms:8.3f} {n:6d}  {name}  @ {where}")
+    return "\n".join(lines)
+
+
 def module_forward_ms(pot, atoms) -> dict[str, float]:
     """Forward CUDA time of named modules (summed over calls) in one eager call."""
     model = pot.model
@@ -226,6 +282,12 @@ def main(argv=None) -> None:
     ap.add_argument("--profile-size", type=int, default=8)
     ap.add_argument("--variants", nargs="*", default=["modules", "breaks"])
     ap.add_argument("--rows", type=int, default=45)
+    ap.add_argument("--sources", action="store_true", help="torch ops by calling source line")
+    ap.add_argument(
+        "--ops",
+        action="store_true",
+        help="the fused ops on any device (kernels=ops: the CPU under TRITON_INTERPRET=1)",
+    )
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip what would start later")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -243,7 +305,7 @@ def main(argv=None) -> None:
 
     if args.profile_size:
         for name in args.configs:
-            pot = potential(name, args.device)
+            pot = potential(name, args.device, **({"kernels": "ops"} if args.ops else {}))
             calls = {}
             for n in args.sizes:
                 atoms = diamond(n)
@@ -253,6 +315,10 @@ def main(argv=None) -> None:
             atoms = diamond(args.profile_size)
             table = kernel_table(pot, atoms, args.rows)
             print(f"== {name}: kernels of one eager call, {len(atoms)} atoms ==\n{table}")
+            if args.sources:
+                src = source_table(pot, atoms, args.rows)
+                print(f"== {name}: torch ops by source, {len(atoms)} atoms ==\n{src}", flush=True)
+                res["profile"].setdefault(name + "-sources", src)
             mods = module_forward_ms(pot, atoms)
             print(json.dumps({"module_forward_ms": {name: mods}}, indent=1), flush=True)
             res["profile"][name] = {"kernels": table, "module_forward_ms": mods}
