@@ -133,42 +133,6 @@ def csr(index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return perm, row_ptr
 
 
-class _SegmentSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, values, index, perm, row_ptr):
-        ctx.save_for_backward(index, perm, row_ptr)
-        return torch.segment_reduce(values.index_select(0, perm), "sum", offsets=row_ptr, axis=0)
-
-    @staticmethod
-    def backward(ctx, g):
-        index, perm, row_ptr = ctx.saved_tensors
-        return _GatherRows.apply(g, index, perm, row_ptr), None, None, None
-
-
-class _GatherRows(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, g, index, perm, row_ptr):
-        ctx.save_for_backward(index, perm, row_ptr)
-        return g.index_select(0, index)
-
-    @staticmethod
-    def backward(ctx, gg):
-        index, perm, row_ptr = ctx.saved_tensors
-        return _SegmentSum.apply(gg, index, perm, row_ptr), None, None, None
-
-
-def segment_sum(
-    values: torch.Tensor, index: torch.Tensor, csr_: tuple[torch.Tensor, torch.Tensor]
-) -> torch.Tensor:
-    """out[k] = Σ_{e: index[e] = k} values[e]; ``csr_`` = (perm, row_ptr) = :func:`csr` of index.
-
-    values (E, ...) → (n, ...). Sums each segment in a fixed order (no atomics, unlike
-    ``index_add_`` on CUDA), so results repeat bit for bit; differentiable to any order (the
-    backward is a row gather whose backward is this sum again).
-    """
-    return _SegmentSum.apply(values, index, *csr_)
-
-
 def unpack_storage(storage, consumer: str) -> tuple[torch.Tensor, int, int]:
     """(data, layout code, storage lmax) of a RotationStorage, read through ``require``."""
     layout = storage.layout

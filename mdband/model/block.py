@@ -13,11 +13,14 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels._common import csr, segment_sum
+from mdband.kernels._common import csr
 from mdband.kernels.band_producer import band_producer
+from mdband.kernels.segments import segment_sum
+from mdband.kernels.take_rows import take_rows
 from mdband.kernels.zonal import zonal_embed
 from mdband.model import compiling
 from mdband.model import conv as _conv
+from mdband.model import embedding as _embedding
 from mdband.model.chunking import plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
@@ -36,7 +39,9 @@ from mdband.so3.frames import unit_vectors
 from mdband.so3.wigner import rotation_storage
 
 #: what compile=on turns into graph breaks: the fused ops and the host-synchronising CSR build
-OPAQUE = ("csr", "segment_sum", "band_producer", "zonal_embed", "rotation_storage")
+OPAQUE = (
+    "csr", "segment_sum", "take_rows", "band_producer", "zonal_embed", "rotation_storage",
+)  # fmt: skip
 
 
 def capturing(device) -> bool:
@@ -216,7 +221,7 @@ class SeZMDescriptor(nn.Module):
 
     def edge_features(self, ec, radial, te) -> torch.Tensor:
         """``radf`` (E, L+1, C): the radial features plus the edge type feature."""
-        t_src, t_dst = te.index_select(0, ec.src), te[ec.rows].index_select(0, ec.dst)
+        t_src, t_dst = take_rows(te, ec.src), take_rows(te[ec.rows], ec.dst)
         return radial + (t_src + t_dst)[:, None, :]
 
     def initial_features(self, ec, radial, te, types) -> torch.Tensor:
@@ -272,6 +277,7 @@ class SeZMDescriptor(nn.Module):
             if self._compiled is None:
                 compiling.make_opaque(sys.modules[__name__], OPAQUE)
                 compiling.make_opaque(_conv, _conv.OPAQUE)
+                compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
             desc = self._compiled(types, src, dst, edge_vec)
         else:

@@ -14,10 +14,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mdband.kernels._common import segment_sum
 from mdband.kernels.aggregate import aggregate
 from mdband.kernels.edge_dot import edge_dot as fused_edge_dot
 from mdband.kernels.rotate_mix import rotate_mix
+from mdband.kernels.segments import segment_sum
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
 from mdband.kernels.so2_stack import so2_mix_layer
 from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear

@@ -10,9 +10,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mdband.kernels._common import segment_sum
+from mdband.kernels.segments import segment_sum
+from mdband.kernels.take_rows import take_rows
 from mdband.model.radial import MLPLayer
 from mdband.so3 import storage as st
+
+#: the ops this module calls that torch.compile must not trace (graph breaks under compile=on)
+OPAQUE = ("segment_sum", "take_rows")
 
 
 class TypeEmbedding(nn.Module):
@@ -23,7 +27,7 @@ class TypeEmbedding(nn.Module):
         self.adam_type_embedding = nn.Parameter(torch.zeros(ntypes + 1, dim))
 
     def forward(self, types: torch.Tensor) -> torch.Tensor:
-        return self.adam_type_embedding.index_select(0, types)
+        return take_rows(self.adam_type_embedding, types)
 
 
 def env_seed_dims(channels: int) -> dict:
@@ -66,7 +70,7 @@ class EnvironmentSeed(nn.Module):
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
         te = self.env_type_embed
-        t_src, t_dst = types.index_select(0, ec.src), types[ec.rows].index_select(0, ec.dst)
+        t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
         g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
         outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
         agg = segment_sum(outer, ec.dst, ec.dst_csr())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mdband.kernels._common import csr, segment_sum
+from mdband.kernels._common import csr
+from mdband.kernels.segments import segment_sum
 
 
 @pytest.mark.parametrize("E,n,shape", [(9, 4, (3,)), (9, 4, (2, 3)), (0, 3, (2,)), (5, 1, ())])
