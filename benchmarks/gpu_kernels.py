@@ -387,7 +387,45 @@ def run_checks(device, full, E, N):
         thr = REL_F64 if dtype == F64 else REL_F32
         for name, a, b in zip(["forces", "virial"], tri, ref):
             checks.add("force_assembly", f"E={E} N={N}", dtype, name, "rel", rel(a, b), thr)
+    check_node_ops(checks, device, E, N)
     return checks
+
+
+def check_node_ops(checks, device, E, N):
+    """take_rows (a copy: bitwise) and the fused grid product (forward and both input
+    cotangents against the torch product, DPA4-Mini's SO(3) grid and an S2 grid)."""
+    from mdband.kernels.take_rows import take_rows
+    from mdband.model.grids import grid_product, s2_projector, so3_projector
+
+    g = torch.Generator(device="cpu").manual_seed(7)
+    idx = torch.randint(0, N, (E,), generator=g).to(device)
+    for width in (1, 8, 96, 300):
+        x = torch.randn(N, width, generator=g).to(device)
+        with cm.force_backend("triton"):
+            got = take_rows(x, idx)
+        checks.add("take_rows", f"E={E} N={N} W={width}", F32, "out", "bitwise",
+                   torch.equal(got, x.index_select(0, idx)), None)  # fmt: skip
+    for label, proj, C in (
+        ("so3 L=2 k=1", so3_projector(2, 1), 96),
+        ("s2 L=3", s2_projector(3), 64),
+    ):
+        K, D = proj.n_frames, (proj.lmax + 1) ** 2
+        left = torch.randn(N, D, K * C, generator=g, dtype=F64).to(device)
+        right = torch.randn(N, D, K * C, generator=g, dtype=F64).to(device)
+        gout = torch.randn(N, D, K * C, generator=g, dtype=F64).to(device)
+
+        def run(lft, rgt, fused, proj=proj, gout=gout):
+            lft, rgt = lft.detach().requires_grad_(), rgt.detach().requires_grad_()
+            out = grid_product(proj, lft, rgt, fused=fused)
+            return (out, *torch.autograd.grad((out * gout.to(out.dtype)).sum(), (lft, rgt)))
+
+        ref = run(left, right, False)
+        for dtype, thr in ((F64, REL_F64), (F32, REL_F32)):
+            with cm.force_backend("triton"):
+                tri = run(left.to(dtype), right.to(dtype), True)
+            for name, a, b in zip(["out", "gleft", "gright"], tri, ref):
+                checks.add("grid_product", f"{label} N={N} C={C}", dtype, name, "rel",
+                           rel(a, b), thr)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- timing

@@ -21,6 +21,7 @@ from mdband.kernels.zonal import zonal_embed
 from mdband.model import compiling
 from mdband.model import conv as _conv
 from mdband.model import embedding as _embedding
+from mdband.model import grids as _grids
 from mdband.model.chunking import plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
@@ -167,6 +168,10 @@ class SeZMDescriptor(nn.Module):
         ro_opts = cfg.ffn_opts()
         ro_opts["kmax"] = min(cfg.kmax, cfg.readout_lmax)
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
+        if op_applies("grid_product", cfg, cfg.lmax, self.settings):
+            for mod in self.modules():  # the grid nets (FFNs, readout, message-node grids)
+                if hasattr(mod, "grid_settings"):
+                    mod.grid_settings = self.settings
         self.deg_floor = 0.25 if cfg.version >= 1.1 else cfg.eps
         self.last_chunks = 1  # chunks the last forward used
         #: most edges per chunk, set by :meth:`shrink_chunks` after an evaluation ran out of
@@ -278,6 +283,7 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(sys.modules[__name__], OPAQUE)
                 compiling.make_opaque(_conv, _conv.OPAQUE)
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
+                compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
             desc = self._compiled(types, src, dst, edge_vec)
         else:

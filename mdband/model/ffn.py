@@ -122,6 +122,9 @@ class SelfGridNet(nn.Module):
 
     def __init__(self, proj: GridProjector, channels: int, op_type: str, n_branches: int):
         super().__init__()
+        #: EngineSettings whose ``ops_on`` picks the fused grid product (set by the descriptor
+        #: when its kernels are not "torch"); None: the torch product
+        self.grid_settings = None
         self.proj = proj
         self.channels = channels
         self.scalar_gate = ChannelLinear(2 * channels, channels)
@@ -134,10 +137,11 @@ class SelfGridNet(nn.Module):
         h = self.channels
         left, right = y.chunk(2, dim=-1)
         sp = torch.cat([left[:, 0, :h], right[:, 0, :h]], dim=-1)  # (N, 2H)
+        fused = self.grid_settings is not None and self.grid_settings.ops_on(y)
         if hasattr(self, "grid_op"):
-            coeff = self.grid_op(self.proj, left, right, sp, n_rows)
+            coeff = self.grid_op(self.proj, left, right, sp, n_rows, fused)
         else:
-            coeff = grid_product(self.proj, left, right, n_rows)
+            coeff = grid_product(self.proj, left, right, n_rows, fused)
         return apply_scalar_path(coeff, sp, sp @ self.scalar_gate.weight, self.proj.n_frames)
 
 

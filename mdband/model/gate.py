@@ -16,6 +16,7 @@ import torch
 from mdband.kernels import aggregate as _agg
 from mdband.kernels import band_producer as _prod
 from mdband.kernels import capability as cap
+from mdband.kernels import grid_product as _grid
 from mdband.kernels import rotate_mix as _rm
 from mdband.kernels import so2_stack as _stack
 from mdband.kernels import zonal as _zonal
@@ -52,6 +53,8 @@ def op_applies(op: str, cfg, lmax: int, settings: EngineSettings) -> bool:
         sel = _prod.backend(dev, dt, lmax=lmax)
     elif op == "so2_mix_layer":  # reads no rotations: a kernel choice, not a gate consumer
         sel = _stack.backend(dev, dt, lmax=lmax, channels=cfg.focus_channels)
+    elif op == "grid_product":  # the grid nets' product: reads no rotations either
+        sel = _grid.backend(dev, dt)
     else:
         raise KeyError(op)
     return sel[0] is not None

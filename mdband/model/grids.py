@@ -34,6 +34,7 @@ import math
 import torch
 from torch import nn
 
+from mdband.kernels.grid_product import grid_product as fused_grid_product
 from mdband.model.layers import ChannelLinear, degree_index
 from mdband.so3.harmonics import spherical_harmonics
 from mdband.so3.quadrature import sphere_rule
@@ -198,11 +199,30 @@ def frame_linear(coeff: torch.Tensor, weight: torch.Tensor, n_frames: int) -> to
     return out.reshape(*lead, d, -1)
 
 
+#: the functions of this module torch.compile must not trace (graph breaks under compile=on)
+OPAQUE = ("fused_grid_product",)
+
+
 def grid_product(
-    proj: GridProjector, left: torch.Tensor, right: torch.Tensor, n_rows: int | None = None
+    proj: GridProjector,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    n_rows: int | None = None,
+    fused: bool = False,
 ) -> torch.Tensor:
-    """Plain quadratic grid product ``B·((T·left) ⊙ (T·right))``, (..., D, K·C) each."""
-    return proj.analyse(proj.project(left) * proj.project(right), n_rows)
+    """Plain quadratic grid product ``B·((T·left) ⊙ (T·right))``, (..., D, K·C) each.
+
+    ``fused``: the one-kernel op :func:`mdband.kernels.grid_product.grid_product` (no grid
+    tensors in memory; differentiable once), else torch GEMMs (differentiable to any order).
+    """
+    if not fused:
+        return proj.analyse(proj.project(left) * proj.project(right), n_rows)
+    t, b = proj.mats(left.dtype, left.device)
+    if n_rows is not None:
+        b = b[: n_rows * proj.n_frames]
+    *lead, d, kc = left.shape
+    out = fused_grid_product(t, b, left.reshape(-1, d, kc), right.reshape(-1, d, kc), proj.n_frames)
+    return out.reshape(*lead, *out.shape[1:])
 
 
 class GridOp(nn.Module):
@@ -218,15 +238,17 @@ class GridOp(nn.Module):
         right: torch.Tensor,
         scalar_pair: torch.Tensor,
         n_rows: int | None = None,
+        fused: bool = False,
     ) -> torch.Tensor:
         k = proj.n_frames
         left, right = self.inputs(left, right, k)
-        return self.output(self.combine(proj, left, right, scalar_pair, n_rows), k)
+        return self.output(self.combine(proj, left, right, scalar_pair, n_rows, fused), k)
 
     def inputs(self, left, right, k: int):
         return left, right
 
-    def combine(self, proj, left, right, scalar_pair, n_rows):
+    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False):
+        """The op on the grid; ``fused``: :func:`grid_product` may run as one kernel."""
         raise NotImplementedError
 
     def output(self, out, k: int):
@@ -270,8 +292,8 @@ class GridMLP(_ProjectedGridOp):
             left = right = fused.reshape(*lead, d, -1)
         return super().inputs(left, right, k)
 
-    def combine(self, proj, lp, rp, scalar_pair, n_rows):
-        return grid_product(proj, lp, rp, n_rows)
+    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False):
+        return grid_product(proj, lp, rp, n_rows, fused)
 
 
 class GridBranch(_ProjectedGridOp):
@@ -291,10 +313,10 @@ class GridBranch(_ProjectedGridOp):
         self.router = ChannelLinear(2 * channels, n_branches)
         self.out_proj = ChannelLinear(channels, channels)
 
-    def combine(self, proj, lp, rp, scalar_pair, n_rows):
+    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False):
+        if self.n_branches == 1:  # softmax over one branch is exactly 1: the plain product
+            return grid_product(proj, lp, rp, n_rows, fused)
         value = proj.project(lp) * proj.project(rp)  # (..., G, b·C)
-        if self.n_branches == 1:  # softmax over one branch is exactly 1: the product as is
-            return proj.analyse(value, n_rows)
         value = value.reshape(*value.shape[:-1], self.n_branches, self.channels)
         route = torch.softmax(scalar_pair @ self.router.weight, dim=-1)  # (..., b)
         out = (value * route[..., None, :, None]).sum(-2)  # (..., G, C)
@@ -304,8 +326,8 @@ class GridBranch(_ProjectedGridOp):
 class GridProductOp(GridOp):
     """Parameter-free op wrapper around :func:`grid_product` (deepmd-kit ``GridProduct``)."""
 
-    def combine(self, proj, left, right, scalar_pair, n_rows):
-        return grid_product(proj, left, right, n_rows)
+    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False):
+        return grid_product(proj, left, right, n_rows, fused)
 
 
 def make_grid_op(op_type: str, channels: int, mode: str, n_branches: int) -> nn.Module | None:

@@ -47,6 +47,7 @@ class MessageNodeSO3(nn.Module):
         if bool(opts.get("mlp_bias", False)):
             raise UnsupportedModelError("mlp_bias", opts["mlp_bias"])
         self.lmax = lmax
+        self.grid_settings = None  # as SelfGridNet's: set by the descriptor for the fused op
         self.n_focus = int(opts.get("n_focus", 1))
         focus_dim = int(opts.get("focus_dim", 0))
         self.cf = channels if focus_dim == 0 else focus_dim
@@ -73,10 +74,11 @@ class MessageNodeSO3(nn.Module):
         sp = torch.cat([q[:, :, 0], c[:, :, 0]], dim=-1)  # (N, F, 2Cf)
         qe = self.frame_expand(q)
         ce = self.frame_expand(c)
+        fused = self.grid_settings is not None and self.grid_settings.ops_on(out)
         if hasattr(self, "grid_op"):
-            coeff = self.grid_op(self.proj, qe, ce, sp)
+            coeff = self.grid_op(self.proj, qe, ce, sp, fused=fused)
         else:
-            coeff = grid_product(self.proj, qe, ce)
+            coeff = grid_product(self.proj, qe, ce, fused=fused)
         w = self.scalar_gate.weight
         if f == 1:
             logits = sp @ w

@@ -125,6 +125,33 @@ def test_triton_kernels_in_the_model(lmax):
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=1e-11)
 
 
+GRID_NETS = {  # the grid nets that run the fused grid product: S2 FFN (default), DPA4-Mini's
+    "s2_ffn": {},  # SO(3)-grid FFN with one branch, message-node SO(3) grid, MLP readout
+    "mini_grids": dict(ffn_so3_grid=True, grid_branch=(0, 0, 1), message_node_so3=True,
+                       so3_readout="mlp"),
+    "branches": dict(ffn_so3_grid=True, grid_branch=(0, 2, 2), message_node_so3=True,
+                     so3_readout="glu"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(GRID_NETS))
+def test_fused_grid_products_in_the_model(name):
+    """The grid nets' fused product (interpreter on CPU) against the torch path, float64."""
+    cfg = small_config(channels=8, n_radial=4, l_schedule=(2,), mixing_layers=1, **GRID_NETS[name])
+    ref = potential(cfg, kernels="torch").evaluate(POS, None, False, SYM)
+    pot = potential(cfg, kernels="ops")
+    nets = [m for m in pot.model.modules() if hasattr(m, "grid_settings")]
+    assert nets and all(m.grid_settings is not None for m in nets)
+    with force_triton():
+        got = pot.evaluate(POS, None, False, SYM)
+    assert abs(got.energy - ref.energy) <= 1e-12 * max(1.0, abs(ref.energy))
+    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(got.virial, ref.virial, rtol=0, atol=1e-10)
+    torch_nets = [m for m in potential(cfg, kernels="torch").model.modules()
+                  if hasattr(m, "grid_settings")]  # fmt: skip
+    assert all(m.grid_settings is None for m in torch_nets)
+
+
 @pytest.mark.parametrize("precision,recompute", [("ieee", "off"), ("tf32x3", "off"),
                                                   ("tf32x3", "stack"), ("fp16x3", "off"),
                                                   ("fp16x3", "stack")])  # fmt: skip

@@ -1,0 +1,86 @@
+"""grid_product: the one-kernel grid product against its torch reference (forward, backward)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mdband.kernels import _common as cm
+from mdband.kernels import grid_product as gp
+from mdband.model.grids import grid_product, s2_projector, so3_projector
+
+TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
+# (projector, channels per frame, output rows): SO(3) grids of DPA4-Mini's shape (L = 2, kmax =
+# 1) and smaller, an S2 grid (the default config's FFN), a readout keeping one (l, m) row
+CASES = [
+    (lambda: so3_projector(2, 1), 5, None),
+    (lambda: so3_projector(2, 1), 40, 1),
+    (lambda: so3_projector(1, 1), 3, None),
+    (lambda: so3_projector(2, 0), 16, None),
+    (lambda: s2_projector(3), 7, None),
+]
+
+
+def _inputs(proj, C, dtype, device, seed=0, strided=False):
+    g = torch.Generator().manual_seed(seed)
+    K, D = proj.n_frames, (proj.lmax + 1) ** 2
+    width = 2 * K * C if strided else K * C  # strided: the left half of a wider tensor
+    left = torch.randn(4, D, width, generator=g, dtype=torch.float64)[:, :, : K * C]
+    right = torch.randn(4, D, K * C, generator=g, dtype=torch.float64)
+    return left.to(dtype).to(device), right.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_forward_and_backward_match_the_reference(kdev, dtype, case):
+    make, C, n_rows = CASES[case]
+    proj = make()
+    left, right = _inputs(proj, C, dtype, kdev, seed=case, strided=case % 2 == 0)
+    left.requires_grad_()
+    right.requires_grad_()
+    want = grid_product(proj, left, right, n_rows)
+    with cm.force_triton():
+        got = grid_product(proj, left, right, n_rows, fused=True)
+    tol = TOL[dtype] * want.abs().max().item()
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=0, atol=tol)
+    gout = torch.randn_like(want)
+    w1 = torch.autograd.grad((want * gout).sum(), (left, right))
+    with cm.force_triton():
+        g1 = torch.autograd.grad((grid_product(proj, left, right, n_rows, True) * gout).sum(),
+                                 (left, right))  # fmt: skip
+    for a, b in zip(g1, w1):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOL[dtype] * b.abs().max().item())
+
+
+def test_closed_form_backward_reference_is_autograd():
+    proj = so3_projector(2, 1)
+    t, b = (m for m in proj.mats(torch.float64, torch.device("cpu")))
+    left, right = (x.requires_grad_() for x in _inputs(proj, 3, torch.float64, "cpu"))
+    out = gp.grid_product_reference(t, b, left, right, 3)
+    gout = torch.randn_like(out)
+    want = torch.autograd.grad((out * gout).sum(), (left, right))
+    got = gp.grid_product_bwd_reference(gout, t, b, left, right, 3)
+    for a, w in zip(got, want):
+        torch.testing.assert_close(a, w, rtol=1e-13, atol=1e-13)
+
+
+def test_leading_axes_and_no_nodes(kdev):
+    proj = so3_projector(1, 1)
+    left, right = _inputs(proj, 4, torch.float64, kdev)
+    l4, r4 = left.reshape(2, 2, *left.shape[1:]), right.reshape(2, 2, *right.shape[1:])
+    with cm.force_triton():
+        got = grid_product(proj, l4, r4, fused=True)
+        empty = grid_product(proj, left[:0], right[:0], fused=True)
+    torch.testing.assert_close(got.reshape(left.shape), grid_product(proj, left, right))
+    assert empty.shape == (0, *left.shape[1:])
+
+
+def test_mismatched_shapes_are_value_errors():
+    proj = so3_projector(1, 1)
+    t, b = proj.mats(torch.float64, torch.device("cpu"))
+    left, right = _inputs(proj, 4, torch.float64, "cpu")
+    with pytest.raises(ValueError, match="do not match"):
+        gp.grid_product(t, b, left, right[:, :, :-3], 3)
+    with pytest.raises(ValueError, match="do not match"):
+        gp.grid_product(t, b, left, right, 2)
