@@ -24,6 +24,8 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             measured slower on an H200) | fp16: one fp16
                                             product (about 2^-11 relative per product) |
                                             ieee: exact fp32 cuBLAS products
+                                            (and exact FMAs in the grid nets'
+                                            fused product, tf32x3 dots otherwise)
 cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edge list
                                             to a size bucket with edges beyond the
                                             cutoff (exactly zero contribution) and

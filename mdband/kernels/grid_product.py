@@ -20,7 +20,8 @@ Backward (closed form, the grids recomputed)::
 
 Accuracy: float32 dots with three TF32 products each (``tf32x3``, relative error per product ≈
 2⁻²¹, like the SO(2) stack's default) on GPUs with TF32 tensor cores (sm80+), exact fp32 FMAs
-elsewhere; float64 exact FMAs. The sums run over J (≤ 48) and G (≤ 200) terms in another order
+elsewhere and when asked (``exact``: the model's ``stack_precision = "ieee"``); float64 exact
+FMAs. The sums run over J (≤ 48) and G (≤ 200) terms in another order
 than cuBLAS: fp32 rounding-level differences. Differentiable once (force evaluation); training
 keeps the torch path (the ``kernels = "torch"`` setting).
 """
@@ -145,81 +146,84 @@ def backend(device, dtype) -> tuple[str, str]:
     return name, f"{name} on {torch.device(device).type} ({dtype})"
 
 
-def _precision(x: Tensor) -> int:
+def _precision(x: Tensor, exact: bool) -> int:
     """1: tf32x3 dots (float32 on a GPU with TF32 tensor cores); 0: exact FMAs."""
-    if x.dtype != torch.float32 or x.device.type != "cuda":
+    if exact or x.dtype != torch.float32 or x.device.type != "cuda":
         return 0
     return int(torch.cuda.get_device_capability(x.device) >= (8, 0))
 
 
-def _launch_args(t, b, left, right, k):
+def _launch_args(t, b, left, right, k, exact):
     M, D, KC = left.shape
     C = KC // k
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
     # tl.dot tiles: every dimension a power of two, at least 16
     p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731
     bc = min(p2(C), BLOCK_CHANNELS)
-    meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left))
+    meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left, exact))
     grid = (M, triton.cdiv(C, bc))
     strides = (left.stride(0), left.stride(1), right.stride(0), right.stride(1))
     return grid, (G, J, JO, *strides), meta
 
 
 @torch.library.triton_op(OP, mutates_args=())
-def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
+def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: bool) -> Tensor:
     M, _, KC = left.shape
     out = left.new_empty(M, b.shape[0] // k, KC)
     if cm.has_no_items(M):
         return out
-    grid, sizes, meta = _launch_args(t, b, left, right, k)
+    grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
     cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta, num_warps=4)
     return out
 
 
 @_grid_op.register_fake
-def _(t, b, left, right, k):
+def _(t, b, left, right, k, exact):
     return left.new_empty(left.shape[0], b.shape[0] // k, left.shape[2])
 
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
 def _grid_bwd_op(
-    gout: Tensor, t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int
+    gout: Tensor, t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: bool
 ) -> tuple[Tensor, Tensor]:
     gl = left.new_empty(left.shape)
     gr = left.new_empty(left.shape)
     if cm.has_no_items(left.shape[0]):
         return gl, gr
-    grid, sizes, meta = _launch_args(t, b, left, right, k)
+    grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
     cm.wrap(_grid_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta,
                                     num_warps=4)  # fmt: skip
     return gl, gr
 
 
 @_grid_bwd_op.register_fake
-def _(gout, t, b, left, right, k):
+def _(gout, t, b, left, right, k, exact):
     return left.new_empty(left.shape), left.new_empty(left.shape)
 
 
 def _setup(ctx, inputs, output):
-    t, b, left, right, k = inputs
+    t, b, left, right, k, exact = inputs
     ctx.save_for_backward(t, b, left, right)
-    ctx.k = k
+    ctx.meta = (k, exact)
 
 
 def _backward(ctx, gout):
     t, b, left, right = ctx.saved_tensors
-    gl, gr = torch.ops.mdband.grid_product_bwd(gout.contiguous(), t, b, left, right, ctx.k)
-    return None, None, gl, gr, None
+    gl, gr = torch.ops.mdband.grid_product_bwd(gout.contiguous(), t, b, left, right, *ctx.meta)
+    return None, None, gl, gr, None, None
 
 
 _grid_op.register_autograd(_backward, setup_context=_setup)
 
 
-def grid_product(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
+def grid_product(
+    t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: bool = False
+) -> Tensor:
     """``B·((T·left) ⊙ (T·right))`` per node: left, right (M, D, K·C), out (M, J'/K, K·C).
 
     ``t`` (G, D·K) and ``b`` (J', G) are the projector's matrices in the inputs' dtype; ``k``
-    the frame count K. Differentiable once in left and right (T and B are constants).
+    the frame count K; ``exact``: fp32 FMAs also where tf32x3 dots would run. Differentiable
+    once in left and right (T and B are constants).
     """
     M, D, KC = left.shape
     if right.shape != left.shape or KC % k or t.shape[1] != D * k or b.shape[1] != t.shape[0]:
@@ -233,4 +237,5 @@ def grid_product(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> T
     def unit_channels(x):
         return x if x.stride(2) == 1 else x.contiguous()
 
-    return _grid_op(t.contiguous(), b.contiguous(), unit_channels(left), unit_channels(right), k)
+    lft, rgt = unit_channels(left), unit_channels(right)
+    return _grid_op(t.contiguous(), b.contiguous(), lft, rgt, k, bool(exact))

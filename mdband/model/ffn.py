@@ -28,6 +28,7 @@ from mdband.errors import UnsupportedModelError
 from mdband.model.grids import (
     GridProjector,
     apply_scalar_path,
+    fused_grid_choice,
     grid_product,
     make_grid_op,
     s2_projector,
@@ -137,11 +138,11 @@ class SelfGridNet(nn.Module):
         h = self.channels
         left, right = y.chunk(2, dim=-1)
         sp = torch.cat([left[:, 0, :h], right[:, 0, :h]], dim=-1)  # (N, 2H)
-        fused = self.grid_settings is not None and self.grid_settings.ops_on(y)
+        fused, exact = fused_grid_choice(self.grid_settings, y)
         if hasattr(self, "grid_op"):
-            coeff = self.grid_op(self.proj, left, right, sp, n_rows, fused)
+            coeff = self.grid_op(self.proj, left, right, sp, n_rows, fused, exact)
         else:
-            coeff = grid_product(self.proj, left, right, n_rows, fused)
+            coeff = grid_product(self.proj, left, right, n_rows, fused, exact)
         return apply_scalar_path(coeff, sp, sp @ self.scalar_gate.weight, self.proj.n_frames)
 
 

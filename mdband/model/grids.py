@@ -203,17 +203,28 @@ def frame_linear(coeff: torch.Tensor, weight: torch.Tensor, n_frames: int) -> to
 OPAQUE = ("fused_grid_product",)
 
 
+def fused_grid_choice(settings, like: torch.Tensor) -> tuple[bool, bool]:
+    """(fused, exact) for a grid net's product on tensors like ``like``: fused when the net
+    has EngineSettings (kernels not "torch") whose ops run on that device; exact FMAs when the
+    products are asked exact (``stack_precision = "ieee"``), else tf32x3 dots."""
+    if settings is None or not settings.ops_on(like):
+        return False, False
+    return True, settings.stack_precision == "ieee"
+
+
 def grid_product(
     proj: GridProjector,
     left: torch.Tensor,
     right: torch.Tensor,
     n_rows: int | None = None,
     fused: bool = False,
+    exact: bool = False,
 ) -> torch.Tensor:
     """Plain quadratic grid product ``B·((T·left) ⊙ (T·right))``, (..., D, K·C) each.
 
     ``fused``: the one-kernel op :func:`mdband.kernels.grid_product.grid_product` (no grid
-    tensors in memory; differentiable once), else torch GEMMs (differentiable to any order).
+    tensors in memory; differentiable once; ``exact``: fp32 FMAs instead of tf32x3 dots), else
+    torch GEMMs (differentiable to any order).
     """
     if not fused:
         return proj.analyse(proj.project(left) * proj.project(right), n_rows)
@@ -239,16 +250,18 @@ class GridOp(nn.Module):
         scalar_pair: torch.Tensor,
         n_rows: int | None = None,
         fused: bool = False,
+        exact: bool = False,
     ) -> torch.Tensor:
         k = proj.n_frames
         left, right = self.inputs(left, right, k)
-        return self.output(self.combine(proj, left, right, scalar_pair, n_rows, fused), k)
+        out = self.combine(proj, left, right, scalar_pair, n_rows, fused, exact)
+        return self.output(out, k)
 
     def inputs(self, left, right, k: int):
         return left, right
 
-    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False):
-        """The op on the grid; ``fused``: :func:`grid_product` may run as one kernel."""
+    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False, exact=False):
+        """The op on the grid; ``fused`` / ``exact``: as in :func:`grid_product`."""
         raise NotImplementedError
 
     def output(self, out, k: int):
@@ -292,8 +305,8 @@ class GridMLP(_ProjectedGridOp):
             left = right = fused.reshape(*lead, d, -1)
         return super().inputs(left, right, k)
 
-    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False):
-        return grid_product(proj, lp, rp, n_rows, fused)
+    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False, exact=False):
+        return grid_product(proj, lp, rp, n_rows, fused, exact)
 
 
 class GridBranch(_ProjectedGridOp):
@@ -313,9 +326,9 @@ class GridBranch(_ProjectedGridOp):
         self.router = ChannelLinear(2 * channels, n_branches)
         self.out_proj = ChannelLinear(channels, channels)
 
-    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False):
+    def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False, exact=False):
         if self.n_branches == 1:  # softmax over one branch is exactly 1: the plain product
-            return grid_product(proj, lp, rp, n_rows, fused)
+            return grid_product(proj, lp, rp, n_rows, fused, exact)
         value = proj.project(lp) * proj.project(rp)  # (..., G, b·C)
         value = value.reshape(*value.shape[:-1], self.n_branches, self.channels)
         route = torch.softmax(scalar_pair @ self.router.weight, dim=-1)  # (..., b)
@@ -326,8 +339,8 @@ class GridBranch(_ProjectedGridOp):
 class GridProductOp(GridOp):
     """Parameter-free op wrapper around :func:`grid_product` (deepmd-kit ``GridProduct``)."""
 
-    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False):
-        return grid_product(proj, left, right, n_rows, fused)
+    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False, exact=False):
+        return grid_product(proj, left, right, n_rows, fused, exact)
 
 
 def make_grid_op(op_type: str, channels: int, mode: str, n_branches: int) -> nn.Module | None:

@@ -19,7 +19,13 @@ from torch import nn
 
 from mdband.errors import UnsupportedModelError
 from mdband.model.ffn import grid_setting
-from mdband.model.grids import apply_scalar_path, grid_product, make_grid_op, so3_projector
+from mdband.model.grids import (
+    apply_scalar_path,
+    fused_grid_choice,
+    grid_product,
+    make_grid_op,
+    so3_projector,
+)
 from mdband.model.layers import ChannelLinear, SO3Linear
 
 
@@ -74,11 +80,11 @@ class MessageNodeSO3(nn.Module):
         sp = torch.cat([q[:, :, 0], c[:, :, 0]], dim=-1)  # (N, F, 2Cf)
         qe = self.frame_expand(q)
         ce = self.frame_expand(c)
-        fused = self.grid_settings is not None and self.grid_settings.ops_on(out)
+        fused, exact = fused_grid_choice(self.grid_settings, out)
         if hasattr(self, "grid_op"):
-            coeff = self.grid_op(self.proj, qe, ce, sp, fused=fused)
+            coeff = self.grid_op(self.proj, qe, ce, sp, fused=fused, exact=exact)
         else:
-            coeff = grid_product(self.proj, qe, ce, fused=fused)
+            coeff = grid_product(self.proj, qe, ce, fused=fused, exact=exact)
         w = self.scalar_gate.weight
         if f == 1:
             logits = sp @ w

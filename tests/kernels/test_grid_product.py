@@ -84,3 +84,21 @@ def test_mismatched_shapes_are_value_errors():
         gp.grid_product(t, b, left, right[:, :, :-3], 3)
     with pytest.raises(ValueError, match="do not match"):
         gp.grid_product(t, b, left, right, 2)
+
+
+@pytest.mark.parametrize(
+    "options,on_cpu",
+    [
+        (dict(kernels="ops"), (True, False)),
+        (dict(kernels="ops", stack_precision="ieee"), (True, True)),
+        (dict(kernels="auto"), (False, False)),  # auto: the fused ops on CUDA tensors only
+    ],
+)
+def test_fused_choice_follows_the_settings(options, on_cpu):
+    from mdband.model.grids import fused_grid_choice
+    from mdband.settings import EngineSettings
+
+    like = torch.zeros(1)
+    assert fused_grid_choice(EngineSettings(**options), like) == on_cpu
+    assert fused_grid_choice(None, like) == (False, False)
+    assert gp._precision(like, exact=False) == 0  # no tf32 dots off the GPU
