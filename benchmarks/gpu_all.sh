@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU check and timing of mdband in one device call. STAGES picks some (default: all):
 #   kernels   every Triton kernel against its torch reference, band vs dense bitwise
-#             (gpu_kernels.py, checks only; about 1-2 min, more with aggregate's "dot" kernels)
+#             (gpu_kernels.py, checks only; over 150 s on a fresh machine on 12-02, more with
+#             aggregate's "dot" kernels;
+#             KERNELS_ARGS=--node-ops-only: take_rows and grid_product alone, seconds)
 #   large     chunked evaluation: chunked vs unchunked vs float64 forces, what chunking costs at
 #             4,096 atoms (--cost), ms per call, peak memory and chunks of 13,824 to 262,144 atoms
 #             of the default config (gpu_large.py; LARGE_SIZES="12 16 24 32 50" adds 1,000,000
@@ -49,7 +51,7 @@ status=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 if has kernels; then
     OUT=$OUT timeout ${KERNELS_TIMEOUT:-300} python3 benchmarks/gpu_kernels.py --no-reference --no-time \
-        >"$OUT/kernels.log" 2>&1 || status=1
+        ${KERNELS_ARGS:-} >"$OUT/kernels.log" 2>&1 || status=1
     grep -E "FAIL|checks:|worst|PASSED|FAILED" "$OUT/kernels.log" | tail -5
 fi
 if has committee; then

@@ -614,6 +614,8 @@ def main(argv=None):
     p.add_argument("--device", default=None, help="cuda (default) or cpu with TRITON_INTERPRET=1")
     p.add_argument("--full", action="store_true", help="check more degrees (L up to 6)")
     p.add_argument("--no-check", action="store_true")
+    p.add_argument("--node-ops-only", action="store_true",
+                   help="check take_rows and grid_product only")  # fmt: skip
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip reference timings")
     p.add_argument("--no-dot-sweep", action="store_true", help="time the dot kernels (aggregate, "
@@ -646,7 +648,11 @@ def main(argv=None):
     ok = True
     if not args.no_check:
         t0 = time.time()
-        checks = run_checks(device, args.full, args.check_edges, args.check_nodes)
+        if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
+            checks = Checks()
+            check_node_ops(checks, device, args.check_edges, args.check_nodes)
+        else:
+            checks = run_checks(device, args.full, args.check_edges, args.check_nodes)
         ok = checks.ok
         result["checks"] = checks.rows
         n_fail = sum(not r["ok"] for r in checks.rows)
