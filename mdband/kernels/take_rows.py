@@ -12,9 +12,10 @@ generic gather over an expanded index), the Triton copy below 0.039 ms (W = 8) t
 (W = 64); a DPA4-Mini call at 4,096 atoms makes about ten such gathers.
 
 Exact (a copy). Bytes moved: E·(W·s + index bytes), the rows of x read mostly from L2.
-Backward (closed form): ``gx = zeros(N, ...).index_add_(0, idx, g)``, torch's own backward of
-``index_select`` (atomics on CUDA: its summation order is not fixed, as before). Integer x
-(atom types) has no gradient.
+Backward of the op (closed form): ``gx = zeros(N, ...).index_add_(0, idx, g)``, torch's own
+backward of ``index_select`` (atomics on CUDA: its summation order is not fixed). :func:`take_rows`
+sends inputs that need a gradient to ``index_select`` itself, so the model's gathers are
+differentiable to any order as before; integer x (atom types) has no gradient.
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ _take_rows_op.register_autograd(_backward, setup_context=_setup)
 def take_rows(x: Tensor, idx: Tensor) -> Tensor:
     """``x.index_select(0, idx)`` (x (N, ...), idx (E,) integer): out (E, ...).
 
-    Differentiable in x (floating x); the Triton copy on CUDA, torch's index_select elsewhere.
+    The Triton copy on CUDA when x needs no gradient (inference: frozen weights, integer
+    types, the gathers inside ``segment_sum``); torch's index_select elsewhere, and whenever a
+    gradient flows to x (training: differentiable to any order). The op's own backward
+    (:data:`OP` with autograd) serves direct calls.
     """
     if idx.dim() != 1 or idx.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"take_rows: idx must be a 1-d int32/int64 tensor, got {idx.dtype} "
@@ -108,6 +112,7 @@ def take_rows(x: Tensor, idx: Tensor) -> Tensor:
     if x.dim() == 0:
         raise ValueError("take_rows: x must have a row axis")
     name, _ = backend(x.device, x.dtype)
-    if name == "reference" or x.device != idx.device:
+    grad = x.requires_grad and torch.is_grad_enabled()
+    if name == "reference" or grad or x.device != idx.device:
         return take_rows_reference(x, idx)
     return _take_rows_op(x.contiguous(), idx.contiguous())

@@ -29,24 +29,39 @@ def test_copies_the_rows_index_select_picks(kdev, dtype, shape, idx_dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_gradient_is_the_scatter_of_index_select(kdev, dtype):
+def test_the_op_gradient_is_the_scatter_of_index_select(kdev, dtype):
     g = torch.Generator().manual_seed(5)
     x = torch.randn(6, 3, 2, generator=g, dtype=dtype).to(kdev).requires_grad_()
     idx = _idx(5, 40, torch.int64, seed=2).to(kdev)  # row 5 never picked: zero gradient
     w = torch.randn(40, 3, 2, generator=g, dtype=dtype).to(kdev)
     with cm.force_triton():
-        (gx,) = torch.autograd.grad((tr.take_rows(x, idx) * w).sum(), x)
+        (gx,) = torch.autograd.grad((tr._take_rows_op(x, idx) * w).sum(), x)
     (want,) = torch.autograd.grad((x.index_select(0, idx) * w).sum(), x)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(gx, want, rtol=tol, atol=tol)
     assert torch.all(gx[5] == 0)
 
 
-def test_gradcheck_float64(kdev):
+def test_the_op_passes_gradcheck(kdev):
     x = torch.randn(4, 3, dtype=torch.float64, device=kdev, requires_grad=True)
     idx = _idx(4, 9, torch.int64, seed=1).to(kdev)
     with cm.force_triton():
-        assert torch.autograd.gradcheck(lambda v: tr.take_rows(v, idx), (x,))
+        assert torch.autograd.gradcheck(lambda v: tr._take_rows_op(v, idx), (x,))
+
+
+def test_inputs_needing_a_gradient_go_to_index_select(kdev, monkeypatch):
+    """Training differentiates the gathers twice: those calls keep torch's index_select."""
+    calls = []
+    monkeypatch.setattr(tr, "_take_rows_op", lambda *a: calls.append(1) or a[0][a[1]])
+    x = torch.randn(4, 3, dtype=torch.float64, device=kdev, requires_grad=True)
+    idx = _idx(4, 9, torch.int64, seed=1).to(kdev)
+    with cm.force_triton():
+        out = tr.take_rows(x, idx)
+        (g,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+        assert torch.autograd.gradgradcheck(lambda v: tr.take_rows(v, idx).pow(2), (x,))
+        with torch.no_grad():
+            tr.take_rows(x, idx)
+    assert g.requires_grad and len(calls) == 1  # only the no_grad call took the kernel
 
 
 def test_empty_and_wide_blocks(kdev):
