@@ -99,12 +99,26 @@ def kernel_table(pot, atoms, rows: int) -> str:
 def source_table(pot, atoms, rows: int) -> str:
     """Self device time of the torch ops of one eager call, per op and the mdband source lines
     that called it (forward ops; backward ops are attributed by autograd node name), largest
-    first: where the ~600 small torch kernels of a call come from. (Torch 2.11 on the H200
-    recorded no Python frames here on 2026-12-02: every forward op showed as "?"; torch 2.13
-    on the CPU does.)"""
-    from torch.profiler import ProfilerActivity, profile
+    first: where the ~600 small torch kernels of a call come from. Each op is named by the
+    innermost model module it ran in (a ``record_function`` range per module, recorded by every
+    torch version) and by the mdband Python frames above it where the profiler records them
+    (torch 2.13 on the CPU; torch 2.11 on the H200 recorded none on 2026-12-02)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     cuda = torch.cuda.is_available()
+    ranges: list = []
+
+    def enter(mod, args, name=""):
+        ranges.append(record_function(f"module: {name}").__enter__())
+
+    def leave(mod, args, out):
+        ranges.pop().__exit__(None, None, None)
+
+    hooks = []
+    for name, mod in pot.model.named_modules():
+        if name:
+            hooks.append(mod.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
+            hooks.append(mod.register_forward_hook(leave))
     steps, pot._steps = pot._steps, None
     try:
         pot.evaluate(*call_args(atoms))
@@ -114,19 +128,24 @@ def source_table(pot, atoms, rows: int) -> str:
             sync()
     finally:
         pot._steps = steps
+        for h in hooks:
+            h.remove()
 
     def source(ev):
-        """(python frames of mdband above ev, its autograd node if a backward op)."""
+        """(innermost module and python frames of mdband above ev, its autograd node if a
+        backward op)."""
         # torch ≤ 2.11 lists the frames in ev.stack; newer ones as parent events
         where = [f.split("mdband/")[-1] for f in (ev.stack or []) if "mdband/" in f][:2]
-        node = ev.cpu_parent
-        while node is not None and len(where) < 2:
+        module, node = None, ev.cpu_parent
+        while node is not None:
             if "evaluate_function" in node.name:
                 return where, node
-            if "mdband/" in node.name and ".py(" in node.name:
+            if module is None and node.name.startswith("module: "):
+                module = node.name[len("module: ") :]
+            if len(where) < 2 and "mdband/" in node.name and ".py(" in node.name:
                 where.append(node.name.split("mdband/")[-1])
             node = node.cpu_parent
-        return where, None
+        return ([f"[{module}]"] if module else []) + where, None
 
     events = [ev for ev in prof.events() if ev.name.startswith("aten::")]
     # a backward node carries the sequence number of the forward op that made it
