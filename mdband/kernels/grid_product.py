@@ -35,8 +35,9 @@ from mdband.kernels import _common as cm
 
 OP = "mdband::grid_product"
 OP_BWD = "mdband::grid_product_bwd"
-#: channels per program (one node, one channel block)
-BLOCK_CHANNELS = 32
+#: launch of both kernels: channels per program (one node, one channel block of BC) and
+#: warps; not yet swept on a GPU (``benchmarks/grid_sweep.py`` times the alternatives)
+LAUNCH = {"BC": 32, "warps": 4}
 
 
 def grid_product_reference(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
@@ -159,7 +160,7 @@ def _launch_args(t, b, left, right, k, exact):
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
     # tl.dot tiles: every dimension a power of two, at least 16
     p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731
-    bc = min(p2(C), BLOCK_CHANNELS)
+    bc = min(p2(C), max(16, LAUNCH["BC"]))
     meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left, exact))
     grid = (M, triton.cdiv(C, bc))
     strides = (left.stride(0), left.stride(1), right.stride(0), right.stride(1))
@@ -173,7 +174,8 @@ def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: b
     if cm.has_no_items(M):
         return out
     grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
-    cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta, num_warps=4)
+    cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta,
+                                    num_warps=LAUNCH["warps"])  # fmt: skip
     return out
 
 
@@ -192,7 +194,7 @@ def _grid_bwd_op(
         return gl, gr
     grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
     cm.wrap(_grid_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta,
-                                    num_warps=4)  # fmt: skip
+                                    num_warps=LAUNCH["warps"])  # fmt: skip
     return gl, gr
 
 
