@@ -9,23 +9,22 @@ Not part of the product: the measurement behind :mod:`mdband.kernels.take_rows`
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_kernels import bench  # noqa: E402
+
 E, N = 647154, 4096
 
 
-def timed_us(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps * 1e3
+def timed_us(fn):
+    """Median µs of ``fn`` (triton.testing.do_bench, through gpu_kernels.bench)."""
+    return 1e3 * bench(fn, torch.device("cuda"))[0]
 
 
 @triton.jit

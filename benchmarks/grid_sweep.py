@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
 
 import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import grid_product as gp
 from mdband.model.grids import grid_product, s2_projector, so3_projector
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_kernels import bench  # noqa: E402
 
 CASES = {
     "mini ffn": (lambda: so3_projector(2, 1), 96, None),
@@ -33,20 +37,10 @@ CASES = {
 LAUNCHES = ("16x2", "16x4", "32x2", "32x4", "32x8", "64x4", "64x8")
 
 
-def timed_ms(fn, device, reps):
-    fn()
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return 1e3 * (time.perf_counter() - t0)
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps
+def timed_ms(fn, device):
+    """Median ms of ``fn`` (gpu_kernels.bench: triton.testing.do_bench on CUDA, one call
+    elsewhere)."""
+    return bench(fn, device)[0]
 
 
 def rel(a, b):
@@ -54,7 +48,7 @@ def rel(a, b):
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
-def sweep(name, nodes, device, launches, reps):
+def sweep(name, nodes, device, launches):
     make, C, n_rows = CASES[name]
     proj = make()
     K, D = proj.n_frames, (proj.lmax + 1) ** 2
@@ -77,8 +71,8 @@ def sweep(name, nodes, device, launches, reps):
     def row(launch, fused):
         res = run(left, right, fused, True)
         err = max(rel(a, b) for a, b in zip(res, ref))
-        fwd = timed_ms(lambda: run(left, right, fused, False), device, reps)
-        both = timed_ms(lambda: run(left, right, fused, True), device, reps)
+        fwd = timed_ms(lambda: run(left, right, fused, False), device)
+        both = timed_ms(lambda: run(left, right, fused, True), device)
         rows.append({"case": name, "nodes": nodes, "C": C, "launch": launch, "fwd_ms": fwd,
                      "fwd_bwd_ms": both, "rel_err_vs_fp64": err})  # fmt: skip
         print(json.dumps({"grid_sweep": rows[-1]}), flush=True)
@@ -101,12 +95,10 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--launches", nargs="+", default=list(LAUNCHES), help="BCxWARPS")
-    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    return [r for name in args.cases for r in sweep(name, args.nodes, device, args.launches,
-                                                    args.reps)]  # fmt: skip
+    return [r for name in args.cases for r in sweep(name, args.nodes, device, args.launches)]
 
 
 if __name__ == "__main__":

@@ -91,20 +91,29 @@ if cm.TRITON_AVAILABLE:
         return T, gl, gr
 
     @triton.jit
+    def _program(t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO,
+                 K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
+                 JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+        """What both passes' programs start from: node m, channel block c (mask), grid points
+        g, output rows jo (mask om), and T with the node's grids T·left, T·right."""
+        m = tl.program_id(0).to(tl.int64)
+        c = tl.program_id(1) * BC + tl.arange(0, BC)
+        cmask = c < C
+        T, gl, gr = _grids(t_ptr, l_ptr, r_ptr, m, sl0, sl1, sr0, sr1, c, cmask, G, J,
+                           K, C, GP, JP, PREC)  # fmt: skip
+        jo = tl.arange(0, JOP)
+        return m, c, cmask, tl.arange(0, GP), jo, jo < JO, T, gl, gr
+
+    @triton.jit
     def _grid_fwd_kernel(
         t_ptr, b_ptr, l_ptr, r_ptr, out_ptr, G, J, JO,
         sl0, sl1, sr0, sr1,
         K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
         JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr,
     ):  # fmt: skip
-        m = tl.program_id(0).to(tl.int64)
-        c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cmask = c < C
-        _, gl, gr = _grids(t_ptr, l_ptr, r_ptr, m, sl0, sl1, sr0, sr1, c, cmask, G, J,
-                           K, C, GP, JP, PREC)  # fmt: skip
-        g = tl.arange(0, GP)
-        jo = tl.arange(0, JOP)
-        om = jo < JO
+        m, c, cmask, g, jo, om, _, gl, gr = _program(
+            t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO, K, C, GP, JP, JOP, BC, PREC
+        )
         B = tl.load(b_ptr + jo[:, None] * G + g[None, :], mask=om[:, None] & (g < G)[None, :],
                     other=0.0)  # fmt: skip
         out = _dot(B, gl * gr, PREC)  # (JOP, BC)
@@ -118,14 +127,9 @@ if cm.TRITON_AVAILABLE:
         K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
         JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr,
     ):  # fmt: skip
-        m = tl.program_id(0).to(tl.int64)
-        c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cmask = c < C
-        T, gl, gr = _grids(t_ptr, l_ptr, r_ptr, m, sl0, sl1, sr0, sr1, c, cmask, G, J,
-                           K, C, GP, JP, PREC)  # fmt: skip
-        g = tl.arange(0, GP)
-        jo = tl.arange(0, JOP)
-        om = jo < JO
+        m, c, cmask, g, jo, om, T, gl, gr = _program(
+            t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO, K, C, GP, JP, JOP, BC, PREC
+        )
         Bt = tl.load(b_ptr + jo[None, :] * G + g[:, None], mask=om[None, :] & (g < G)[:, None],
                      other=0.0)  # fmt: skip
         go = tl.load(go_ptr + m * (JO * C) + jo[:, None] * C + c[None, :],

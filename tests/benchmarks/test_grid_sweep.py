@@ -23,7 +23,7 @@ def test_sweep_rows_check_every_launch():
     import grid_sweep
 
     before = dict(gp.LAUNCH)
-    rows = grid_sweep.main(["--device", "cpu", "--nodes", "3", "--reps", "1",
+    rows = grid_sweep.main(["--device", "cpu", "--nodes", "3",
                             "--cases", "mini readout", "default ffn (s2)",
                             "--launches", "16x2", "64x4"])  # fmt: skip
     assert [r["launch"] for r in rows] == ["torch", "16x2", "64x4"] * 2
