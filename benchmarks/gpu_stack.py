@@ -75,15 +75,17 @@ def bench(fn):
 def time_config(x, w0, wm, wg, gy, L, prec):
     op, bwd = torch.ops.mdband.so2_mix_layer, torch.ops.mdband.so2_mix_layer_bwd
     with cm.force_backend("triton"):
-        _, h = op(x, w0, wm, wg, L, True, prec)
+        _, h = op(x, w0, wm, wg, L, True, prec, True)
         return {
-            "fwd_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec)),
+            "fwd_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, True)),
+            # no backward to come (no_grad): h is not written
+            "fwd_nosave_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, False)),
             "bwd_ms": bench(lambda: bwd(gy, h, w0, wm, wg, L, True, prec)),
-            "linear_ms": bench(lambda: op(x, w0, wm, wg, L, False, prec)),
+            "linear_ms": bench(lambda: op(x, w0, wm, wg, L, False, prec, False)),
         }
 
 
-def timing(device, L, C, E, configs, precisions=("tf32x3",)):
+def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
     x, w0, wm, wg, gy = (t.float() for t in inputs(L, C, 1, E, device))
     lin = SO2Linear(L, C, C, 1).to(device)
     act = GatedActivation(L, C, 1).to(device)
@@ -120,7 +122,7 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",)):
         row["linear_tflops"] = flop / row["linear_ms"] / 1e9
         sweep.append(row)
         print(f"  {prec:7s} BE={be:3d} w={warps} s={stages}: "
-              f"fwd {row['fwd_ms']:6.2f} ms, "
+              f"fwd {row['fwd_ms']:6.2f} ms (no h {row['fwd_nosave_ms']:6.2f}), "
               f"bwd {row['bwd_ms']:6.2f} ms, linear {row['linear_ms']:6.2f} ms "
               f"({row['linear_tflops']:.1f} TFLOP/s)", flush=True)  # fmt: skip
     out["sweep"] = sweep
@@ -132,7 +134,7 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",)):
             best[prec] = {k: b[k] for k in ("BE", "warps", "stages")}
     out["best"] = best
     ss.CONFIG.update(best)
-    out["gate_sweep"], out["best_gate"] = gate_sweep(x, w0, wm, wg, gy, L)
+    out["gate_sweep"], out["best_gate"] = gate_sweep(x, w0, wm, wg, gy, L) if gates else ([], None)
     return out
 
 
@@ -176,18 +178,28 @@ def main(argv=None):
         default=["tf32x3", "fp16x3", "fp16"],
         help="linear-kernel modes swept (ieee is always timed once)",
     )
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        default=None,
+        help="linear launches BExWARPSxSTAGES to time (default: the sweep's)",
+    )
+    ap.add_argument("--no-gate-sweep", action="store_true", help="skip the gate kernels' sweep")
     args = ap.parse_args(argv)
     device = torch.device("cuda")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
     result = {"gpu": torch.cuda.get_device_name(), "args": vars(args)}
     result["checks"] = checks(device, args.lmax, args.channels)
-    if args.quick:
+    if args.configs:
+        configs = [tuple(int(v) for v in c.split("x")) for c in args.configs]
+    elif args.quick:
         configs = [(128, 8, 2), (128, 8, 3), (64, 4, 2), (64, 4, 3), (256, 8, 2), (256, 4, 3)]
     else:
         configs = [(be, w, s) for be in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3)]
     result["timing"] = timing(
-        device, args.lmax, args.channels, args.edges, configs, args.precisions
-    )
+        device, args.lmax, args.channels, args.edges, configs, args.precisions,
+        gates=not args.no_gate_sweep,
+    )  # fmt: skip
     ok = all(r["ok"] for r in result["checks"])
     result["ok"] = ok
     if os.environ.get("OUT"):

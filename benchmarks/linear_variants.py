@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from mdband.kernels import _split_dots as sd
+from mdband.kernels import _stack_linear as sl
 from mdband.kernels import _stack_weights as sw
 from mdband.kernels import so2_stack as ss
 
@@ -251,7 +252,7 @@ def main():
             return
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
-        ran = list(ss._WORKING.values())
+        ran = list(sl._WORKING.values())
         print(json.dumps({"variant": name, "ms": round(ms, 3), "useful_tflops": round(tf, 1),
                           "rel_err": err, "launch": ran[-1] if ran else None}),
               flush=True)  # fmt: skip
@@ -322,7 +323,7 @@ def product(x, w0, wm, L, C, report):
         for be, warps, stages, rows in launches:
             ss.CONFIG[mode] = dict(BE=be, warps=warps, stages=stages, rows=rows)
             ss.SHAPE_CONFIG.pop((L, C), None)
-            ss._WORKING.clear()
+            sl._WORKING.clear()
             for t in (False, True):
                 tag = f"mdband {mode} {'xWt' if t else 'xW'} {be}/{warps}/{stages} rows={rows}"
                 try:

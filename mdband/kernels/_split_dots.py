@@ -37,7 +37,8 @@ if cm.TRITON_AVAILABLE:
     @triton.jit
     def split_x(xa, MODE: tl.constexpr):
         """(hi, lo, 1/s) of an x tile (BE, C) for the products of mode MODE (see
-        :func:`mdband.kernels.so2_stack._linear_kernel`; lo is unused by fp16 and 1/s by tf32x3)."""
+        :func:`mdband.kernels._stack_linear.linear_kernel`; lo is unused by fp16 and 1/s by
+        tf32x3)."""
         # one return at the end: the compiler types every return of a function, also those
         # after a constexpr branch that returned
         if MODE == 0:

@@ -25,9 +25,12 @@ into TF32 pairs (round to nearest), and three TF32 tensor-core products replace 
 product (relative error per product ≈ 2⁻²¹; end to end about 2e-7 relative on an H200).
 Bytes moved per edge and layer: x read once per output row that uses it (Dm·(2L)·C·4 B from
 L2), y written once (Dm·C·4 B); the weights, 2 × 4·Dm·2L·C² B, stay in L2.
-Gate: the forward takes the logits h[:, 0]·Wg from a cuBLAS GEMM (E·L·C floats) and its kernel
-reads x, h, the logits and writes y (3·Dm·C·4 + 4·L·C bytes per edge, 8.4 kB at L = 3, C = 64);
-the backward kernel recomputes the logits and folds their cotangent back into row 0 itself
+Gate, forward: with the Triton linear kernel the gate is its epilogue
+(:func:`mdband.kernels._stack_linear.gated_linear`: the logits from row 0's accumulator by
+tf32x3 dots, y written beside h, h only when a backward will need it); on the ieee path the
+logits h[:, 0]·Wg come from a cuBLAS GEMM and an elementwise kernel reads x, h, the logits and
+writes y (3·Dm·C·4 + 4·L·C bytes per edge, 8.4 kB at L = 3, C = 64). Backward:
+the gate kernel recomputes the logits and folds their cotangent back into row 0 itself
 (tf32x3 tensor-core dots, relative error ≈ 2⁻²¹, 4·L·C² FLOP per edge), reading gy and h and
 writing gh (no logit buffer, no GEMMs, measured faster than the GEMM route on an H200).
 """
@@ -37,8 +40,8 @@ from __future__ import annotations
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_launch as launch
+from mdband.kernels import _stack_linear as sl
 from mdband.kernels import _stack_weights as sw
 
 OP = "mdband::so2_mix_layer"
@@ -47,7 +50,6 @@ OP_BWD = "mdband::so2_mix_layer_bwd"
 PRECISIONS = ("ieee", *sw.SPLIT_MODES)
 #: channel widths the kernel is compiled for (tl.dot tiles need a power of two ≥ 16)
 CHANNELS = (16, 32, 64, 128)
-_WORKING: dict = {}  # (device, configured launch) -> the launch that fit there
 CONFIG, FALLBACK_CONFIGS, SHAPE_CONFIG = launch.CONFIG, launch.FALLBACK_CONFIGS, launch.SHAPE_CONFIG
 linear_config, gate_config = launch.linear_config, launch.gate_config
 
@@ -143,83 +145,8 @@ def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
 
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
-    from triton.runtime.errors import OutOfResources
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     triton, tl = cm.triton, cm.tl
-
-    _split_x, _row_dot = sd.split_x, sd.row_dot
-
-    @triton.jit
-    def _linear_kernel(
-        x_d, res_d, wh_d, wl_d, y_d, w_inv,
-        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
-        MODE: tl.constexpr, ROWS: tl.constexpr, SLOTS: tl.constexpr,
-    ):  # fmt: skip
-        """Rows j0, j1 of y = x·W (+ res) on BE edges of focus f: acc (BE, C) each, one k-loop.
-
-        TMA descriptors: x, res, y (F, E, Dm·C), tiles [1, BE, C] (zero-filled / clipped past
-        E); wh, wl (F·Dm·2L·C, C), tiles [C, C]: tile (f, j, k) is the block of W feeding row j
-        from input row k of the row's k-list, stored [c_out][c_in] (K-major), split by
-        :func:`mdband.kernels._stack_weights.pack_weights` in the mode MODE:
-        0 tf32x3: W = wh + wl (TF32), x = xh + xl in registers, acc += xl·wh + xh·wl + xh·wh;
-        1 fp16x3: the same products in fp16, lo parts scaled by 2¹¹ into their own accumulator;
-        each edge's row segment of an x tile scaled by the power of two that puts its largest
-        element in [2¹³, 2¹⁴) (:func:`~mdband.kernels._split_dots.row_scales`, undone on the
-        tile's products), W by the power of two 1 / w_inv (undone at the end);
-        2 fp16: acc += xh·wh, one fp16 product (scaled as in fp16x3).
-        ROWS = 1: one output row per program (j1 = j0). ROWS = 2: two rows of one m-group
-        (which read the same x rows) per program, so each x tile is loaded and split once for
-        both: the m = 0 rows in pairs (0, 1), (2, 3), … (an odd last row computed twice and
-        stored twice, the same values), the 2L |m| = 1 rows in L pairs. Each row's products
-        and their order are those of ROWS = 1. SLOTS: programs per edge block
-        (:func:`~mdband.kernels._stack_launch.linear_slots`).
-        """
-        DM: tl.constexpr = 3 * L + 1
-        NK: tl.constexpr = 2 * L
-        G0: tl.constexpr = SLOTS - L  # programs of m = 0 row pairs (ROWS = 2)
-        # one flat axis (row slot fastest, as the x tile of BE edges stays in L2 for its
-        # slots): grid axis 1 holds at most 65,535 blocks, E / BE exceeds it from 4.2 M edges
-        pid = tl.program_id(0)
-        slot = pid % SLOTS
-        f = tl.program_id(1)
-        e0 = (pid // SLOTS) * BE
-        if ROWS == 1:
-            j0 = slot
-            j1 = slot
-        else:
-            j0 = tl.where(slot < G0, 2 * slot, L + 1 + 2 * (slot - G0))
-            j1 = tl.where(slot < G0, tl.minimum(2 * slot + 1, L), j0 + 1)
-        m0 = j0 <= L
-        nk = tl.where(m0, L + 1, NK)  # m = 0 rows read x rows 0..L; |m| = 1 rows read L+1..3L
-        xr0 = tl.where(m0, 0, L + 1)
-        wrow0 = (f * DM + j0) * (NK * C)
-        wrow1 = (f * DM + j1) * (NK * C)
-        acc0 = tl.zeros((BE, C), tl.float32)
-        acc1 = tl.zeros((BE, C), tl.float32)
-        for k in range(nk):
-            xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-            xh, xl, inv = _split_x(xa, MODE)
-            wr0 = wrow0 + k * C
-            acc0 = _row_dot(xh, xl, inv, wh_d.load([wr0, 0]), wl_d, wr0, acc0, MODE)
-            if ROWS == 2:
-                wr1 = wrow1 + k * C
-                acc1 = _row_dot(xh, xl, inv, wh_d.load([wr1, 0]), wl_d, wr1, acc1, MODE)
-        if MODE != 0:
-            acc0 = acc0 * w_inv
-            acc1 = acc1 * w_inv
-        if RES:
-            acc0 += res_d.load([f, e0, j0 * C]).reshape(BE, C)
-        y_d.store([f, e0, j0 * C], acc0.reshape(1, BE, C))
-        if ROWS == 2:
-            if RES:
-                acc1 += res_d.load([f, e0, j1 * C]).reshape(BE, C)
-            y_d.store([f, e0, j1 * C], acc1.reshape(1, BE, C))
-
-    @triton.jit
-    def _gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
-        """Gate weights of degree lo of focus f: (C_in, C_out), wg row stride SG = F·L·C."""
-        return tl.load(wg_ptr + (c[:, None] * SG + (f * (L * C) + (lo - 1) * C) + c[None, :]))
+    _gate_tile = sl.gate_tile
 
     @triton.jit
     def _gate_fwd_kernel(
@@ -309,38 +236,10 @@ def _tma_capable(device) -> bool:
 def _linear(x, res, w0, wm, lmax, transpose, precision):
     """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3, fp16x3, fp16) or exact fp32 cuBLAS
     GEMMs (ieee)."""
-    F, E, _, C = x.shape
-    L = lmax
     if precision == "ieee" or not _tma_capable(x.device):
-        out = so2_linear(x, w0, wm, L, transpose)
+        out = so2_linear(x, w0, wm, lmax, transpose)
         return out if res is None else out.add_(res)
-    y = torch.empty_like(x)
-    if cm.has_no_items(E) or cm.has_no_items(F):
-        return y
-    wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision)
-    primary = linear_config(precision, L, C)
-    key = (x.device.type, x.device.index, precision, tuple(sorted(primary.items())))
-    tried = [_WORKING[key]] if key in _WORKING else [primary, *FALLBACK_CONFIGS]
-    for cfg in tried:
-        be = cfg["BE"]
-        rows = [TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C])
-                for t in (x, x if res is None else res, y)]  # fmt: skip
-        wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
-        try:
-            n_rows = cfg.get("rows", 1)
-            slots = launch.linear_slots(L, n_rows)
-            cm.wrap(_linear_kernel)[(slots * triton.cdiv(E, be), F)](
-                rows[0], rows[1], *wd, rows[2], 1.0 / w_scale,
-                L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision], ROWS=n_rows,
-                SLOTS=slots,
-                num_warps=cfg["warps"],
-                num_stages=cfg["stages"],
-            )  # fmt: skip
-        except OutOfResources:  # not enough shared memory on this GPU: a smaller launch
-            continue
-        _WORKING[key] = cfg
-        return y
-    raise RuntimeError("so2_mix_layer: no launch configuration fits this GPU")
+    return sl.linear(x, res, w0, wm, lmax, transpose, precision)
 
 
 def _grid(E, F, be):
@@ -374,11 +273,15 @@ def _mix_op(
     lmax: int,
     gated: bool,
     precision: str,
+    save: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if _dispatch(x, lmax) == "reference":
-        return so2_mix_layer_reference(x, w0, wm, wg, lmax, gated)
+        y, h = so2_mix_layer_reference(x, w0, wm, wg, lmax, gated)
+        return y, (h if save else x.new_empty(0))
     if not gated:
         return _linear(x, x, w0, wm, lmax, False, precision), x.new_empty(0)
+    if precision != "ieee" and _tma_capable(x.device):  # the gate in the linear's epilogue
+        return sl.gated_linear(x, w0, wm, wg, lmax, precision, save)
     F, E, _, C = x.shape
     h = _linear(x, None, w0, wm, lmax, False, precision)
     y = torch.empty_like(x)
@@ -387,12 +290,12 @@ def _mix_op(
         gc = gate_config(lmax, C)
         cm.wrap(_gate_fwd_kernel)[_grid(E, F, gc["BE"])](x, h, lg, y, E, L=lmax, C=C, BE=gc["BE"],
                                                           num_warps=gc["fwd_warps"])  # fmt: skip
-    return y, h
+    return y, (h if save else x.new_empty(0))
 
 
 @_mix_op.register_fake
-def _(x, w0, wm, wg, lmax, gated, precision):
-    return torch.empty_like(x), (torch.empty_like(x) if gated else x.new_empty(0))
+def _(x, w0, wm, wg, lmax, gated, precision, save):
+    return torch.empty_like(x), (torch.empty_like(x) if gated and save else x.new_empty(0))
 
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
@@ -426,20 +329,23 @@ def _(gy, h, w0, wm, wg, lmax, gated, precision):
 
 
 def _setup(ctx, inputs, output):
-    x, w0, wm, wg, lmax, gated, precision = inputs
+    x, w0, wm, wg, lmax, gated, precision, save = inputs
     ctx.save_for_backward(output[1], w0, wm, wg)
-    ctx.meta = (lmax, gated, precision)
+    ctx.meta = (lmax, gated, precision, save)
     # h is saved for the backward, never differentiated: no zero-filled (F, E, Dm, C) cotangent
     ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, gy, _gh):
     if gy is None:  # y unused (grads are not materialised)
-        return None, None, None, None, None, None, None
+        return (None,) * 8
     h, w0, wm, wg = ctx.saved_tensors
-    lmax, gated, precision = ctx.meta
+    lmax, gated, precision, save = ctx.meta
+    if gated and not save:
+        raise RuntimeError("so2_mix_layer: called with save=False (no gradient expected), so "
+                           "its pre-activation was not kept for a backward")  # fmt: skip
     gx = torch.ops.mdband.so2_mix_layer_bwd(gy.contiguous(), h, w0, wm, wg, lmax, gated, precision)
-    return gx, None, None, None, None, None, None
+    return gx, *(None,) * 7
 
 
 _mix_op.register_autograd(_backward, setup_context=_setup)
@@ -462,5 +368,7 @@ def so2_mix_layer(
     wg = wg if gated else w0.new_empty(0, 0)
     _check(x, w0, wm, wg, lmax, gated, precision)
     cm.check_dtypes("so2_mix_layer", x=x, w0=w0, wm=wm)
-    y, _ = _mix_op(x.contiguous(), w0, wm, wg, lmax, gated, precision)
+    # the pre-activation is kept only for a backward (no-grad stages skip writing it)
+    save = gated and torch.is_grad_enabled() and x.requires_grad
+    y, _ = _mix_op(x.contiguous(), w0, wm, wg, lmax, gated, precision, save)
     return y

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _stack_linear as sl
 from mdband.kernels import so2_stack as ss
 from mdband.kernels._stack_launch import ELEMENTWISE_BE
 from mdband.kernels.so2_stack import (
@@ -91,7 +92,7 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
     x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=L)
     x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
     res = torch.randn_like(x32)
-    monkeypatch.setattr(ss, "_WORKING", {})
+    monkeypatch.setattr(sl, "_WORKING", {})
     out = {}
     for rows in (1, 2):
         monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
@@ -176,21 +177,21 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
     from triton.runtime.errors import OutOfResources
 
     def refuse(kernel, grid, kw):
-        if kernel is ss._linear_kernel and kw["BE"] == 32:
+        if kernel is sl.linear_kernel and kw["BE"] == 32:
             raise OutOfResources(200_000, 100_000, "shared memory")
 
     _intercept_launches(monkeypatch, refuse)
-    monkeypatch.setattr(ss, "_WORKING", {})
+    monkeypatch.setattr(sl, "_WORKING", {})
     monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 32, "warps": 4, "stages": 2})
     small = {"BE": 16, "warps": 4, "stages": 1}
-    monkeypatch.setattr(ss, "FALLBACK_CONFIGS", ({"BE": 32, "warps": 4, "stages": 1}, small))
+    monkeypatch.setattr(ss.launch, "FALLBACK_CONFIGS", ({"BE": 32, "warps": 4, "stages": 1}, small))
     x, w0, wm, wg, _ = _inputs(2, 16, 1, 40)
     want, _ = so2_mix_layer_reference(x, w0, wm, wg, 2, True)
     w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
     with cm.force_triton():
         y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
     torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
-    assert list(ss._WORKING.values()) == [small]
+    assert list(sl._WORKING.values()) == [small]
 
 
 def test_shape_config_sets_the_launch(kdev, monkeypatch):
@@ -200,7 +201,7 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     _intercept_launches(
         monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BE"], kw.get("num_warps")))
     )
-    monkeypatch.setattr(ss, "_WORKING", {})
+    monkeypatch.setattr(sl, "_WORKING", {})
     shape = {"linear": {"BE": 16, "warps": 2, "stages": 1},
              "gate": {"BE": 16, "fwd_warps": 2, "bwd_warps": 1}}  # fmt: skip
     monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), shape)
@@ -216,8 +217,9 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     with cm.force_triton():
         y = so2_mix_layer(x32, *w, 2, "tf32x3")
         (gx,) = torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
-    assert ("_linear_kernel", 16, 2) in seen
-    assert ("_gate_fwd_kernel", 16, 2) in seen and ("_gate_bwd_kernel", 16, 1) in seen
+    # the forward's gate is the linear kernel's epilogue (two launches); the backward's is the
+    # gate kernel
+    assert seen.count(("linear_kernel", 16, 2)) == 3 and ("_gate_bwd_kernel", 16, 1) in seen
     torch.testing.assert_close(y.detach().cpu().double(), want.detach(), rtol=0,
                                atol=2e-6 * float(want.abs().max()))  # fmt: skip
     torch.testing.assert_close(
@@ -228,7 +230,7 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
 def test_backward_without_output_cotangent_gives_none():
     """Cotangents are not materialised (no zero-filled (F, E, Dm, C) tensor for h): a backward
     with neither output used returns no gradient instead of running the kernels on zeros."""
-    assert ss._backward(None, None, None) == (None,) * 7
+    assert ss._backward(None, None, None) == (None,) * 8
 
 
 def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
@@ -240,7 +242,7 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
         monkeypatch,
         lambda k, grid, kw: grids.setdefault(n_edges, []).append((k.__name__, tuple(grid))),
     )
-    monkeypatch.setattr(ss, "_WORKING", {})
+    monkeypatch.setattr(sl, "_WORKING", {})
     launch = {"BE": 16, "warps": 2, "stages": 1}
     monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), {"linear-fp16x3": launch,
                                                    "gate": {"BE": 16, "fwd_warps": 2,
@@ -253,7 +255,63 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
             y = so2_mix_layer(x32, *w, 2, "fp16x3")
             torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
     small, large = grids[20], grids[70]
-    assert [k for k, _ in small] == [k for k, _ in large] and "_linear_kernel" in dict(small)
+    assert [k for k, _ in small] == [k for k, _ in large] and "linear_kernel" in dict(small)
     for (name, g1), (_, g2) in zip(small, large):
         assert g2[0] > g1[0], name
         assert g1[1:] == g2[1:], name
+
+
+@pytest.mark.parametrize("precision", ss.sw.SPLIT_MODES)
+@pytest.mark.parametrize("L,C,F,E", [(1, 16, 1, 21), (2, 16, 2, 40), (3, 16, 1, 33)])
+def test_gated_epilogue_rows_and_save(kdev, L, C, F, E, precision, monkeypatch):
+    """The gated layer's fused epilogue (gates from row 0's accumulator in launch A, the other
+    rows gated in launch B): one and two rows per program give the same y and h bit for bit,
+    ``save=False`` the same y with no h, and y, h match the float64 reference."""
+    x, w0, wm, wg, _ = _inputs(L, C, F, E, seed=L + 10)
+    x32, w0_32, wm_32, wg_32 = (t.to(F32).to(kdev) for t in (x, w0, wm, wg))
+    want_y, want_h = so2_mix_layer_reference(x, w0, wm, wg, L, True)
+    monkeypatch.setattr(sl, "_WORKING", {})
+    out = {}
+    for rows in (1, 2):
+        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
+        with cm.force_triton():
+            out[rows] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, True)
+            out[rows, "nosave"] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, False)
+    for rows in (1, 2):
+        assert torch.equal(out[rows][0], out[1][0]) and torch.equal(out[rows][1], out[1][1])
+        assert (
+            torch.equal(out[rows, "nosave"][0], out[1][0]) and out[rows, "nosave"][1].numel() == 0
+        )
+    tol = TOLERANCE[precision]
+    for got, want in zip(out[1], (want_y, want_h)):
+        scale = float(want.abs().max())
+        torch.testing.assert_close(got.cpu().double(), want, rtol=0, atol=tol * scale)
+
+
+def test_pre_activation_is_kept_only_for_a_backward(kdev, monkeypatch):
+    """A gated layer called without a gradient (no_grad, or an input that needs none) writes
+    no pre-activation h; with one, it keeps h and the backward matches the reference."""
+    saves = []
+    _intercept_launches(
+        monkeypatch,
+        lambda k, grid, kw: saves.append(kw["SAVE"]) if k is sl.linear_kernel and kw["GATE"] else 0,
+    )
+    x, w0, wm, wg, gy = _inputs(2, 16, 1, 30)
+    w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
+    x32 = x.to(F32).to(kdev)
+    with cm.force_triton():
+        with torch.no_grad():
+            y_ng = so2_mix_layer(x32.clone().requires_grad_(True), *w, 2, "tf32x3")
+        y_const = so2_mix_layer(x32, *w, 2, "tf32x3")
+        assert saves == [False] * 4
+        xa = x32.clone().requires_grad_(True)
+        y = so2_mix_layer(xa, *w, 2, "tf32x3")
+        (gx,) = torch.autograd.grad(y, xa, gy.to(F32).to(kdev))
+    assert saves[4:] == [True, True]
+    assert torch.equal(y_ng, y.detach()) and torch.equal(y_const, y.detach())
+    xb = x.clone().requires_grad_(True)
+    want, _ = so2_mix_layer_reference(xb, w0, wm, wg, 2, True)
+    (gwant,) = torch.autograd.grad(want, xb, gy)
+    torch.testing.assert_close(
+        gx.cpu().double(), gwant, rtol=0, atol=2e-6 * float(gwant.abs().max())
+    )
