@@ -3,7 +3,8 @@
     python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096]
 
 Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
-warps per program, band storage, L = 3, C = 64, mixer rank 1, and checks
+warps per program, then the backward for edges per program and pipeline stages of its edge
+kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks
 that every launch agrees with the module's default to 1e-5 relative. Prints one line per setting.
 """
 
@@ -29,6 +30,19 @@ def close(a, b):
             scale = float(v.abs().max()) or 1.0
             ok &= float((u - v).abs().max()) <= 1e-5 * scale
     return ok
+
+
+def compiled_sizes(kernel):
+    """(registers, spills, shared bytes) of each compiled variant of a Triton kernel (empty when
+    this Triton keeps its cache elsewhere)."""
+    out = []
+    try:
+        for cache in kernel.device_caches.values():
+            for ck in cache[0].values():
+                out.append((ck.n_regs, ck.n_spills, ck.metadata.shared))
+    except (AttributeError, IndexError, TypeError) as exc:  # another Triton's cache layout
+        out.append(f"unknown ({type(exc).__name__})")
+    return out
 
 
 def main(argv=None):
@@ -62,6 +76,19 @@ def main(argv=None):
                 ok &= same
                 print(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
             rm.WARPS.update(default)
+        # the backward edge kernel's edges per program and pipeline stages (one warp)
+        fn, ref = ops["rotate_mix bwd"], ops["rotate_mix bwd"]()
+        saved = dict(rm.BWD_EDGE)
+        for eb in (4, 8, 16, 32):
+            for stages in (1, 2, 3):
+                rm.BWD_EDGE.update(EB=eb, stages=stages)
+                ms = gk.bench(fn, dev)[0]
+                same = close(fn(), ref)
+                ok &= same
+                print(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
+                      f"matches default: {same}", flush=True)  # fmt: skip
+        rm.BWD_EDGE.update(saved)
+        print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

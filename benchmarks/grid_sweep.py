@@ -3,12 +3,12 @@
 The grid nets of DPA4-Mini (SO(3) grid, L = 2, kmax = 1: block FFN C = 96, readout C = 192 with
 one output row, message-node grid C = 32) and of the default config (S2 grid, L = 3, C = 192),
 ``--nodes`` nodes (default 4,096), float32: forward and forward + backward ms of the torch path
-and of each launch (channels per program BC × warps), with the largest relative error against
-float64. One JSON line per row. ``--device cpu`` is a smoke run under TRITON_INTERPRET=1 (its
-times mean nothing).
+and of each launch (channels per program BC × warps, the same in both passes), with the
+largest relative error against float64. One JSON line per row. ``--device cpu`` is a smoke run
+under TRITON_INTERPRET=1 (its times mean nothing).
 
-Usage (device): ``python3 benchmarks/grid_sweep.py``; put the fastest launch in
-``mdband.kernels.grid_product.LAUNCH``.
+Usage (device): ``python3 benchmarks/grid_sweep.py``; put the fastest launches in
+``mdband.kernels.grid_product.LAUNCH`` / ``SHAPE_LAUNCH`` (backward ms ≈ the difference).
 """
 
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
@@ -79,15 +79,18 @@ def sweep(name, nodes, device, launches):
         print(json.dumps({"grid_sweep": rows[-1]}), flush=True)
 
     row("torch", False)
-    saved = dict(gp.LAUNCH)
+    saved, shapes = {p: dict(v) for p, v in gp.LAUNCH.items()}, dict(gp.SHAPE_LAUNCH)
+    gp.SHAPE_LAUNCH.clear()  # every row runs its own launch, in both passes
     try:
         with cm.force_backend("triton"):
             for launch in launches:
                 bc, warps = (int(v) for v in launch.split("x"))
-                gp.LAUNCH.update(BC=bc, warps=warps)
+                for pass_ in gp.LAUNCH:
+                    gp.LAUNCH[pass_] = {"BC": bc, "warps": warps}
                 row(launch, True)
     finally:
         gp.LAUNCH.update(saved)
+        gp.SHAPE_LAUNCH.update(shapes)
     return rows
 
 

@@ -35,9 +35,20 @@ from mdband.kernels import _common as cm
 
 OP = "mdband::grid_product"
 OP_BWD = "mdband::grid_product_bwd"
-#: launch of both kernels: channels per program (one node, one channel block of BC) and
-#: warps; not yet swept on a GPU (``benchmarks/grid_sweep.py`` times the alternatives)
-LAUNCH = {"BC": 32, "warps": 4}
+#: launch of each pass: channels per program (one node, one channel block of BC) and warps
+LAUNCH = {"fwd": {"BC": 32, "warps": 4}, "bwd": {"BC": 32, "warps": 4}}
+#: per channel count C (per frame), launches that beat LAUNCH in ``benchmarks/grid_sweep.py``
+#: on an H200 (4,096 nodes, forward + backward ms; 2026-12-02); C = 192 (Mini's readout, the
+#: default's S2 FFN) keeps LAUNCH
+SHAPE_LAUNCH = {
+    96: {"fwd": {"BC": 32, "warps": 2}, "bwd": {"BC": 16, "warps": 2}},  # Mini FFN 0.85 → 0.76
+    32: {"fwd": {"BC": 32, "warps": 2}, "bwd": {"BC": 32, "warps": 8}},  # message 0.78 → ≈0.38
+}
+
+
+def launch_of(pass_: str, channels: int) -> dict:
+    """The launch ({BC, warps}) of pass ``"fwd"`` or ``"bwd"`` for C = ``channels``."""
+    return SHAPE_LAUNCH.get(channels, LAUNCH)[pass_]
 
 
 def grid_product_reference(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
@@ -158,17 +169,18 @@ def _precision(x: Tensor, exact: bool) -> int:
     return int(torch.cuda.get_device_capability(x.device) >= (8, 0))
 
 
-def _launch_args(t, b, left, right, k, exact):
+def _launch_args(t, b, left, right, k, exact, pass_):
     M, D, KC = left.shape
     C = KC // k
+    launch = launch_of(pass_, C)
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
     # tl.dot tiles: every dimension a power of two, at least 16
     p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731
-    bc = min(p2(C), max(16, LAUNCH["BC"]))
+    bc = min(p2(C), max(16, launch["BC"]))
     meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left, exact))
     grid = (M, triton.cdiv(C, bc))
     strides = (left.stride(0), left.stride(1), right.stride(0), right.stride(1))
-    return grid, (G, J, JO, *strides), meta
+    return grid, (G, J, JO, *strides), dict(meta, num_warps=launch["warps"])
 
 
 @torch.library.triton_op(OP, mutates_args=())
@@ -177,9 +189,8 @@ def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: b
     out = left.new_empty(M, b.shape[0] // k, KC)
     if cm.has_no_items(M):
         return out
-    grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
-    cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta,
-                                    num_warps=LAUNCH["warps"])  # fmt: skip
+    grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "fwd")
+    cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta)
     return out
 
 
@@ -196,9 +207,8 @@ def _grid_bwd_op(
     gr = left.new_empty(left.shape)
     if cm.has_no_items(left.shape[0]):
         return gl, gr
-    grid, sizes, meta = _launch_args(t, b, left, right, k, exact)
-    cm.wrap(_grid_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta,
-                                    num_warps=LAUNCH["warps"])  # fmt: skip
+    grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "bwd")
+    cm.wrap(_grid_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta)
     return gl, gr
 
 

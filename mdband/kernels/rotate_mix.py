@@ -41,17 +41,16 @@ from mdband.so3 import storage as st
 OP = "mdband::rotate_mix"
 OP_BWD = "mdband::rotate_mix_bwd"
 
-#: largest channel count of the single-tile kernels (beyond it the reference runs)
-MAX_CHANNELS = 1024
-#: mixer modes the op implements
-MIXERS = ("degree_channel", "none")
+MAX_CHANNELS = 1024  #: largest channel count of the single-tile kernels (beyond: the reference)
+MIXERS = ("degree_channel", "none")  #: mixer modes the op implements
 #: warps per program of the forward, backward-edge and backward-node kernels: one warp keeps
 #: every channel reduction inside a warp (H200, E = 647,154, L = 3, C = 64: forward 1.5 ms and
 #: backward 6.7 ms with one warp, 5.1 and 17.4 ms with four; benchmarks/gpu_warps.py)
 WARPS = {"fwd": 1, "edge": 1, "node": 1}
+BWD_EDGE = {"EB": 16, "stages": 3}  #: backward edge kernel: edges per program, pipeline stages
 #: Triton kernels per pass: "edge" (the kernels below) or "dot" (_rotate_mix_dot: by source node,
-#: BE edges per step as tl.dot products; slower on an H200, see there). Same outputs to rounding.
-#: Read when an op runs (at trace time when compiled).
+#: BE edges per step as tl.dot products; slower on an H200). Same outputs to rounding; read when
+#: an op runs (at trace time when compiled)
 KERNELS = {"fwd": "edge", "bwd": "edge"}
 
 
@@ -377,7 +376,7 @@ def _rotate_mix_bwd_op(
     grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
     R = k.shape[2] if mix else 1
     BC = cm.next_pow2(C)
-    EB = 4 if cm.interpret_mode() else 16
+    EB = 4 if cm.interpret_mode() else BWD_EDGE["EB"]
     nprog = (E + EB - 1) // EB
     gbp = x.new_zeros(nprog, R, C) if mix else x.new_zeros(0)
     if cm.has_no_items(E):
@@ -406,7 +405,7 @@ def _rotate_mix_bwd_op(
         *x.stride(), *sr, *_s3(kk), *_s2(bb), *_s3(rd), *gy.stride(),
         *so, *_s3(gkk), *_s3(gbb), *_s3(grr),
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], LP=mt["lp"], R=R, RP=rp, BC=BC, EB=EB,
-        num_warps=WARPS["edge"],
+        num_warps=WARPS["edge"], num_stages=BWD_EDGE["stages"],
         LAYOUT=layout, MIX=mix,
     )  # fmt: skip
     if not cm.has_no_items(N):

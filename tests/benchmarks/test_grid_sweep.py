@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 def test_sweep_rows_check_every_launch():
     import grid_sweep
 
-    before = dict(gp.LAUNCH)
+    before, shapes = {p: dict(v) for p, v in gp.LAUNCH.items()}, dict(gp.SHAPE_LAUNCH)
     rows = grid_sweep.main(["--device", "cpu", "--nodes", "3",
                             "--cases", "mini readout", "default ffn (s2)",
                             "--launches", "16x2", "64x4"])  # fmt: skip
     assert [r["launch"] for r in rows] == ["torch", "16x2", "64x4"] * 2
     assert all(r["rel_err_vs_fp64"] < 1e-5 for r in rows)
-    assert gp.LAUNCH == before
+    assert gp.LAUNCH == before and gp.SHAPE_LAUNCH == shapes

@@ -102,3 +102,41 @@ def test_fused_choice_follows_the_settings(options, on_cpu):
     assert fused_grid_choice(EngineSettings(**options), like) == on_cpu
     assert fused_grid_choice(None, like) == (False, False)
     assert gp._precision(like, exact=False) == 0  # no tf32 dots off the GPU
+
+
+@pytest.mark.parametrize("channels", sorted(gp.SHAPE_LAUNCH))
+def test_shape_launches_run_and_match_the_reference(kdev, channels, monkeypatch):
+    """A per-channel-count launch (SHAPE_LAUNCH) is the one each pass runs at that C (its own
+    channel block and warps), and its results are the reference's."""
+    seen = []
+    real = gp.cm.wrap
+
+    def wrap(kernel):
+        launcher = real(kernel)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    seen.append((kernel.__name__, kw["BC"], kw["num_warps"]))
+                    return launcher[grid](*args, **kw)
+
+                return run
+
+        return Grid()
+
+    monkeypatch.setattr(gp.cm, "wrap", wrap)
+    proj = so3_projector(2, 1)
+    left, right = _inputs(proj, channels, torch.float32, kdev, seed=channels)
+    left.requires_grad_()
+    right.requires_grad_()
+    want = grid_product(proj, left, right, None)
+    gout = torch.randn_like(want)
+    wl, wr = torch.autograd.grad((want * gout).sum(), (left, right))
+    with cm.force_triton():
+        got = grid_product(proj, left, right, None, fused=True)
+        gl, gr = torch.autograd.grad((got * gout).sum(), (left, right))
+    launch = gp.SHAPE_LAUNCH[channels]
+    assert seen == [("_grid_fwd_kernel", launch["fwd"]["BC"], launch["fwd"]["warps"]),
+                    ("_grid_bwd_kernel", launch["bwd"]["BC"], launch["bwd"]["warps"])]  # fmt: skip
+    for a, b in ((got, want), (gl, wl), (gr, wr)):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5 * b.abs().max().item())
