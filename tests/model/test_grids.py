@@ -156,6 +156,7 @@ def test_mats_cast_and_cache():
     assert t32.dtype == torch.float32 and b32.dtype == torch.float32
     assert p.mats(torch.float32, torch.device("cpu"))[0] is t32
     assert p.to_grid.dtype == F64
-    # analysis of only the first rows equals slicing the full result
-    x = torch.randn(2, p.grid_size, 6, dtype=F64)
-    assert torch.equal(p.analyse(x, n_rows=1), p.analyse(x)[:, :1])
+    # analysis of only the first rows equals slicing the full result (to float64 rounding: a
+    # GEMM of fewer rows may sum in another order; unseeded inputs found 1-ulp differences)
+    x = torch.randn(2, p.grid_size, 6, dtype=F64, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(p.analyse(x, n_rows=1), p.analyse(x)[:, :1], rtol=1e-14, atol=1e-15)
