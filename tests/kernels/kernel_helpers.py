@@ -115,3 +115,24 @@ DOT_COUNTS = [0, 11, 1, 0, 8, 0]
 DOT_EMPTY = [0, 3, 5]
 #: relative tolerance of the "dot" kernels against the torch references
 DOT_REL = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
+def intercept_launches(monkeypatch, hook):
+    """Every Triton launch through ``mdband.kernels._common.wrap`` calls ``hook(kernel, grid,
+    kwargs)`` first (it may raise)."""
+    real = cm.wrap
+
+    def wrap(kernel):
+        launcher = real(kernel)
+
+        class Grid:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    hook(kernel, grid, kw)
+                    return launcher[grid](*args, **kw)
+
+                return run
+
+        return Grid()
+
+    monkeypatch.setattr(cm, "wrap", wrap)

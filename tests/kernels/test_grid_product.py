@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
 from mdband.kernels import grid_product as gp
@@ -109,22 +110,9 @@ def test_shape_launches_run_and_match_the_reference(kdev, channels, monkeypatch)
     """A per-channel-count launch (SHAPE_LAUNCH) is the one each pass runs at that C (its own
     channel block and warps), and its results are the reference's."""
     seen = []
-    real = gp.cm.wrap
-
-    def wrap(kernel):
-        launcher = real(kernel)
-
-        class Grid:
-            def __getitem__(self, grid):
-                def run(*args, **kw):
-                    seen.append((kernel.__name__, kw["BC"], kw["num_warps"]))
-                    return launcher[grid](*args, **kw)
-
-                return run
-
-        return Grid()
-
-    monkeypatch.setattr(gp.cm, "wrap", wrap)
+    intercept_launches(
+        monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BC"], kw["num_warps"]))
+    )
     proj = so3_projector(2, 1)
     left, right = _inputs(proj, channels, torch.float32, kdev, seed=channels)
     left.requires_grad_()

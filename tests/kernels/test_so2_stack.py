@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
 from mdband.kernels import _stack_linear as sl
@@ -152,26 +153,6 @@ def test_reference_op_on_cpu_is_differentiable():
     torch.testing.assert_close(g, gwant, rtol=1e-12, atol=1e-12)
 
 
-def _intercept_launches(monkeypatch, hook):
-    """Every so2_stack kernel launch calls ``hook(kernel, grid, kwargs)`` first (it may raise)."""
-    real = ss.cm.wrap
-
-    def wrap(kernel):
-        launcher = real(kernel)
-
-        class Grid:
-            def __getitem__(self, grid):
-                def run(*args, **kw):
-                    hook(kernel, grid, kw)
-                    return launcher[grid](*args, **kw)
-
-                return run
-
-        return Grid()
-
-    monkeypatch.setattr(ss.cm, "wrap", wrap)
-
-
 def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
     """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
     from triton.runtime.errors import OutOfResources
@@ -180,7 +161,7 @@ def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
         if kernel is sl.linear_kernel and kw["BE"] == 32:
             raise OutOfResources(200_000, 100_000, "shared memory")
 
-    _intercept_launches(monkeypatch, refuse)
+    intercept_launches(monkeypatch, refuse)
     monkeypatch.setattr(sl, "_WORKING", {})
     monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 32, "warps": 4, "stages": 2})
     small = {"BE": 16, "warps": 4, "stages": 1}
@@ -198,7 +179,7 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     """A per-(L, C) entry of SHAPE_CONFIG is the launch of both kernels, and the result is the
     reference's whatever the launch."""
     seen = []
-    _intercept_launches(
+    intercept_launches(
         monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BE"], kw.get("num_warps")))
     )
     monkeypatch.setattr(sl, "_WORKING", {})
@@ -238,7 +219,7 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
     (forward, backward) puts its edge blocks on axis 0, so 5 M edges (81,000 blocks of 64)
     launch. Two edge counts, the same other axes."""
     grids: dict[int, list] = {}
-    _intercept_launches(
+    intercept_launches(
         monkeypatch,
         lambda k, grid, kw: grids.setdefault(n_edges, []).append((k.__name__, tuple(grid))),
     )
@@ -292,7 +273,7 @@ def test_pre_activation_is_kept_only_for_a_backward(kdev, monkeypatch):
     """A gated layer called without a gradient (no_grad, or an input that needs none) writes
     no pre-activation h; with one, it keeps h and the backward matches the reference."""
     saves = []
-    _intercept_launches(
+    intercept_launches(
         monkeypatch,
         lambda k, grid, kw: saves.append(kw["SAVE"]) if k is sl.linear_kernel and kw["GATE"] else 0,
     )
