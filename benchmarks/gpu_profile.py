@@ -228,7 +228,7 @@ def module_forward_ms(pot, atoms) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ compile variants
-def pure_torch_modules(model):
+def pure_torch_modules(model, only: str | None = None):
     from mdband.model.block import InteractionBlock
     from mdband.model.energy import FittingNet
     from mdband.model.ffn import EquivariantFFN
@@ -237,6 +237,8 @@ def pure_torch_modules(model):
     from mdband.model.radial import RadialMLP
 
     kinds = (EquivariantFFN, EquivariantRMSNorm, SO3Linear, MessageNodeSO3, RadialMLP, FittingNet)
+    if only is not None:
+        kinds = tuple(k for k in kinds if k.__name__ == only)
     found = []
     for name, mod in model.named_modules():
         if isinstance(mod, kinds) and not isinstance(mod, InteractionBlock):
@@ -250,9 +252,10 @@ def compiled_potential(name: str, variant: str, device: str):
     """A potential of ``name`` with the torch code compiled per ``variant``."""
     if variant == "breaks":  # the compile=on setting: graph breaks at the fused ops
         return potential(name, device, compile="on")
-    if variant == "modules":
+    if variant == "modules" or variant.startswith("modules:"):  # modules:<class>: that kind
         pot = potential(name, device)
-        for _, mod in pure_torch_modules(pot.model):
+        only = variant.split(":", 1)[1] if ":" in variant else None
+        for _, mod in pure_torch_modules(pot.model, only):
             mod.compile(dynamic=False)
         return pot
     raise SystemExit(f"unknown variant {variant}")

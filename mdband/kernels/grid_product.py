@@ -251,6 +251,11 @@ def grid_product(
         return grid_product_reference(t, b, left, right, k)
 
     def unit_channels(x):
+        # traced by torch.compile, the launch keeps x's strides as constants while inductor
+        # may lay out a view's base (the [left | right] halves of one tensor) another way:
+        # there the op gets its own contiguous copy
+        if torch.compiler.is_compiling():
+            return x.contiguous()
         return x if x.stride(2) == 1 else x.contiguous()
 
     lft, rgt = unit_channels(left), unit_channels(right)

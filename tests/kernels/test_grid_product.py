@@ -128,3 +128,29 @@ def test_shape_launches_run_and_match_the_reference(kdev, channels, monkeypatch)
                     ("_grid_bwd_kernel", launch["bwd"]["BC"], launch["bwd"]["warps"])]  # fmt: skip
     for a, b in ((got, want), (gl, wl), (gr, wr)):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-5 * b.abs().max().item())
+
+
+def test_traced_launch_gets_contiguous_operands(kdev, monkeypatch):
+    """Under torch.compile the op's launch is traced with its operands' strides as constants,
+    while inductor may store the base of a [left | right] view in another layout: when
+    compiling, grid_product hands the op contiguous copies (eagerly, the strided view as is);
+    the values are the reference's either way."""
+    proj = so3_projector(2, 1)
+    left, right = _inputs(proj, 5, torch.float64, kdev, strided=True)
+    assert not left.is_contiguous()
+    seen = []
+    real = gp._grid_op
+
+    def spy(t, b, lft, rgt, k, exact):
+        seen.append((lft.is_contiguous(), rgt.is_contiguous()))
+        return real(t, b, lft, rgt, k, exact)
+
+    monkeypatch.setattr(gp, "_grid_op", spy)
+    want = grid_product(proj, left, right)
+    with cm.force_triton():
+        eager = grid_product(proj, left, right, fused=True)
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        traced = grid_product(proj, left, right, fused=True)
+    assert seen == [(False, True), (True, True)]
+    for got in (eager, traced):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * want.abs().max().item())
