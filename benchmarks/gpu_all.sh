@@ -16,7 +16,11 @@
 #   model     the model end to end: forces vs float64, band vs dense, graph replay vs eager,
 #             largest cell, profile (gpu_model.py); md: exact restarts with graphs (gpu_md.py)
 #   stack     launch sweeps of the SO(2) mixing layer for DPA4-Mini (L=2, C=32) and the default
-#             config (L=3, C=64): linear and gate kernels (gpu_stack.py)
+#             config (L=3, C=64): linear kernel and gate backward (gpu_stack.py; STACK_ARGS, e.g.
+#             --gate-only)
+#   warps     warps and stages of the rotate_mix and aggregate kernels (gpu_warps.py; WARPS_ARGS)
+#   variants  candidate SO(2) linear kernels (linear_variants.py; VARIANTS_ARGS, default
+#             --tma-only)
 #   profile   kernel table by shape and module times of one eager call, Mini and default, 4,096
 #             atoms; PROFILE_VARIANTS="breaks" adds the torch.compile variant (gpu_profile.py)
 #   deepmd    mdband beside deepmd-kit 3.2.0 on the same checkpoints, one config per run of
@@ -97,10 +101,19 @@ fi
 if has stack; then
     for lc in "2 32" "3 64"; do
         set -- $lc
-        OUT=$OUT timeout 130 python3 benchmarks/gpu_stack.py --lmax "$1" --channels "$2" \
-            >"$OUT/stack-L$1-C$2.log" 2>&1 || status=1
+        OUT=$OUT timeout ${STACK_TIMEOUT:-130} python3 benchmarks/gpu_stack.py --lmax "$1" --channels "$2" \
+            ${STACK_ARGS:-} >"$OUT/stack-L$1-C$2.log" 2>&1 || status=1
         tail -2 "$OUT/stack-L$1-C$2.log"
     done
+fi
+if has warps; then
+    timeout 200 python3 benchmarks/gpu_warps.py ${WARPS_ARGS:-} >"$OUT/warps.log" 2>&1 || status=1
+    tail -1 "$OUT/warps.log"
+fi
+if has variants; then
+    timeout 200 python3 benchmarks/linear_variants.py ${VARIANTS_ARGS:---tma-only} \
+        >"$OUT/linear-variants.log" 2>&1 || status=1
+    tail -3 "$OUT/linear-variants.log"
 fi
 if has profile; then
     OUT=$OUT timeout 300 python3 benchmarks/gpu_profile.py --configs mini default --sizes 4 8 \

@@ -1,11 +1,14 @@
-"""Warps per program of the rotate_mix kernels (``rotate_mix.WARPS``) on one GPU.
+"""Warps per program of the rotate_mix and aggregate kernels on one GPU.
 
-    python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096]
+    python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096] [--aggregate 3x64 2x32]
+        [--no-rotate-mix]
 
 Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
 warps per program, then the backward for edges per program and pipeline stages of its edge
 kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks
-that every launch agrees with the module's default to 1e-5 relative. Prints one line per setting.
+that every launch agrees with the module's default to 1e-5 relative; then aggregate's walk
+kernels (``aggregate.WALK``: warps, edge-loop pipeline stages) per (L, C), forward + backward
+with one attention head. Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 import benchmarks.gpu_kernels as gk
 from mdband.kernels import _common as cm
+from mdband.kernels import aggregate as agg
 from mdband.kernels import rotate_mix as rm
 from mdband.so3 import storage as st
 
@@ -45,14 +49,46 @@ def compiled_sizes(kernel):
     return out
 
 
+def aggregate_sweep(E, N, L, C, dev):
+    """aggregate forward + backward (one attention head, band) per warps and edge-loop stages
+    of its walk kernels (``aggregate.WALK``), each checked against the default launch."""
+    c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=2, H=1, R=1), torch.float32)
+    band = st.RotationLayout.BAND
+
+    def fn():
+        return gk.run_aggregate(c, band, 1)
+
+    ok, saved = True, dict(agg.WALK)
+    ref = fn()
+    for warps in (None, 1, 2, 4):
+        for stages in (1, 2, 3, 4):
+            agg.WALK.update(warps=warps, stages=stages)
+            ms = gk.bench(fn, dev)[0]
+            same = close(fn(), ref)
+            ok &= same
+            print(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages}: {ms:7.2f} ms "
+                  f"(fwd + bwd)  matches default: {same}", flush=True)  # fmt: skip
+    agg.WALK.update(saved)
+    print("aggregate bwd compiles:", compiled_sizes(agg._agg_bwd_kernel), flush=True)
+    return ok
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--nodes", type=int, default=4096)
+    ap.add_argument(
+        "--aggregate",
+        nargs="*",
+        default=["3x64", "2x32"],
+        help="(L)x(C) shapes of the aggregate sweep (none: skip it)",
+    )
+    ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     E, N, C, L = args.edges, args.nodes, 64, 3
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=1, H=1, R=1), torch.float32)
+    # (the rotate_mix case is built even with --no-rotate-mix: a few seconds)
     scsr = cm.csr(c["src"], N)
     rot = c["storage"][st.RotationLayout.BAND]
     code = st.LAYOUT_CODE[st.RotationLayout.BAND]
@@ -65,6 +101,8 @@ def main(argv=None):
             c["gy"], x, src, rot, code, L, L, k, b, None, *scsr),
     }  # fmt: skip
     ok = True
+    if args.no_rotate_mix:
+        ops = {}
     with cm.force_backend("triton"):
         for name, fn in ops.items():
             default = dict(rm.WARPS)
@@ -77,9 +115,10 @@ def main(argv=None):
                 print(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
             rm.WARPS.update(default)
         # the backward edge kernel's edges per program and pipeline stages (one warp)
-        fn, ref = ops["rotate_mix bwd"], ops["rotate_mix bwd"]()
+        fn = ops.get("rotate_mix bwd")
+        ref = fn() if fn else None
         saved = dict(rm.BWD_EDGE)
-        for eb in (4, 8, 16, 32):
+        for eb in (4, 8, 16, 32) if fn else ():
             for stages in (1, 2, 3):
                 rm.BWD_EDGE.update(EB=eb, stages=stages)
                 ms = gk.bench(fn, dev)[0]
@@ -88,7 +127,10 @@ def main(argv=None):
                 print(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
                       f"matches default: {same}", flush=True)  # fmt: skip
         rm.BWD_EDGE.update(saved)
-        print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
+        if fn:
+            print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
+        for shape in args.aggregate:
+            ok &= aggregate_sweep(E, N, *(int(v) for v in shape.split("x")), dev)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

@@ -274,9 +274,16 @@ STATS_EDGES = 32
 KERNELS = {"fwd": "walk", "bwd": "walk"}
 
 
+#: launch of the walk kernels: warps per program (None: :func:`_warps`) and software-pipeline
+#: stages of their edge loops (3 is Triton's default); ``benchmarks/gpu_warps.py`` sweeps both
+WALK = {"warps": None, "stages": 3}
+
+
 def _warps(C: int, jp: int) -> int:
     """Warps of a (node, degree block) walk program: few, so that many fit on an SM (the walks
-    are latency-bound); one per 512 elements of its JP × BC tiles."""
+    are latency-bound); one per 512 elements of its JP × BC tiles (or ``WALK["warps"]``)."""
+    if WALK["warps"]:
+        return WALK["warps"]
     return max(1, min(8, cm.next_pow2(C) * jp // 512))
 
 
@@ -339,7 +346,7 @@ def _aggregate_op(
         C, C // H if attn else 1,
         *y.stride(), *sr, *sl, *out.stride(), *stt,
         JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout, ATTN=attn,
-        num_warps=_warps(C, t["jp"]),
+        num_warps=_warps(C, t["jp"]), num_stages=WALK["stages"],
     )  # fmt: skip
     return out, stats
 
@@ -398,7 +405,7 @@ def _aggregate_bwd_op(
             *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
             *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
             JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), HP=cm.next_pow2(max(H, 1)),
-            LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]),
+            LAYOUT=layout, ATTN=attn, num_warps=_warps(C, t["jp"]), num_stages=WALK["stages"],
         )  # fmt: skip
     # epilogue: the blocks' partials summed by torch reductions (no atomics: deterministic)
     q = qp.sum(0)
