@@ -29,6 +29,9 @@ def _trunc(x):
     return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
 
 
+_rna = sd.rna_tf32  # round to the nearest TF32 value (the product kernel's split)
+
+
 @triton.jit
 def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
             L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
@@ -62,10 +65,12 @@ def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
 @triton.jit
 def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
             L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
-            BUILTIN: tl.constexpr, XSPLIT: tl.constexpr = False):  # fmt: skip
+            BUILTIN: tl.constexpr, XSPLIT: tl.constexpr = 0):  # fmt: skip
     """TMA descriptors: x (F, E, Dm·C) tiles [1, BE, C] (zero-filled / clipped past E);
     w (F·Dm·2L·C, C) tiles [C, C] stored [c_out][c_in]. BUILTIN: one tf32x3 dot of xh (the raw
-    x) and wh (the raw w); else three tf32 dots of the pre-split operands."""
+    x) and wh (the raw w); XSPLIT 1: x split by truncation in registers, 2: the raw x as the
+    hi operand (the tensor core reads its TF32 bits) and only lo = x − trunc(x) formed; else three
+    tf32 dots of the pre-split operands."""
     DM: tl.constexpr = 3 * L + 1
     NK: tl.constexpr = 2 * L
     j = tl.program_id(0)
@@ -83,6 +88,14 @@ def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
             xa = xh_d.load([f, e0, xc]).reshape(BE, C)
             w = wh_d.load([wr, 0])
             acc = tl.dot(xa, w.T, acc, input_precision="tf32x3")
+        elif XSPLIT == 2:  # the raw x as the hi operand: the tensor core truncates it
+            xa = xh_d.load([f, e0, xc]).reshape(BE, C)
+            xl = _rna(xa - _trunc(xa))
+            wh = wh_d.load([wr, 0])
+            acc = tl.dot(xl, wh.T, acc, input_precision="tf32")
+            wl = wl_d.load([wr, 0])
+            acc = tl.dot(xa, wl.T, acc, input_precision="tf32")
+            acc = tl.dot(xa, wh.T, acc, input_precision="tf32")
         elif XSPLIT:
             xa = xh_d.load([f, e0, xc]).reshape(BE, C)
             xh = _trunc(xa)
@@ -103,9 +116,6 @@ def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
     if RES:
         acc += res_d.load([f, e0, j * C]).reshape(BE, C)
     y_d.store([f, e0, j * C], acc.reshape(1, BE, C))
-
-
-_rna = sd.rna_tf32  # round to the nearest TF32 value (the product kernel's split)
 
 
 @triton.jit
@@ -211,6 +221,11 @@ def main():
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--product-only", action="store_true", help="only the product's kernel")
+    ap.add_argument(
+        "--tma-only",
+        action="store_true",
+        help="only the TMA split variants and the product's tf32x3 launch",
+    )
     ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1")
     args = ap.parse_args()
     dev = args.device
@@ -259,19 +274,22 @@ def main():
 
     y = torch.empty_like(x)
     if not args.product_only:
-        experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report)
+        experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, args.tma_only)
     # ss._linear is called here outside its triton_op: torch's wrap_triton would then trace each
     # launch and keep its TensorDescriptors (and so x, y) in its kernel side table for good
     from torch._library.triton import set_wrap_triton_enabled
 
     with set_wrap_triton_enabled(False):
-        product(x, w0, wm, L, C, report)
+        product(x, w0, wm, L, C, report, args.tma_only)
 
 
-def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report):
+XSPLIT_CODE = {"xsplit": 1, "xraw": 2}
+
+
+def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, tma_only=False):
     """The earlier candidates (pointer kernel, pre-split TMA variants, the Gauss pair kernel)."""
     DM = 3 * L + 1
-    for be, wa, stg in [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
+    for be, wa, stg in [] if tma_only else [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
         tag = f"{be}/{wa}/{stg}"
         grid = (DM, triton.cdiv(E, be), F)
         report("uni " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_uni[grid](
@@ -295,16 +313,22 @@ def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report):
         ("xsplit", 128, 8, 3),
         ("xsplit", 128, 8, 2),
         ("xsplit", 64, 4, 3),
+        ("xraw", 128, 8, 2),
+        ("xraw", 128, 8, 3),
+        ("xraw", 64, 4, 2),
+        ("xraw", 128, 4, 2),
     ]
+    if tma_only:
+        runs = [r for r in runs if r[0] in ("xsplit", "xraw", "builtin")]
     for mode, be, wa, stg in runs:
         dxh, dxl, dx, dwh, dwl, dy, draw, dwp = descs(be)
-        first = {"pre": dxh, "pre-raw": draw, "builtin": draw, "xsplit": draw}[mode]
+        first = {"pre": dxh, "pre-raw": draw, "builtin": draw, "xsplit": draw, "xraw": draw}[mode]
         d = (first, dxl, dx, dwp if mode == "builtin" else dwh, dwl, dy)
         report(f"tma-{mode} {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg, d=d, mode=mode:
                lin_tma[(DM, triton.cdiv(E, be), F)](*d, L=L, C=C, BE=be, RES=True,
-               BUILTIN=mode == "builtin", XSPLIT=mode == "xsplit", num_warps=wa,
+               BUILTIN=mode == "builtin", XSPLIT=XSPLIT_CODE.get(mode, 0), num_warps=wa,
                num_stages=stg), y)  # fmt: skip
-    for be, wa, stg in [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2)]:
+    for be, wa, stg in [] if tma_only else [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2)]:
         try:
             out = pair_linear(x, x, w0, wm, L, be, wa, stg)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
@@ -314,18 +338,23 @@ def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report):
                pair_linear(x, x, w0, wm, L, be, wa, stg), out)  # fmt: skip
 
 
-def product(x, w0, wm, L, C, report):
+def product(x, w0, wm, L, C, report, tma_only=False):
     """The product's kernel in both orientations: one output row per program (rows = 1) or two
     rows of one m-group sharing each x tile's load and split (rows = 2), per mode and launch."""
     launches = [(128, 8, 2, 1), (64, 4, 2, 1), (128, 8, 2, 2), (64, 4, 2, 2), (64, 8, 2, 2),
                 (128, 8, 1, 2), (64, 4, 3, 2), (32, 4, 2, 2), (256, 8, 2, 2)]  # fmt: skip
-    for mode in ("tf32x3", "fp16x3"):
+    if tma_only:
+        launches = launches[:1]
+    splits = ("rna", "trunc", "trunc-rna") if tma_only else ("rna",)
+    for mode, split in [("tf32x3", sp) for sp in splits] + ([] if tma_only else [("fp16x3", "")]):
+        sl.X_SPLIT["tf32x3"] = split or "rna"
         for be, warps, stages, rows in launches:
             ss.CONFIG[mode] = dict(BE=be, warps=warps, stages=stages, rows=rows)
             ss.SHAPE_CONFIG.pop((L, C), None)
             sl._WORKING.clear()
             for t in (False, True):
-                tag = f"mdband {mode} {'xWt' if t else 'xW'} {be}/{warps}/{stages} rows={rows}"
+                tag = f"mdband {mode}{'-' + split if split else ''} {'xWt' if t else 'xW'} "
+                tag += f"{be}/{warps}/{stages} rows={rows}"
                 try:
                     out = ss._linear(x, x, w0, wm, L, t, mode)
                 except Exception as exc:  # noqa: BLE001 - an experiment: record and go on

@@ -272,7 +272,24 @@ VARIANTS = {
         "stack_precision": "fp16x3",
         "_kernels": {"aggregate": "dot", "rotate_mix": "dot"},
     },  # fmt: skip
+    # tf32x3 with x split by truncation (_stack_linear.X_SPLIT, a module switch)
+    "xtrunc": {"_x_split": "trunc"},
+    "xtrunc-rna": {"_x_split": "trunc-rna"},
 }
+
+
+@contextmanager
+def x_split(kind: str | None):
+    """Set the linear kernel's tf32x3 split of x for a variant."""
+    from mdband.kernels import _stack_linear as sl
+
+    saved = dict(sl.X_SPLIT)
+    try:
+        if kind:
+            sl.X_SPLIT["tf32x3"] = kind
+        yield
+    finally:
+        sl.X_SPLIT.update(saved)
 
 
 @contextmanager
@@ -304,7 +321,10 @@ def mdband_variants(args) -> dict:
     ref = mdband.load_model(args.checkpoint, device=args.device, dtype="float64").evaluate(*a)
     out = {}
     for name in args.variants:
-        with kernel_switches(VARIANTS[name].get("_kernels", {})):
+        with (
+            kernel_switches(VARIANTS[name].get("_kernels", {})),
+            x_split(VARIANTS[name].get("_x_split")),
+        ):
             out[name] = _variant(args, name, a, ref, torch, mdband)
     return out
 

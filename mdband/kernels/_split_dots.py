@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from mdband.kernels import _common as cm
 
+#: tf32x3 splits of x (the constexpr XS of :func:`split_x`): integer ops per element 5, 2, 4
+X_SPLITS = {"rna": 0, "trunc": 1, "trunc-rna": 2}
+
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
@@ -35,15 +38,23 @@ if cm.TRITON_AVAILABLE:
         return s, inv
 
     @triton.jit
-    def split_x(xa, MODE: tl.constexpr):
+    def split_x(xa, MODE: tl.constexpr, XS: tl.constexpr = 0):
         """(hi, lo, 1/s) of an x tile (BE, C) for the products of mode MODE (see
         :func:`mdband.kernels._stack_linear.linear_kernel`; lo is unused by fp16 and 1/s by
-        tf32x3)."""
+        tf32x3). tf32x3's split XS (:data:`X_SPLITS`): 0 both parts rounded to nearest, 1 hi
+        truncated and lo = x − hi exact (the tensor core reads lo's top TF32 bits), 2 hi
+        truncated, lo rounded."""
         # one return at the end: the compiler types every return of a function, also those
         # after a constexpr branch that returned
         if MODE == 0:
-            xh = rna_tf32(xa)
-            xl = rna_tf32(xa - xh)
+            if XS == 0:
+                xh = rna_tf32(xa)
+                xl = rna_tf32(xa - xh)
+            else:
+                xh = (xa.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+                xl = xa - xh
+                if XS == 2:
+                    xl = rna_tf32(xl)
             inv = tl.zeros((xa.shape[0],), tl.float32)
         else:
             s, inv = row_scales(xa)

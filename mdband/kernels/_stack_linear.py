@@ -30,6 +30,8 @@ from mdband.kernels import _stack_launch as launch
 from mdband.kernels import _stack_weights as sw
 
 _WORKING: dict = {}  # (device, configured launch, gated) -> the launch that fit there
+#: tf32x3's split of x (a key of :data:`mdband.kernels._split_dots.X_SPLITS`), read per launch
+X_SPLIT = {"tf32x3": "rna"}
 
 if cm.TRITON_AVAILABLE:
     from triton.runtime.errors import OutOfResources
@@ -57,6 +59,7 @@ if cm.TRITON_AVAILABLE:
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
         MODE: tl.constexpr, ROWS: tl.constexpr, SLOTS: tl.constexpr,
         GATE: tl.constexpr, SAVE: tl.constexpr, NS: tl.constexpr, S0: tl.constexpr,
+        XS: tl.constexpr = 0,
     ):  # fmt: skip
         """Rows j0, j1 of h = x·W (+ res) on BE edges of focus f: acc (BE, C) each, one k-loop.
 
@@ -106,7 +109,7 @@ if cm.TRITON_AVAILABLE:
         acc1 = tl.zeros((BE, C), tl.float32)
         for k in range(nk):
             xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-            xh, xl, inv = _split_x(xa, MODE)
+            xh, xl, inv = _split_x(xa, MODE, XS)
             wr0 = wrow0 + k * C
             acc0 = _row_dot(xh, xl, inv, wh_d.load([wr0, 0]), wl_d, wr0, acc0, MODE)
             if ROWS == 2:
@@ -175,7 +178,7 @@ def _launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
                     xd, rd, *wd, yd, 1.0 / w_scale, *extra,
                     L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
                     ROWS=n_rows, SLOTS=slots, GATE=g_code, SAVE=gate is None or gate[3],
-                    NS=ns, S0=s0,
+                    NS=ns, S0=s0, XS=sd.X_SPLITS[X_SPLIT["tf32x3"]],
                     num_warps=cfg["warps"],
                     num_stages=cfg["stages"],
                 )  # fmt: skip

@@ -7,6 +7,7 @@ import torch
 from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_linear as sl
 from mdband.kernels import so2_stack as ss
 from mdband.kernels._stack_launch import ELEMENTWISE_BE
@@ -105,6 +106,26 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
         want = ss.so2_linear(x, w0, wm, L, transpose=t, gauss=False) + res.cpu().double()
         scale = float(want.abs().max())
         tol = TOLERANCE[precision] * scale
+        torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("split", list(sd.X_SPLITS))
+@pytest.mark.parametrize("L,C,E", [(2, 16, 40), (3, 16, 33)])
+def test_tf32x3_x_splits_match_float64(kdev, L, C, E, split, monkeypatch):
+    """Each tf32x3 split of x (``_stack_linear.X_SPLIT``: rounded, truncated, truncated hi with a
+    rounded lo) gives x·W and x·Wᵀ to fp32 level: a split whose hi + lo lost part of x, or
+    whose lo were dropped, is off by TF32's 2⁻¹¹."""
+    x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=3)
+    x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
+    res = torch.zeros_like(x32)
+    monkeypatch.setattr(sl, "_WORKING", {})
+    monkeypatch.setitem(sl.X_SPLIT, "tf32x3", split)
+    monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 16, "warps": 4, "stages": 2, "rows": 1})
+    for t in (False, True):
+        with cm.force_triton():
+            y = ss._linear(x32, res, w0_32, wm_32, L, t, "tf32x3")
+        want = ss.so2_linear(x, w0, wm, L, transpose=t, gauss=False)
+        tol = TOLERANCE["tf32x3"] * float(want.abs().max())
         torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
 
 
