@@ -7,8 +7,8 @@ Times each op's forward and backward (median of ``triton.testing.do_bench``) for
 warps per program, then the backward for edges per program and pipeline stages of its edge
 kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks
 that every launch agrees with the module's default to 1e-5 relative; then aggregate's walk
-kernels (``aggregate.WALK``: warps, edge-loop pipeline stages) per (L, C), forward + backward
-with one attention head. Prints one line per setting.
+kernels (``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward +
+backward with one attention head. Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 import torch
 
 import benchmarks.gpu_kernels as gk
+from mdband.kernels import _aggregate_walk as aw
 from mdband.kernels import _common as cm
 from mdband.kernels import aggregate as agg
 from mdband.kernels import rotate_mix as rm
@@ -58,18 +59,28 @@ def aggregate_sweep(E, N, L, C, dev):
     def fn():
         return gk.run_aggregate(c, band, 1)
 
+    rho = st.rotate_inv_rescale(L, c["y"].dtype, c["y"].device)
+    S = st.RotationStorage(band, c["Ls"], c["storage"][band])
+
+    def fwd():  # the forward alone (no graph)
+        return agg.aggregate(c["y"], S, L, rho, c["dst"], c["N"], c["env"],
+                             logits=c["logits"][:, :1], z=c["z"][:1])  # fmt: skip
+
     ok, saved = True, dict(agg.WALK)
     ref = fn()
-    for warps in (None, 1, 2, 4):
-        for stages in (1, 2, 3, 4):
-            agg.WALK.update(warps=warps, stages=stages)
-            ms = gk.bench(fn, dev)[0]
-            same = close(fn(), ref)
-            ok &= same
-            print(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages}: {ms:7.2f} ms "
-                  f"(fwd + bwd)  matches default: {same}", flush=True)  # fmt: skip
+    launches = [(None, 3, False), (None, 3, True), (None, 1, True), (None, 2, True), (2, 3, True)]
+    for warps, stages, prefetch in launches:
+        agg.WALK.update(warps=warps, stages=stages, prefetch={"fwd": prefetch, "bwd": prefetch})
+        ms, ms_fwd = gk.bench(fn, dev)[0], gk.bench(fwd, dev)[0]
+        out = fn()
+        same = close(out, ref)
+        bitwise = all(torch.equal(a, b) for a, b in zip(out, ref) if a is not None)
+        ok &= same
+        print(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
+              f"prefetch={prefetch}: {ms:7.2f} ms (fwd + bwd), fwd {ms_fwd:6.2f}  "
+              f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
     agg.WALK.update(saved)
-    print("aggregate bwd compiles:", compiled_sizes(agg._agg_bwd_kernel), flush=True)
+    print("aggregate bwd compiles:", compiled_sizes(aw._agg_bwd_kernel), flush=True)
     return ok
 
 

@@ -17,6 +17,7 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
+from mdband.kernels import aggregate as agg
 from mdband.kernels.aggregate import (
     STATS_EDGES,
     aggregate,
@@ -226,3 +227,28 @@ def test_env_as_a_column_view(kdev, H):
                     _leaves(t0))  # fmt: skip
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("H", [0, 1, 3])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_prefetching_walks_are_bitwise_the_plain_ones(kdev, layout, H, monkeypatch):
+    """``WALK["prefetch"]`` (edge i + 1's loads issued before edge i's work) changes when loads
+    are issued, not what is summed: the output and every cotangent equal the plain walks' bit
+    for bit, with
+    empty segments first, in the middle and last and segments of 1 to 33 edges."""
+    L, N = 3, 7
+    t0, _, rho, _ = _inputs(L, F32, H, kdev, E=45, N=N, C=12, seed=5)
+    dst = torch.tensor([5, 1, 5, 2, 5, 4, 1, 5, 2, 5, 4, 1] + [5] * 32 + [2], device=kdev)
+    dst[3] = 3  # a segment of one edge
+    S0 = storages(edge_vectors(45, F32, seed=2), L)[layout]
+    out = {}
+    for pf in (False, True):
+        monkeypatch.setitem(agg.WALK, "prefetch", {"fwd": pf, "bwd": pf})
+        S = leaf_storage(st.RotationStorage(layout, L, S0.require(layout, "t").to(kdev)))
+        t = _leaves(t0)
+        with cm.force_triton():
+            out[pf] = _run(S, L, rho, dst, N, t)
+    for i, (a, b) in enumerate(zip(out[False], out[True])):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a, b), f"output {i} differs with the prefetching walk"
