@@ -34,6 +34,7 @@ from mdband.model.gate import op_applies
 from mdband.model.layers import EquivariantRMSNorm, ScalarRMSNorm
 from mdband.model.memory import MemoryEstimate
 from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
+from mdband.model.so2 import leading_rows
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
@@ -302,7 +303,7 @@ class SeZMDescriptor(nn.Module):
             x = x[:, : st.dim_of(lb)]
             if exchange is not None:
                 x = exchange(x)
-            x = blk(x, ec, radf[:, : lb + 1], recompute=self.recompute)
+            x = blk(x, ec, leading_rows(radf, lb + 1), recompute=self.recompute)
         return self.output_ffn(x[:, : st.dim_of(cfg.readout_lmax)])
 
     def choose_plan(self, dst, n_atoms: int, like: torch.Tensor):

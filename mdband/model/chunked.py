@@ -36,6 +36,7 @@ import torch
 from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
+from mdband.model.so2 import leading_rows
 from mdband.so3 import storage as st
 
 #: the last stage does its backward in its forward (for the announced cotangent); False
@@ -307,7 +308,7 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
         def block(c, vec, x_rows, x1, *rest, blk=blk, lb=lb):
             *nodes, te = rest
             ec = chunks.geometry(c, vec)
-            radf = desc.edge_features(ec, desc.radial_features(ec), te)[:, : lb + 1]
+            radf = leading_rows(desc.edge_features(ec, desc.radial_features(ec), te), lb + 1)
             return blk.chunk_rows(x_rows, x1, tuple(nodes) or None, ec, radf)
 
         if head is not None and i == n_blocks - 1 and not chunks.trainable:

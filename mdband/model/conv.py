@@ -26,6 +26,7 @@ from mdband.model.so2 import (
     GatedActivation,
     RadialDegreeMixer,
     SO2Linear,
+    leading_rows,
     reduced_degree_index,
 )
 from mdband.so3 import storage as st
@@ -178,7 +179,8 @@ class SO2Convolution(nn.Module):
         return torch.softmax(logits, dim=1) * 0.98 + 0.02 / self.F
 
     def _edge_messages(self, x1, ec, radf, recompute: bool = False):
-        """(E, D, Cw) rotated-back messages and the l = 0 radial row (E, Cw)."""
+        """(E, D, Cw) rotated-back messages (the local-frame rows for the fused aggregation)
+        and the radial term of the attention logits (E, F, H), None without attention."""
         E = ec.src.shape[0]
         L, F, Cf = self.lmax, self.F, self.Cf
         if not self.needs_local_frame:
@@ -189,18 +191,20 @@ class SO2Convolution(nn.Module):
                 a = self._focus_alpha((xs[:, 0] * rad[:, 0]).reshape(E, F, Cf))
                 D = msg.shape[1]
                 msg = (msg.reshape(E, D, F, Cf) * a[:, None, :, None]).reshape(E, D, self.Cw)
-            return msg, rad[:, 0]
+            return msg, self._radial_logits(rad[:, 0]) if self.H > 0 else None
         # per-degree radial rows (E, L+1, Cw); the mixer reads only these, so the per-row gather
         # (E, Dm, Cw) is built only for the plain radial product
         radl = radf if self.radial_hidden_proj is None else self.radial_hidden_proj(radf)
         mixer = self.radial_degree_mixer
+        rad_logits = None
         if self.rotate_mix_op and self.settings.ops_on(x1):
             if mixer is None:
                 xl = rotate_mix(x1, ec.src, ec.rotations, L, rad=radl[:, self._deg_m],
                                 csr=ec.src_csr())  # fmt: skip
             else:
-                xl = rotate_mix(x1, ec.src, ec.rotations, L, k=mixer.kernel(radl),
-                                basis=mixer.channel_basis, csr=ec.src_csr())  # fmt: skip
+                k, rad_logits = self._mixer_and_logit_terms(radl)
+                xl = rotate_mix(x1, ec.src, ec.rotations, L, k=k, basis=mixer.channel_basis,
+                                csr=ec.src_csr())  # fmt: skip
         else:
             xl = st.rotate_to_local(ec.rotations, x1.index_select(0, ec.src), L)  # (E, Dm, Cw)
             xl = xl * radl[:, self._deg_m] if mixer is None else mixer(xl, radl)
@@ -215,10 +219,36 @@ class SO2Convolution(nn.Module):
             a = self._focus_alpha(gate_src)  # (E, F)
             xl = xl * a.transpose(0, 1)[:, :, None, None]
         xl = xl.permute(1, 2, 0, 3).reshape(E, 3 * L + 1, self.Cw)
+        if rad_logits is None and self.H > 0:
+            rad_logits = self._radial_logits(radl[:, 0])
         if self.aggregate_op and self.settings.ops_on(xl):
-            return xl, radl[:, 0]  # local frame: the fused aggregation rotates back
+            return xl, rad_logits  # local frame: the fused aggregation rotates back
         msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
-        return msg, radl[:, 0]
+        return msg, rad_logits
+
+    def _radial_logits(self, rad0: torch.Tensor) -> torch.Tensor:
+        """The radial term of the attention logits (E, F, H) from the l = 0 radial row (E, Cw)."""
+        E, F, Cf = rad0.shape[0], self.F, self.Cf
+        return torch.einsum("efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w)
+
+    def _mixer_and_logit_terms(self, radl: torch.Tensor):
+        """(degree-mixer kernel (E, K, R'), radial attention-logit term (E, F, H) or None) of
+        the per-degree radial rows radl (E, L+1, Cw), with attention in one GEMM: the logit
+        weights sit block-diagonally in the rows of l = 0 beside the mixer's weights (zero
+        rows elsewhere: exact), so autograd meets radl once (a second use through radl[:, 0]
+        cost a zero-filled copy of radl and an accumulation in the backward)."""
+        mixer = self.radial_degree_mixer
+        if self.H == 0:
+            return mixer.kernel(radl), None
+        E, L, F, H, Cw = radl.shape[0], self.lmax, self.F, self.H, self.Cw
+        w = self.adamw_attn_logit_w  # (Cf, F, H)
+        logit_w = torch.block_diag(*[w[:, f, :] for f in range(F)])  # (F·Cf = Cw, F·H)
+        logit_w = torch.cat([logit_w, logit_w.new_zeros(L * Cw, F * H)], dim=0)
+        flat = leading_rows(radl, L + 1).reshape(E, (L + 1) * Cw)
+        flat = flat @ torch.cat([mixer.weight, logit_w], dim=1)
+        n_k = mixer.weight.shape[1]
+        k = flat[:, :n_k].reshape(E, mixer.ksize, n_k // mixer.ksize)
+        return k, flat[:, n_k:].reshape(E, F, H)
 
     def forward(self, x: torch.Tensor, ec, radf: torch.Tensor, recompute: bool = False):
         x1 = self.pre_focus_mix(x)
@@ -248,17 +278,17 @@ class SO2Convolution(nn.Module):
         cotangents); chunks pass the shared ones.
         """
         N = ec.n_nodes
-        msg, rad0 = self._edge_messages(x1, ec, radf, recompute)
+        msg, rad_logits = self._edge_messages(x1, ec, radf, recompute)
         if nodes is None:
             nodes = self.node_terms(x1)
         if self.needs_local_frame and self.aggregate_op and self.settings.ops_on(x1):
-            return self._fused_aggregate(msg, nodes, ec, rad0), nodes
+            return self._fused_aggregate(msg, nodes, ec, rad_logits), nodes
         E, D = msg.shape[0], msg.shape[1]
         if self.H == 0:
             out = x1.new_zeros(N, D, self.Cw)
             return out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg, nodes
         FH, hd = self.F * self.H, self.head_dim
-        logits, null = self._attention_logits(nodes, ec, rad0)
+        logits, null = self._attention_logits(nodes, ec, rad_logits)
         alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null)
         wmsg = msg.reshape(E, D, FH, hd) * alpha[:, None, :, None]
         pre = msg.new_zeros(N, D, FH, hd).index_add_(0, ec.dst, wmsg)
@@ -276,16 +306,15 @@ class SO2Convolution(nn.Module):
             out = self.message_node_grid_product(out, x1)
         return self.post_focus_mix(out)
 
-    def _attention_logits(self, nodes, ec, rad0):
-        """Logits (E, F·H) of ec's edges and the null weights (F·H,)."""
+    def _attention_logits(self, nodes, ec, rad_logits):
+        """Logits (E, F·H) of ec's edges (``rad_logits`` (E, F, H): their radial term) and the
+        null weights (F·H,)."""
         E = ec.src.shape[0]
-        F, H, hd, Cf = self.F, self.H, self.head_dim, self.Cf
+        F, H, hd = self.F, self.H, self.head_dim
         q, k, _ = nodes
         fused = self.settings.ops_on(q)
         logits = edge_dot(q[ec.rows], k, ec, fused).reshape(E, F, H) * hd**-0.5
-        logits = logits + torch.einsum(
-            "efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w
-        )
+        logits = logits + rad_logits
         null = nn.functional.softplus(self.adamw_attn_z_bias_raw) + self.eps
         return logits.reshape(E, F * H), null.reshape(F * H)
 
@@ -294,7 +323,7 @@ class SO2Convolution(nn.Module):
         g = torch.einsum("nfi,ifh->nfh", self.attn_output_gate_norm(s0), self.adamw_attn_gate_w)
         return torch.sigmoid(g)
 
-    def _fused_aggregate(self, xl, nodes, ec, rad0):
+    def _fused_aggregate(self, xl, nodes, ec, rad_logits):
         """Rotate back + ρ + attention (or envelope scatter) + segment sum in one op."""
         N, L = ec.n_nodes, self.lmax
         rho = self._rho
@@ -302,6 +331,6 @@ class SO2Convolution(nn.Module):
         if self.H == 0:
             s = ec.inv_sqrt_deg.reshape(N)
             return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, s=s, csr=ec.dst_csr())
-        logits, null = self._attention_logits(nodes, ec, rad0)
+        logits, null = self._attention_logits(nodes, ec, rad_logits)
         return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, logits=logits, z=null,
                          csr=ec.dst_csr())  # fmt: skip

@@ -13,6 +13,13 @@ from torch import nn
 from mdband.kernels.so2_stack import so2_linear
 
 
+def leading_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t[:, :n]``, or t itself when it has n rows: a full slice still records a backward that
+    writes a zero tensor of t's size and copies the cotangent into it (two passes over an
+    (E, L+1, C) tensor per use at 647,154 edges: ≈ 0.3 ms each for the default config)."""
+    return t if t.shape[1] == n else t[:, :n]
+
+
 def reduced_degree_index(lmax: int) -> list[int]:
     """Degree of each reduced row: [0..L, 1..L, 1..L]."""
     return list(range(lmax + 1)) + list(range(1, lmax + 1)) * 2
@@ -90,7 +97,8 @@ class RadialDegreeMixer(nn.Module):
         """Compact kernel (E, K, R') from radial features rad (E, ≥ L+1, C) whose first L+1 rows
         are degrees 0..L (the per-degree rows, or the reduced-row layout, which starts so)."""
         E = rad.shape[0]
-        flat = rad[:, : self.lmax + 1].reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
+        rows = leading_rows(rad, self.lmax + 1)
+        flat = rows.reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
         return flat.view(E, self.ksize, flat.shape[-1] // self.ksize)
 
     def forward(self, xl: torch.Tensor, rad: torch.Tensor) -> torch.Tensor:
