@@ -9,7 +9,8 @@ forces + virial through ``Potential.evaluate`` with its GPU neighbour list, CUDA
   ``torch.compile`` in one of these variants, against the same weights uncompiled:
 
   - ``modules``: every pure-torch module compiled on its own (norms, linear maps, FFNs, the
-    message-node grid, radial MLP, readout, fitting net);
+    message-node grid, radial MLP, readout, fitting net); ``modules:<Class>`` (e.g.
+    ``modules:EquivariantFFN``) compiles only the modules of that class;
   - ``breaks``: the setting ``compile=on``: the model compiled with a graph break at each
     fused op, so that every stretch of torch code between two ops is one compiled region.
 

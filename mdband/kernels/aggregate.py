@@ -32,9 +32,11 @@ doing block b's part of each edge: out[n, block b]; backward: gy rows, storage e
 edge's per-block partial of q = <gout[dst], msg> (per head; plain mode also per-(block, node)
 partials of gs) in an (NB, E, H) scratch that a torch epilogue sums in block order to finish
 glogits, genv (and gs). Few warps per program (one for C ≤ 64 at L = 3): the walks are
-latency-bound, so many programs share an SM. ``KERNELS`` switches either pass to the "dot"
-kernels of :mod:`mdband.kernels._aggregate_dot` (same programs, BE edges per step as tl.dot tile
-products instead of per-edge reductions; same scratch and epilogue).
+latency-bound, so many programs share an SM; the forward walk loads edge i + 1 before it works
+on edge i (``WALK``; the walks are in :mod:`mdband.kernels._aggregate_walk`). ``KERNELS``
+switches either pass to the "dot" kernels of :mod:`mdband.kernels._aggregate_dot` (same
+programs, BE edges per step as tl.dot tile products instead of per-edge reductions; same
+scratch and epilogue).
 
 Bytes moved per edge (fp32, S = 4): y Dm·C·S and the rotation (3D−2)·S (band; as many scattered
 dense entries), each read by one program only, perm 8, env/logits (1+H)·S per block program
