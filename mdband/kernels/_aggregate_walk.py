@@ -59,6 +59,47 @@ if cm.TRITON_AVAILABLE:
         return ev, coef, yb, t, en
 
     @triton.jit
+    def _walk_fetch(wk, i, end, state, BC: tl.constexpr, ATTN: tl.constexpr, PF: tl.constexpr):
+        """Edge i of a walk, shared by the forward and the backward: (e, ev, coef, yb, t) to
+        work on and the state of the next step. ``wk``: the walk's pointers, index tiles and
+        strides (a tuple, see the kernels); ``state`` = (e, next index, ev, coef, yb, t) as
+        left by the previous step (by :func:`_walk_first` before the loop); without PF it is
+        unused and edge i is loaded here."""
+        (perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, off, m2, rs, rm, cc, cmask, hc,
+         sr0, sy0, sy1, sy2, sl0, sl1) = wk  # fmt: skip
+        e, en, ev, coef, yb, t = state
+        if PF:
+            ev1, coef1, yb1, t1, en2 = _walk_load(
+                perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, en, i + 1, end, off, m2, rs, rm, cc,
+                cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
+            )  # fmt: skip
+            nxt = (en, en2, ev1, coef1, yb1, t1)
+        else:
+            e, ev, coef, yb = _edge_tiles(
+                perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2
+            )
+            if ATTN:
+                t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+            nxt = state
+        return e, ev, coef, yb, t, nxt
+
+    @triton.jit
+    def _walk_first(wk, beg, end, BC: tl.constexpr, ATTN: tl.constexpr, PF: tl.constexpr):
+        """The walk's state before its first edge (:func:`_walk_fetch`): edge beg loaded with
+        PF (nothing read for an empty segment), nothing read without."""
+        (perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, off, m2, rs, rm, cc, cmask, hc,
+         sr0, sy0, sy1, sy2, sl0, sl1) = wk  # fmt: skip
+        live = beg < end
+        if not PF:
+            live = beg < beg  # the plain walk loads each edge in its step: read nothing here
+        e = tl.load(perm_ptr + beg, mask=live, other=0).to(tl.int64)
+        ev, coef, yb, t, en = _walk_load(
+            perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, e, beg, tl.where(live, end, beg), off,
+            m2, rs, rm, cc, cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
+        )  # fmt: skip
+        return (e, en, ev, coef, yb, t)
+
+    @triton.jit
     def _agg_stats_kernel(
         perm_ptr, ptr_ptr, env_ptr, lg_ptr, z_ptr, st_ptr,
         H, sl0, sl1, st0, st1, st2,
@@ -112,31 +153,16 @@ if cm.TRITON_AVAILABLE:
             sn = tl.load(s_ptr + n)
             hc = cc  # unused
         acc = tl.full((JP, BC), 0.0, dt)
-        if PF:  # the prefetching walk's first edge (see the backward)
-            e = tl.load(perm_ptr + beg, mask=beg < end, other=0).to(tl.int64)
-            ev, coef, yb, t, en = _walk_load(
-                perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, e, beg, end, off, m2, rs, rm, cc,
-                cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
-            )  # fmt: skip
+        wk = (perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, off, m2, rs, rm, cc, cmask, hc,
+              sr0, sy0, sy1, sy2, sl0, sl1)  # fmt: skip
+        state = _walk_first(wk, beg, end, BC, ATTN, PF)
         for i in range(beg, end):
-            if PF:
-                ev1, coef1, yb1, t1, en2 = _walk_load(
-                    perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, en, i + 1, end, off, m2, rs, rm,
-                    cc, cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
-                )  # fmt: skip
-            else:
-                e, ev, coef, yb = _edge_tiles(
-                    perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2
-                )
-                if ATTN:
-                    t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+            e, ev, coef, yb, t, state = _walk_fetch(wk, i, end, state, BC, ATTN, PF)
             if ATTN:
                 a = (ev * ev) * tl.exp(t - mx) * inv
             else:
                 a = ev
             acc += tl.reduce(coef[:, :, None] * (yb * a)[:, None, :], 0, SUM)
-            if PF:
-                e, en, ev, coef, yb, t = en, en2, ev1, coef1, yb1, t1
         store_block(out_ptr, acc, rho, sn, n, col, jm, cc, cmask, so0, so1, so2, ATTN)
 
     @triton.jit
@@ -173,24 +199,11 @@ if cm.TRITON_AVAILABLE:
             sn = tl.load(s_ptr + n)
             gsacc = sn * 0.0
             hc = cc  # unused
-        if PF:  # the prefetching walk's first edge
-            e = tl.load(perm_ptr + beg, mask=beg < end, other=0).to(tl.int64)
-            ev, coef, yb, t, en = _walk_load(
-                perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, e, beg, end, off, m2, rs, rm, cc,
-                cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
-            )  # fmt: skip
+        wk = (perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, off, m2, rs, rm, cc, cmask, hc,
+              sr0, sy0, sy1, sy2, sl0, sl1)  # fmt: skip
+        state = _walk_first(wk, beg, end, BC, ATTN, PF)
         for i in range(beg, end):
-            if PF:
-                ev1, coef1, yb1, t1, en2 = _walk_load(
-                    perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, en, i + 1, end, off, m2, rs, rm,
-                    cc, cmask, hc, sr0, sy0, sy1, sy2, sl0, sl1, BC, ATTN,
-                )  # fmt: skip
-            else:
-                e, ev, coef, yb = _edge_tiles(
-                    perm_ptr, env_ptr, rot_ptr, y_ptr, i, off, m2, rs, rm, cc, sr0, sy0, sy1, sy2
-                )
-                if ATTN:
-                    t = tl.load(lg_ptr + e * sl0 + hc * sl1, mask=cmask, other=0.0)
+            e, ev, coef, yb, t, state = _walk_fetch(wk, i, end, state, BC, ATTN, PF)
             if ATTN:
                 a = (ev * ev) * (tl.exp(t - mxc) * invc)
             else:
@@ -207,7 +220,5 @@ if cm.TRITON_AVAILABLE:
                 q = tl.reduce(qv, 0, SUM)
                 tl.store(qp_ptr + b * sq0 + e * sq1, q)
                 gsacc += ev * q
-            if PF:
-                e, en, ev, coef, yb, t = en, en2, ev1, coef1, yb1, t1
         if not ATTN:
             tl.store(gsp_ptr + b * sgs0 + n, gsacc)
