@@ -8,7 +8,8 @@ warps per program, then the backward for edges per program and pipeline stages o
 kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks
 that every launch agrees with the module's default to 1e-5 relative; then aggregate's walk
 kernels (``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward +
-backward with one attention head. Prints one line per setting.
+backward with one attention head, and its "dot" backward per tl.dot precision (ieee, tf32x3),
+edges per step and warps. Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -19,11 +20,19 @@ import sys
 import torch
 
 import benchmarks.gpu_kernels as gk
+from mdband.kernels import _aggregate_dot as ad
 from mdband.kernels import _aggregate_walk as aw
 from mdband.kernels import _common as cm
 from mdband.kernels import aggregate as agg
 from mdband.kernels import rotate_mix as rm
 from mdband.so3 import storage as st
+
+
+def rel(u, v) -> float:
+    """Max-norm difference of u from v relative to v's largest element (0 for empty)."""
+    if not u.numel():
+        return 0.0
+    return float((u - v).abs().max()) / (float(v.abs().max()) or 1.0)
 
 
 def close(a, b):
@@ -81,6 +90,33 @@ def aggregate_sweep(E, N, L, C, dev):
               f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
     agg.WALK.update(saved)
     print("aggregate bwd compiles:", compiled_sizes(aw._agg_bwd_kernel), flush=True)
+    ok &= dot_backward_sweep(fn, ref, L, C, dev)
+    return ok
+
+
+def dot_backward_sweep(fn, ref, L, C, dev):
+    """The "dot" backward (BE edges per step as tl.dot) per precision, edges per step and
+    warps, against the walk's results (fwd + bwd; the forward stays the walk)."""
+    ok = True
+    saved = (dict(agg.KERNELS), dict(ad.DOT_PRECISION), ad.DOT_EDGES, ad.DOT_WARPS)
+    agg.KERNELS["bwd"] = "dot"
+    for prec in ("ieee", "tf32x3"):
+        for edges, warps in ((4, None), (8, None), (16, None), (16, 4)):
+            ad.DOT_PRECISION["bwd"], ad.DOT_EDGES, ad.DOT_WARPS = prec, edges, warps
+            try:
+                ms = gk.bench(fn, dev)[0]
+                err = max(rel(a, b) for a, b in zip(fn(), ref) if a is not None)
+            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+                print(f"aggregate L={L} C={C} dot bwd {prec} BE={edges} warps={warps}: "
+                      f"{type(exc).__name__}", flush=True)  # fmt: skip
+                continue
+            ok &= err < 1e-4
+            print(f"aggregate L={L} C={C} dot bwd {prec} BE={edges} warps={warps or 'auto'}: "
+                  f"{ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
+                  flush=True)  # fmt: skip
+    agg.KERNELS.update(saved[0])
+    ad.DOT_PRECISION.update(saved[1])
+    ad.DOT_EDGES, ad.DOT_WARPS = saved[2], saved[3]
     return ok
 
 

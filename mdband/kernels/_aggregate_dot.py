@@ -32,7 +32,8 @@ The attention weights are computed once per edge (per lane only for H > 1) and r
 its SP rows. The backward's partials are the walk's (qp per (block, edge), plain mode also gsp
 per (block, node)); aggregate.py's torch epilogue sums them in block order.
 
-Accuracy: every tl.dot is ``input_precision="ieee"`` (exact fp32 / fp64 FMAs, no TF32); the
+Accuracy: every tl.dot is ``input_precision="ieee"`` (exact fp32 / fp64 FMAs, no TF32; float32
+may choose Triton's "tf32x3" per pass, :data:`DOT_PRECISION`, to fp32's rounding); the
 accumulation order differs from the walk's, so "dot" equals "walk" and the torch reference to
 rounding (fp32 ~1e-6 relative, fp64 ~1e-15). Band and dense storages run the same code on the
 same entries: bitwise identical. Deterministic: no atomics; every sum has a fixed order.
@@ -50,6 +51,8 @@ L = 3, C = 64), all fp32 FMA-unit work with "ieee". Not yet timed on a GPU.
 
 from __future__ import annotations
 
+import torch
+
 from mdband.kernels import _common as cm
 
 #: edges per step (R = DOT_EDGES · SP rows of the tl.dot tiles; SP = 4, so ≥ 4). Read at each
@@ -59,8 +62,16 @@ from mdband.kernels import _common as cm
 #: of its operands per thread); the fp64 H > 1 backward spills a little.
 DOT_EDGES = 4
 DOT_WARPS = None
+#: tl.dot precision per pass in float32 ("ieee": exact FMAs; "tf32x3": Triton's three-TF32
+#: tensor-core product, about fp32's rounding); float64 is always "ieee"
+DOT_PRECISION = {"fwd": "ieee", "bwd": "ieee"}
 #: smallest tl.dot dimension the kernels pad to
 DOT_MIN = 16
+
+
+def precision(y, pas: str) -> str:
+    """The tl.dot precision of pass ``pas`` for features y (:data:`DOT_PRECISION`)."""
+    return DOT_PRECISION[pas] if y.dtype == torch.float32 else "ieee"
 
 
 def chosen(kernels: dict, pas: str) -> str:
@@ -200,6 +211,7 @@ if cm.TRITON_AVAILABLE:
         sy0, sy1, sy2, sr0, sra, srb, sl0, sl1, so0, so1, so2, st0, st1, st2,
         JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr, BE: tl.constexpr,
         BC: tl.constexpr, LAYOUT: tl.constexpr, ATTN: tl.constexpr, LANES: tl.constexpr,
+        PREC: tl.constexpr = "ieee",
     ):  # fmt: skip
         # one program per (destination node n, degree block b): out[n, block b]
         n, b, beg, end, cc, cmask, col, jm, rs, rowm, m2, ia, ib, off = _dot_setup(
@@ -218,7 +230,7 @@ if cm.TRITON_AVAILABLE:
                 perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, i0, end, off, m2, rs, rowm, cc,
                 cmask, hc, mx, inv, 1.0, sr0, sy0, sy1, sy2, sl0, sl1, SP, BE, BC, ATTN, LANES,
             )  # fmt: skip
-            acc = tl.dot(tl.trans(coef), yb * a, acc, input_precision="ieee", out_dtype=dt)
+            acc = tl.dot(tl.trans(coef), yb * a, acc, input_precision=PREC, out_dtype=dt)
         store_block(out_ptr, acc, rho, sn, n, col, jm, cc, cmask, so0, so1, so2, ATTN)
 
     @triton.jit
@@ -231,7 +243,7 @@ if cm.TRITON_AVAILABLE:
         sgy0, sgy1, sgy2, so0, soa, sob, sq0, sq1, sq2, sgs0,
         JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr, BE: tl.constexpr,
         BC: tl.constexpr, HPK: tl.constexpr, LAYOUT: tl.constexpr, ATTN: tl.constexpr,
-        LANES: tl.constexpr,
+        LANES: tl.constexpr, PREC: tl.constexpr = "ieee",
     ):  # fmt: skip
         # one program per (destination node n, degree block b): gy rows, storage cotangent
         # entries and the per-(block, edge) partials of q of block b over n's segment
@@ -262,15 +274,15 @@ if cm.TRITON_AVAILABLE:
                 perm_ptr, env_ptr, rot_ptr, y_ptr, lg_ptr, i0, end, off, m2, rs, rowm, cc,
                 cmask, hc, mx, inv, sn, sr0, sy0, sy1, sy2, sl0, sl1, SP, BE, BC, ATTN, LANES,
             )  # fmt: skip
-            tv = tl.dot(coef, g, input_precision="ieee", out_dtype=dt)  # (R, BC)
+            tv = tl.dot(coef, g, input_precision=PREC, out_dtype=dt)  # (R, BC)
             tl.store(
                 gy_ptr + er[:, None] * sgy0 + rs[:, None] * sgy1 + cc[None, :] * sgy2,
                 tv * a,
                 mask=okr[:, None] & rowm,
             )
             if LANES:
-                grt = tl.dot(yb * a, gt, input_precision="ieee", out_dtype=dt)  # (R, JPK)
-                qr = tl.dot(yb * tv, oh, input_precision="ieee", out_dtype=dt)  # (R, HPK)
+                grt = tl.dot(yb * a, gt, input_precision=PREC, out_dtype=dt)  # (R, JPK)
+                qr = tl.dot(yb * tv, oh, input_precision=PREC, out_dtype=dt)  # (R, HPK)
                 qe = tl.reduce(tl.reshape(qr, (BE, SP, HPK)), 1, SUM)  # block b's part of q
                 tl.store(
                     qp_ptr + b * sq0 + ee[:, None] * sq1 + hh[None, :] * sq2,
@@ -278,7 +290,7 @@ if cm.TRITON_AVAILABLE:
                     mask=oke[:, None] & (hh < H)[None, :],
                 )
             else:  # a is one number per row: grot = a·(y @ gᵀ), q = Σ_j coef·(y @ gᵀ)
-                pr = tl.dot(yb, gt, input_precision="ieee", out_dtype=dt)  # (R, JPK)
+                pr = tl.dot(yb, gt, input_precision=PREC, out_dtype=dt)  # (R, JPK)
                 grt = pr * a
                 qr = tl.reduce(coef * pr, 1, SUM)
                 qe = tl.reduce(tl.reshape(qr, (BE, SP)), 1, SUM)  # block b's part of q
@@ -306,7 +318,7 @@ def launch_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout
         *y.stride(), *sr, *(logits.stride() if attn else (0, 0)), *out.stride(),
         *(stats.stride() if attn else (0, 0, 0)),
         JP=t["jp"], JPK=p["JPK"], SP=t["sp"], BE=p["BE"], BC=p["BC"], LAYOUT=layout,
-        ATTN=attn, LANES=H > 1, num_warps=warps(C),
+        ATTN=attn, LANES=H > 1, PREC=precision(y, "fwd"), num_warps=warps(C),
     )  # fmt: skip
 
 
@@ -326,5 +338,5 @@ def launch_bwd(gout, y, rot, rho, perm, row_ptr, env, logits, stats, s, gy, grot
         *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
         *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
         JP=t["jp"], JPK=p["JPK"], SP=t["sp"], BE=p["BE"], BC=p["BC"], HPK=p["HPK"],
-        LAYOUT=layout, ATTN=attn, LANES=H > 1, num_warps=warps(C),
+        LAYOUT=layout, ATTN=attn, LANES=H > 1, PREC=precision(y, "bwd"), num_warps=warps(C),
     )  # fmt: skip

@@ -121,6 +121,18 @@ def test_dot_eight_edges_per_step(kdev, dot_kernels, monkeypatch, H):
     _check(kdev, 3, 3, F64, H)
 
 
+@pytest.mark.parametrize("H", [0, 1, 2])
+@pytest.mark.parametrize("L,Ls", [(2, 2), (3, 3)])
+def test_dot_tf32x3_matches_reference(kdev, dot_kernels, monkeypatch, L, Ls, H):
+    """``DOT_PRECISION`` "tf32x3" (Triton's three-TF32 product) in both passes: float32 to the
+    same tolerance as the exact FMAs, band == dense bitwise; float64 ignores it (exact)."""
+    monkeypatch.setitem(dot.DOT_PRECISION, "fwd", "tf32x3")
+    monkeypatch.setitem(dot.DOT_PRECISION, "bwd", "tf32x3")
+    y32, y64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
+    assert dot.precision(y32, "bwd") == "tf32x3" and dot.precision(y64, "bwd") == "ieee"
+    _check(kdev, L, Ls, F32, H)
+
+
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("L,Ls,H", [(3, 3, 0), (3, 3, 2), (1, 3, 1)])
 def test_dot_equals_walk(kdev, L, Ls, dtype, H):
