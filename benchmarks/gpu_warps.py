@@ -1,7 +1,7 @@
 """Warps per program of the rotate_mix and aggregate kernels on one GPU.
 
     python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096] [--aggregate 3x64 2x32]
-        [--no-rotate-mix]
+        [--gate 3x64 2x32] [--no-rotate-mix]
 
 Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
 warps per program, then the backward for edges per program and pipeline stages of its edge
@@ -9,7 +9,13 @@ kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and
 that every launch agrees with the module's default to 1e-5 relative; then aggregate's walk
 kernels (``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward +
 backward with one attention head, and its "dot" backward per tl.dot precision (ieee, tf32x3),
-edges per step and warps. Prints one line per setting.
+edges per step and warps; then so2_mix_layer's backward gate kernels (``_stack_gate.BWD``:
+per degree or all degrees in one tile) per edges per program and warps, each timed as the
+gated backward op less the ungated one (the linear kernel alone) and checked against the
+default kernel; then rotate_mix's by-source "dot" kernels (``rotate_mix.KERNELS``) per tl.dot
+precision, edges per step and warps against its edge kernels, forward and backward op apart,
+with the mixer of rank 1 and with radial rows (``--rotate-mix-dot``). Prints one line per
+setting.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ import benchmarks.gpu_kernels as gk
 from mdband.kernels import _aggregate_dot as ad
 from mdband.kernels import _aggregate_walk as aw
 from mdband.kernels import _common as cm
+from mdband.kernels import _rotate_mix_dot as rmd
+from mdband.kernels import _stack_gate as sg
 from mdband.kernels import aggregate as agg
 from mdband.kernels import rotate_mix as rm
+from mdband.kernels import so2_stack as ss
 from mdband.so3 import storage as st
 
 
@@ -86,33 +95,130 @@ def aggregate_sweep(E, N, L, C, dev):
               f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
     agg.WALK.update(saved)
     print("aggregate bwd compiles:", compiled_sizes(aw._agg_bwd_kernel), flush=True)
-    ok &= dot_backward_sweep(fn, ref, L, C, dev)
+    ok &= dot_sweep(fn, fwd, ref, L, C, dev)
     return ok
 
 
-def dot_backward_sweep(fn, ref, L, C, dev):
-    """The "dot" backward (BE edges per step as tl.dot) per precision, edges per step and
-    warps, against the walk's results (fwd + bwd; the forward stays the walk)."""
+def dot_sweep(fn, fwd, ref, L, C, dev):
+    """The "dot" kernels (BE edges per step as tl.dot) per precision, edges per step and warps
+    against the walk's results: the backward (fwd + bwd timed, the forward the walk), then the
+    forward alone."""
     ok = True
     saved = (dict(agg.KERNELS), dict(ad.DOT_PRECISION), ad.DOT_EDGES, ad.DOT_WARPS)
-    agg.KERNELS["bwd"] = "dot"
-    for prec in ("ieee", "tf32x3"):
-        for edges, warps in ((4, None), (8, None), (16, None), (16, 4)):
-            ad.DOT_PRECISION["bwd"], ad.DOT_EDGES, ad.DOT_WARPS = prec, edges, warps
+    launches = {
+        "bwd": [("ieee", 16, 4)] + [("tf32x3", e, w) for e, w in
+                                    ((8, 4), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))],
+        "fwd": [("ieee", 4, None)] + [("tf32x3", e, w) for e, w in
+                                      ((4, None), (16, 2), (16, 4), (32, 4))],
+    }  # fmt: skip
+    for pas, runs in launches.items():
+        agg.KERNELS.update(saved[0])
+        agg.KERNELS[pas] = "dot"
+        timed = fn if pas == "bwd" else fwd
+        for prec, edges, warps in runs:
+            ad.DOT_PRECISION[pas], ad.DOT_EDGES, ad.DOT_WARPS = prec, edges, warps
+            what = f"aggregate L={L} C={C} dot {pas} {prec} BE={edges} warps={warps or 'auto'}"
             try:
-                ms = gk.bench(fn, dev)[0]
+                ms = gk.bench(timed, dev)[0]
                 err = max(rel(a, b) for a, b in zip(fn(), ref) if a is not None)
             except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-                print(f"aggregate L={L} C={C} dot bwd {prec} BE={edges} warps={warps}: "
-                      f"{type(exc).__name__}", flush=True)  # fmt: skip
+                print(f"{what}: {type(exc).__name__}", flush=True)
                 continue
             ok &= err < 1e-4
-            print(f"aggregate L={L} C={C} dot bwd {prec} BE={edges} warps={warps or 'auto'}: "
-                  f"{ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
+            span = "fwd + bwd" if pas == "bwd" else "fwd alone"
+            print(f"{what}: {ms:7.2f} ms ({span})  max rel. diff from the walk {err:.1e}",
                   flush=True)  # fmt: skip
     agg.KERNELS.update(saved[0])
     ad.DOT_PRECISION.update(saved[1])
     ad.DOT_EDGES, ad.DOT_WARPS = saved[2], saved[3]
+    return ok
+
+
+def gate_sweep(E, L, C, dev):
+    """so2_mix_layer's backward gate kernel per kernel, edges per program and warps (F = 1,
+    tf32x3): ms of the gate alone = the gated backward op less the ungated one."""
+    g = torch.Generator(device=dev).manual_seed(5)
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, device=dev) * scale
+
+    gy, h = r(1, E, 3 * L + 1, C), r(1, E, 3 * L + 1, C)
+    w0 = r((L + 1) * C, (L + 1) * C, scale=((L + 1) * C) ** -0.5)
+    wm = r(L * C, 2 * L * C, scale=(L * C) ** -0.5)
+    wg = r(C, L * C, scale=C**-0.5)
+
+    def bwd(gated):
+        return lambda: ss._mix_bwd_op(gy, h, w0, wm, wg, L, gated, "tf32x3")
+
+    lin_ms = gk.bench(bwd(False), dev)[0]
+    moved = 3 * gy.numel() * 4 / 1e9  # gy, h read and gh written once (GB)
+    buf = torch.empty_like(gy)
+    mul_ms = gk.bench(lambda: torch.mul(gy, h, out=buf), dev)[0]
+    print(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
+          f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)", flush=True)  # fmt: skip
+    saved, ok = dict(sg.BWD), True
+    ref = bwd(True)()
+    for kernel in sg.BWD_KERNELS:
+        for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
+            sg.BWD.update(kernel=kernel, BE=be, warps=warps)
+            try:
+                ms = gk.bench(bwd(True), dev)[0] - lin_ms
+                err = rel(bwd(True)(), ref)
+            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+                print(f"gate L={L} C={C} {kernel} BE={be} warps={warps}: {type(exc).__name__}",
+                      flush=True)  # fmt: skip
+                continue
+            ok &= err <= 1e-5
+            print(f"gate L={L} C={C} {kernel:6s} BE={be:3d} warps={warps}: {ms:6.3f} ms "
+                  f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
+                  flush=True)  # fmt: skip
+    sg.BWD.update(saved)
+    print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel),
+          compiled_sizes(sg._gate_bwd_all_kernel), flush=True)  # fmt: skip
+    return ok
+
+
+def rotate_mix_dot_sweep(E, N, L, C, mode, dev):
+    """rotate_mix's forward and backward op, edge kernels against the "dot" kernels per
+    precision, edges per step and warps (band; ``mode`` "mix": mixer of rank 1, "rad": radial
+    rows), each checked against the edge kernels' results."""
+    c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
+    scsr = cm.csr(c["src"], N)
+    rot = c["storage"][st.RotationLayout.BAND]
+    code = st.LAYOUT_CODE[st.RotationLayout.BAND]
+    k, b, rad = (c["k"], c["basis"], None) if mode == "mix" else (None, None, c["rad"])
+    x, src = c["x"], c["src"]
+    passes = {
+        "fwd": lambda: torch.ops.mdband.rotate_mix(x, src, rot, code, L, L, k, b, rad, *scsr),
+        "bwd": lambda: torch.ops.mdband.rotate_mix_bwd(c["gy"], x, src, rot, code, L, L, k, b,
+                                                       rad, *scsr),
+    }  # fmt: skip
+    saved = (dict(rm.KERNELS), dict(rmd.DOT_PRECISION), rmd.DOT_EDGES, rmd.DOT_WARPS)
+    ok = True
+    for pas, fn in passes.items():
+        ref = fn()
+        print(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
+              flush=True)  # fmt: skip
+        rm.KERNELS[pas] = "dot"
+        runs = [("ieee", 4, None)] + [("tf32x3", e, w) for e, w in
+                                      ((4, None), (8, 2), (16, 2), (16, 4), (32, 4))]  # fmt: skip
+        for prec, edges, warps in runs:
+            rmd.DOT_PRECISION[pas], rmd.DOT_EDGES, rmd.DOT_WARPS = prec, edges, warps
+            try:
+                ms = gk.bench(fn, dev)[0]
+                out = fn()
+                err = max(rel(u, v) for u, v in zip(out, ref) if u.numel())
+            except Exception as exc:  # noqa: BLE001 - a launch that does not fit
+                print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+                      f"warps={warps}: {type(exc).__name__}", flush=True)  # fmt: skip
+                continue
+            ok &= err < 1e-4
+            print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+                  f"warps={warps or 'auto'}: {ms:7.3f} ms  max rel. diff from edge "
+                  f"{err:.1e}", flush=True)  # fmt: skip
+        rm.KERNELS.update(saved[0])
+    rmd.DOT_PRECISION.update(saved[1])
+    rmd.DOT_EDGES, rmd.DOT_WARPS = saved[2], saved[3]
     return ok
 
 
@@ -126,7 +232,19 @@ def main(argv=None):
         default=["3x64", "2x32"],
         help="(L)x(C) shapes of the aggregate sweep (none: skip it)",
     )
+    ap.add_argument(
+        "--gate",
+        nargs="*",
+        default=["3x64", "2x32"],
+        help="(L)x(C) shapes of the gate backward sweep (none: skip it)",
+    )
     ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
+    ap.add_argument(
+        "--rotate-mix-dot",
+        nargs="*",
+        default=[],
+        help="mode:LxC cases of the rotate_mix dot sweep, mode mix or rad (e.g. rad:3x64)",
+    )
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
     E, N, C, L = args.edges, args.nodes, 64, 3
@@ -172,6 +290,11 @@ def main(argv=None):
         rm.BWD_EDGE.update(saved)
         if fn:
             print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
+        for case in args.rotate_mix_dot:
+            mode, shape = case.split(":")
+            ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev)
+        for shape in args.gate:
+            ok &= gate_sweep(E, *(int(v) for v in shape.split("x")), dev)
         for shape in args.aggregate:
             ok &= aggregate_sweep(E, N, *(int(v) for v in shape.split("x")), dev)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")

@@ -27,13 +27,16 @@ y rows times the edge's weight a (attention α per channel, or env):
 so the per-edge cross-lane reductions of the walk become tile products (and, for q, one
 JPK-lane row sum per step). tl.dot needs every dimension ≥ 16 (``DOT_MIN``): JPK = max(16, JP)
 packed-column lanes (JP = the tables' lane count, a power of two ≥ 2L+1; lanes ≥ JP masked),
-BE = ``DOT_EDGES`` = 4 edges (R = 16), BC = max(16, next_pow2(C)), HPK = max(16, next_pow2(H)).
+BE edges per step (``DOT_LAUNCH``: 4 for "ieee", R = 16; 16 for "tf32x3", R = 64), BC =
+max(16, next_pow2(C)), HPK = max(16, next_pow2(H)).
 The attention weights are computed once per edge (per lane only for H > 1) and repeated over
 its SP rows. The backward's partials are the walk's (qp per (block, edge), plain mode also gsp
 per (block, node)); aggregate.py's torch epilogue sums them in block order.
 
-Accuracy: every tl.dot is ``input_precision="ieee"`` (exact fp32 / fp64 FMAs, no TF32; float32
-may choose Triton's "tf32x3" per pass, :data:`DOT_PRECISION`, to fp32's rounding); the
+Accuracy: every tl.dot is ``input_precision="ieee"`` (exact fp32 / fp64 FMAs, no TF32) or, in
+float32, Triton's "tf32x3" per pass (:data:`DOT_PRECISION`: the backward's default; three TF32
+tensor-core products, to fp32's rounding: max rel. difference from the walk 5.8e-7 at L = 3,
+C = 64 on an H200); the
 accumulation order differs from the walk's, so "dot" equals "walk" and the torch reference to
 rounding (fp32 ~1e-6 relative, fp64 ~1e-15). Band and dense storages run the same code on the
 same entries: bitwise identical. Deterministic: no atomics; every sum has a fixed order.
@@ -55,16 +58,21 @@ import torch
 
 from mdband.kernels import _common as cm
 
-#: edges per step (R = DOT_EDGES · SP rows of the tl.dot tiles; SP = 4, so ≥ 4). Read at each
-#: launch, like DOT_WARPS (None: :func:`warps`), so a benchmark can sweep both. Untimed choice:
-#: compiled for sm_90 (Triton 3.9) with 8 warps, BE = 4 needs ≤ 212 registers and no spills at
-#: C ≤ 128 in fp32 (BE = 8 with 4 warps spills at C = 64: the FMA tl.dot holds whole K slices
-#: of its operands per thread); the fp64 H > 1 backward spills a little.
-DOT_EDGES = 4
+#: launch per tl.dot precision: edges per step BE (R = BE · SP rows of the tl.dot tiles; SP = 4,
+#: so ≥ 4) and warps (None: 8, 4 for C ≤ 16). "ieee": compiled for sm_90 (Triton 3.9) with 8
+#: warps, BE = 4 needs ≤ 212 registers and no spills at C ≤ 128 in fp32 (BE = 8 with 4 warps
+#: spills at C = 64: the FMA tl.dot holds whole K slices of its operands per thread); the fp64
+#: H > 1 backward spills a little. "tf32x3": the fastest backward of ``benchmarks/gpu_warps.py``
+#: on an H200 (2026-12-03, 647,154 edges, one head, fwd + bwd with the walk's forward: L = 3,
+#: C = 64 5.22 ms against the walk's 6.0-6.4; L = 2, C = 32 2.97 against 4.3-4.4).
+DOT_LAUNCH = {"ieee": {"BE": 4, "warps": None}, "tf32x3": {"BE": 16, "warps": 4}}
+#: overrides of DOT_LAUNCH for every precision (None: per precision), read at each launch so
+#: that a benchmark can sweep them
+DOT_EDGES = None
 DOT_WARPS = None
 #: tl.dot precision per pass in float32 ("ieee": exact FMAs; "tf32x3": Triton's three-TF32
 #: tensor-core product, about fp32's rounding); float64 is always "ieee"
-DOT_PRECISION = {"fwd": "ieee", "bwd": "ieee"}
+DOT_PRECISION = {"fwd": "ieee", "bwd": "tf32x3"}
 #: smallest tl.dot dimension the kernels pad to
 DOT_MIN = 16
 
@@ -74,25 +82,32 @@ def precision(y, pas: str) -> str:
     return DOT_PRECISION[pas] if y.dtype == torch.float32 else "ieee"
 
 
-def chosen(kernels: dict, pas: str) -> str:
-    """The kernels ``aggregate.KERNELS`` names for pass "fwd" or "bwd": "walk" or "dot"."""
-    return cm.kernel_choice(kernels, pas, ("walk", "dot"), "aggregate")
+def chosen(kernels: dict, pas: str, y) -> str:
+    """The kernels ``aggregate.KERNELS`` names for pass "fwd" or "bwd" and features y: "walk" or
+    "dot"; "auto" is "dot" where that pass's tl.dot runs on tensor cores (float32 with
+    :data:`DOT_PRECISION` "tf32x3"), else "walk" (float64: the exact walk)."""
+    name = cm.kernel_choice(kernels, pas, ("walk", "dot", "auto"), "aggregate")
+    if name == "auto":
+        return "dot" if precision(y, pas) == "tf32x3" else "walk"
+    return name
 
 
-def warps(C: int) -> int:
-    """Warps of a dot program: ``DOT_WARPS``, else 8 (4 for C ≤ 16; see DOT_EDGES)."""
-    if DOT_WARPS is not None:
-        return DOT_WARPS
+def warps(C: int, prec: str) -> int:
+    """Warps of a dot program: ``DOT_WARPS``, else ``DOT_LAUNCH[prec]``, else 8 (4 for
+    C ≤ 16)."""
+    w = DOT_WARPS if DOT_WARPS is not None else DOT_LAUNCH[prec]["warps"]
+    if w is not None:
+        return w
     return 8 if C > 16 else 4
 
 
-def pads(t: dict, C: int, H: int) -> dict:
+def pads(t: dict, C: int, H: int, prec: str) -> dict:
     """The tile sizes of a launch: JPK, BC, HPK and BE (see the module docstring)."""
     return {
         "JPK": max(DOT_MIN, t["jp"]),
         "BC": max(DOT_MIN, cm.next_pow2(C)),
         "HPK": max(DOT_MIN, cm.next_pow2(max(H, 1))),
-        "BE": DOT_EDGES,
+        "BE": DOT_EDGES if DOT_EDGES is not None else DOT_LAUNCH[prec]["BE"],
     }
 
 
@@ -309,7 +324,8 @@ def launch_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout
     N, C = out.shape[0], y.shape[2]
     attn = logits is not None
     H = logits.shape[1] if attn else 0
-    p = pads(t, C, H)
+    prec = precision(y, "fwd")
+    p = pads(t, C, H, prec)
     cm.wrap(_agg_dot_fwd_kernel)[(N, t["nblk"])](
         y, rot, rho, perm, row_ptr, env, logits if attn else y, s if not attn else y, out,
         stats if attn else y,
@@ -318,7 +334,7 @@ def launch_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout
         *y.stride(), *sr, *(logits.stride() if attn else (0, 0)), *out.stride(),
         *(stats.stride() if attn else (0, 0, 0)),
         JP=t["jp"], JPK=p["JPK"], SP=t["sp"], BE=p["BE"], BC=p["BC"], LAYOUT=layout,
-        ATTN=attn, LANES=H > 1, PREC=precision(y, "fwd"), num_warps=warps(C),
+        ATTN=attn, LANES=H > 1, PREC=prec, num_warps=warps(C, prec),
     )  # fmt: skip
 
 
@@ -328,7 +344,8 @@ def launch_bwd(gout, y, rot, rho, perm, row_ptr, env, logits, stats, s, gy, grot
     N, C = gout.shape[0], y.shape[2]
     attn = logits is not None
     H = logits.shape[1] if attn else 0
-    p = pads(t, C, H)
+    prec = precision(y, "bwd")
+    p = pads(t, C, H, prec)
     cm.wrap(_agg_dot_bwd_kernel)[(N, t["nblk"])](
         gout, y, rot, rho, perm, row_ptr, env, logits if attn else y,
         stats if attn else y, s if not attn else y, gy, grot, qp, gsp,
@@ -338,5 +355,5 @@ def launch_bwd(gout, y, rot, rho, perm, row_ptr, env, logits, stats, s, gy, grot
         *(logits.stride() if attn else (0, 0)), *(stats.stride() if attn else (0, 0, 0)),
         *gy.stride(), *so, *qp.stride(), gsp.stride(0) if not attn else 0,
         JP=t["jp"], JPK=p["JPK"], SP=t["sp"], BE=p["BE"], BC=p["BC"], HPK=p["HPK"],
-        LAYOUT=layout, ATTN=attn, LANES=H > 1, PREC=precision(y, "bwd"), num_warps=warps(C),
+        LAYOUT=layout, ATTN=attn, LANES=H > 1, PREC=prec, num_warps=warps(C, prec),
     )  # fmt: skip

@@ -44,10 +44,11 @@ tables' lane count, a power of two ≥ 2L+1; lanes ≥ JP masked), BE = ``DOT_ED
 (R = 16 rows), BC = max(16, next_pow2(C)); LP = next_pow2(L+1) output lanes of the mixer.
 
 Accuracy: every tl.dot is ``input_precision="ieee"`` with ``out_dtype`` the features' dtype
-(exact fp32 / fp64 FMAs, no TF32); the order of the sums differs from the edge kernels', so "dot"
-equals "edge" and the torch reference to rounding (fp32 ~1e-6 relative, fp64 ~1e-15). Band and
-dense storages run the same code on the same entries: bitwise identical. Deterministic: no
-atomics; every sum has a fixed order (gbp is summed by torch).
+(exact fp32 / fp64 FMAs, no TF32; float32 may choose Triton's "tf32x3", three TF32 tensor-core
+products to fp32's rounding, per pass: :data:`DOT_PRECISION`); the order of the sums differs
+from the edge kernels', so "dot" equals "edge" and the torch reference to rounding (fp32 ~1e-6
+relative, fp64 ~1e-15). Band and dense storages run the same code on the same entries: bitwise
+identical. Deterministic: no atomics; every sum has a fixed order (gbp is summed by torch).
 
 Bytes moved per edge (fp32, S = 4): the rotation entries (3D−2)·S (band; as many scattered dense
 entries), each read by one program; k K·R·S, read once (the two |m| = 1 slots share entries:
@@ -73,6 +74,8 @@ thread (occupancy 12.5 %); 4 or 8 warps are slower still (up to 25 ms). Hence th
 
 from __future__ import annotations
 
+import torch
+
 from mdband.kernels import _common as cm
 
 #: edges per step (R = DOT_EDGES · SP rows of the tl.dot tiles; SP = 4, so ≥ 4). Read at each
@@ -82,13 +85,26 @@ DOT_WARPS = None
 #: warps per program of each pass, the fastest of 1, 2, 4, 8 at BE = 4 in the measurement of the
 #: module docstring (C = 64; a block of more warps pays more for the shared-memory operands)
 WARPS = {"fwd": 2, "bwd": 1}
+#: tl.dot precision per pass in float32 ("ieee": exact FMAs; "tf32x3": Triton's three-TF32
+#: tensor-core product, about fp32's rounding); float64 is always "ieee"
+DOT_PRECISION = {"fwd": "ieee", "bwd": "tf32x3"}
 #: smallest tl.dot dimension the kernels pad to
 DOT_MIN = 16
 
 
-def chosen(kernels: dict, pas: str) -> str:
-    """The kernels ``rotate_mix.KERNELS`` names for pass "fwd" or "bwd": "edge" or "dot"."""
-    return cm.kernel_choice(kernels, pas, ("edge", "dot"), "rotate_mix")
+def precision(x, pas: str) -> str:
+    """The tl.dot precision of pass ``pas`` for node features x (:data:`DOT_PRECISION`)."""
+    return DOT_PRECISION[pas] if x.dtype == torch.float32 else "ieee"
+
+
+def chosen(kernels: dict, pas: str, x, mix: bool) -> str:
+    """The kernels ``rotate_mix.KERNELS`` names for pass "fwd" or "bwd": "edge" or "dot";
+    "auto" is "dot" for the radial rows (no mixer) where that pass's tl.dot runs on tensor cores
+    (float32 with :data:`DOT_PRECISION` "tf32x3"), else "edge"."""
+    name = cm.kernel_choice(kernels, pas, ("edge", "dot", "auto"), "rotate_mix")
+    if name == "auto":
+        return "dot" if not mix and precision(x, pas) == "tf32x3" else "edge"
+    return name
 
 
 def warps(pas: str) -> int:
@@ -136,7 +152,7 @@ if cm.TRITON_AVAILABLE:
         sx0, sx1, sx2, sr0, sra, srb, sk0, sk1, sk2, sb0, sb1, sd0, sd1, sd2, sy0, sy1, sy2,
         NB: tl.constexpr, NBL: tl.constexpr, JP: tl.constexpr, JPK: tl.constexpr,
         SP: tl.constexpr, LP: tl.constexpr, R: tl.constexpr, BE: tl.constexpr,
-        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr, PREC: tl.constexpr = "ieee",
     ):  # fmt: skip
         # one program per (source node n, group of NBL blocks): NBL = NB (mixer) or 1
         pid = tl.program_id(0).to(tl.int64)
@@ -165,7 +181,7 @@ if cm.TRITON_AVAILABLE:
                     other=0.0,
                 )
                 coef = tl.load(rot_ptr + er[:, None] * sr0 + off, mask=okr[:, None] & m2, other=0.0)
-                xl = tl.dot(coef, xb, input_precision="ieee", out_dtype=dt)  # (RW, BC)
+                xl = tl.dot(coef, xb, input_precision=PREC, out_dtype=dt)  # (RW, BC)
                 if MIX:
                     kt = tl.load(ki_t + (b * SP + sl)[:, None] * LP + tt[None, :]).to(tl.int64)
                     km = okr[:, None] & (kt >= 0)
@@ -200,7 +216,7 @@ if cm.TRITON_AVAILABLE:
         sgx0, sgx1, sgx2, so0, soa, sob, sq0, sq1, sq2, sp0, sp1, sp2, sh0, sh1, sh2,
         NB: tl.constexpr, JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr,
         LP: tl.constexpr, R: tl.constexpr, RP: tl.constexpr, BE: tl.constexpr,
-        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr, PREC: tl.constexpr = "ieee",
     ):  # fmt: skip
         # one program per (source node n, degree block b = l_in), pid = n·NB + b: block b's
         # storage cotangent entries, gk entries (b, ·) or grad rows, gx[n, block b], gbp[pid]
@@ -229,7 +245,7 @@ if cm.TRITON_AVAILABLE:
         for i0 in range(beg, end, BE):
             ee, oke, er, okr = _step_edges(perm_ptr, i0, end, SP, BE)
             coef = tl.load(rot_ptr + er[:, None] * sr0 + off, mask=okr[:, None] & m2, other=0.0)
-            xl = tl.dot(coef, xb, input_precision="ieee", out_dtype=dt)  # (RW, BC)
+            xl = tl.dot(coef, xb, input_precision=PREC, out_dtype=dt)  # (RW, BC)
             if MIX:
                 gxl = tl.zeros((RW, BC), dtype=dt)
                 for q in tl.static_range(R):
@@ -267,9 +283,9 @@ if cm.TRITON_AVAILABLE:
                     gr * xl,
                     mask=rm,
                 )
-            grt = tl.dot(gxl, xbt, input_precision="ieee", out_dtype=dt)  # (RW, JPK)
+            grt = tl.dot(gxl, xbt, input_precision=PREC, out_dtype=dt)  # (RW, JPK)
             tl.store(grot_ptr + er[:, None] * so0 + goff, grt, mask=okr[:, None] & m2)
-            acc = tl.dot(tl.trans(coef), gxl, acc, input_precision="ieee", out_dtype=dt)
+            acc = tl.dot(tl.trans(coef), gxl, acc, input_precision=PREC, out_dtype=dt)
         tl.store(
             gx_ptr + n * sgx0 + jc[:, None] * sgx1 + cc[None, :] * sgx2,
             acc,
@@ -310,7 +326,7 @@ def launch_fwd(x, rot, k, basis, rad, perm, row_ptr, y, t, mt, layout, sr):
         *x.stride(), *sr, *strides3(kk), *strides2(bb), *strides3(rd), *y.stride(),
         NB=nb, NBL=nbl, JP=t["jp"], JPK=p["JPK"], SP=t["sp"], LP=mt["lp"],
         R=k.shape[2] if mix else 1, BE=p["BE"], BC=p["BC"], LAYOUT=layout, MIX=mix,
-        num_warps=warps("fwd"),
+        PREC=precision(x, "fwd"), num_warps=warps("fwd"),
     )  # fmt: skip
     return y
 
@@ -335,6 +351,7 @@ def launch_bwd(gy, x, rot, k, basis, rad, perm, row_ptr, gx, grot, gk, grad, t, 
         *x.stride(), *sr, *strides3(kk), *strides2(bb), *strides3(rd), *gy.stride(),
         *gx.stride(), *so, *strides3(gkk), *strides3(gbb), *strides3(grr),
         NB=nb, JP=t["jp"], JPK=p["JPK"], SP=t["sp"], LP=mt["lp"], R=R, RP=cm.next_pow2(R),
-        BE=p["BE"], BC=p["BC"], LAYOUT=layout, MIX=mix, num_warps=warps("bwd"),
+        BE=p["BE"], BC=p["BC"], LAYOUT=layout, MIX=mix, PREC=precision(x, "bwd"),
+        num_warps=warps("bwd"),
     )  # fmt: skip
     return gx, grot, gk, gbp.sum(0) if mix else gbp, grad

@@ -26,6 +26,7 @@ import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import _split_dots as sd
+from mdband.kernels import _stack_gate as sg
 from mdband.kernels import _stack_launch as launch
 from mdband.kernels import _stack_weights as sw
 
@@ -39,11 +40,7 @@ if cm.TRITON_AVAILABLE:
 
     triton, tl = cm.triton, cm.tl
     _split_x, _row_dot = sd.split_x, sd.row_dot
-
-    @triton.jit
-    def gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
-        """Gate weights of degree lo of focus f: (C_in, C_out), wg row stride SG = F·L·C."""
-        return tl.load(wg_ptr + (c[:, None] * SG + (f * (L * C) + (lo - 1) * C) + c[None, :]))
+    gate_tile = sg.gate_tile
 
     @triton.jit
     def _gated_row(res_d, g_d, f, e0, j, acc, L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr):

@@ -135,10 +135,14 @@ if cm.TRITON_AVAILABLE:
 # ---------------------------------------------------------------------------- dispatch
 #: edges per step of the softmax-statistics pass
 STATS_EDGES = 32
-#: Triton kernels per pass: "walk" (the kernels above, one edge at a time; timed) or "dot"
-#: (:mod:`mdband.kernels._aggregate_dot`, BE edges per step as tl.dot products; not yet timed on
-#: a GPU). Same outputs to rounding. Read when an op runs (at trace time when compiled).
-KERNELS = {"fwd": "walk", "bwd": "walk"}
+#: Triton kernels per pass: "walk" (the kernels above, one edge at a time), "dot"
+#: (:mod:`mdband.kernels._aggregate_dot`, BE edges per step as tl.dot products) or "auto"
+#: ("dot" where its tl.dot is tf32x3 on tensor cores, i.e. float32, else "walk"). Same outputs
+#: to rounding. Read when an op runs (at trace time when compiled). Timed on an H200
+#: (``benchmarks/gpu_warps.py``, 2026-12-03): the tf32x3 dot backward is faster than the walk
+#: (L = 3, C = 64: 5.22 against 6.0-6.4 ms fwd + bwd; L = 2, C = 32: 2.97 against 4.3); the
+#: dot forward is not timed faster than the prefetching walk.
+KERNELS = {"fwd": "walk", "bwd": "auto"}
 
 
 #: launch of the walk kernels: warps per program (None: :func:`_warps`), software-pipeline
@@ -208,7 +212,7 @@ def _aggregate_op(
             perm, row_ptr, env, logits, z, stats, H, *sl, *stt,
             BE=STATS_EDGES, HP=cm.next_pow2(H), num_warps=1,
         )  # fmt: skip
-    if dot.chosen(KERNELS, "fwd") == "dot":
+    if dot.chosen(KERNELS, "fwd", y) == "dot":
         dot.launch_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout, sr)
         return out, stats
     cm.wrap(_agg_fwd_kernel)[(N, t["nblk"])](
@@ -263,7 +267,7 @@ def _aggregate_bwd_op(
     gsp = y.new_empty(NB, N) if not attn else y
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
-    if dot.chosen(KERNELS, "bwd") == "dot":
+    if dot.chosen(KERNELS, "bwd", y) == "dot":
         dot.launch_bwd(gout, y, rot, rho, perm, row_ptr, env, logits, stats, s, gy, grot, qp, gsp,
                        t, layout, sr, so)  # fmt: skip
     else:

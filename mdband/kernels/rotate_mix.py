@@ -48,10 +48,14 @@ MIXERS = ("degree_channel", "none")  #: mixer modes the op implements
 #: backward 6.7 ms with one warp, 5.1 and 17.4 ms with four; benchmarks/gpu_warps.py)
 WARPS = {"fwd": 1, "edge": 1, "node": 1}
 BWD_EDGE = {"EB": 16, "stages": 3}  #: backward edge kernel: edges per program, pipeline stages
-#: Triton kernels per pass: "edge" (the kernels below) or "dot" (_rotate_mix_dot: by source node,
-#: BE edges per step as tl.dot products; slower on an H200). Same outputs to rounding; read when
-#: an op runs (at trace time when compiled)
-KERNELS = {"fwd": "edge", "bwd": "edge"}
+#: Triton kernels per pass: "edge" (the kernels below), "dot" (_rotate_mix_dot: by source node,
+#: BE edges per step as tl.dot products) or "auto" ("dot" for radial rows in float32, whose
+#: tl.dot is tf32x3 on tensor cores; else "edge"). Same outputs to rounding; read when an op
+#: runs (at trace time when compiled). H200, 2026-12-03 (benchmarks/gpu_warps.py, E = 647,154,
+#: band): radial rows, L = 3, C = 64: backward 4.73 ms (edge) → 4.21 (tf32x3 dot, 4 edges per
+#: step, one warp), forward 1.43 → 1.90 (the dot forward is slower); the mixer's dot, untimed
+#: with tf32x3 (its ieee dot was 9.1 ms against 6.6), stays on the edge kernels.
+KERNELS = {"fwd": "edge", "bwd": "auto"}
 
 
 # ---------------------------------------------------------------------------- references
@@ -340,7 +344,7 @@ def _rotate_mix_op(
     rd = rad if not mix else y
     R = k.shape[2] if mix else 1
     sr = cm.rot_args(rot, layout)
-    if dot.chosen(KERNELS, "fwd") == "dot":
+    if dot.chosen(KERNELS, "fwd", x, mix) == "dot":
         return dot.launch_fwd(x, rot, k, basis, rad, perm, row_ptr, y, t, mt, layout, sr)
     cm.wrap(_rm_fwd_kernel)[(E,)](
         x, src, rot, kk, bb, rd, y,
@@ -389,7 +393,7 @@ def _rotate_mix_bwd_op(
     rd = rad if not mix else gy
     sr = cm.rot_args(rot, layout)
     so = cm.rot_args(grot, layout)
-    if dot.chosen(KERNELS, "bwd") == "dot":
+    if dot.chosen(KERNELS, "bwd", x, mix) == "dot":
         return dot.launch_bwd(gy, x, rot, k, basis, rad, perm, row_ptr, gx, grot, gk, grad, t,
                               mt, layout, sr, so)  # fmt: skip
     gxl = torch.empty_like(gy) if mix else None  # mixer input cotangent, edge → node kernel

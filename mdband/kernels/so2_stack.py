@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _stack_gate as sg
 from mdband.kernels import _stack_launch as launch
 from mdband.kernels import _stack_linear as sl
 from mdband.kernels import _stack_weights as sw
@@ -143,66 +144,6 @@ def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
     return gy + linear_t_reference(gh, w0, wm, lmax)
 
 
-# ---------------------------------------------------------------------------- Triton kernels
-if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
-    _gate_tile = sl.gate_tile
-
-    @triton.jit
-    def _gate_fwd_kernel(
-        x_ptr, h_ptr, lg_ptr, y_ptr, E,
-        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """y = x + act(h) given the gate logits lg (F, E, L·C)."""
-        DM: tl.constexpr = 3 * L + 1
-        f = tl.program_id(1).to(tl.int64)
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = (e < E)[:, None]
-        c = tl.arange(0, C)
-        base = (f * E + e)[:, None] * (DM * C) + c[None, :]
-        gbase = (f * E + e)[:, None] * (L * C) + c[None, :]
-        h0 = tl.load(h_ptr + base, mask=em, other=0.0)
-        x0 = tl.load(x_ptr + base, mask=em, other=0.0)
-        tl.store(y_ptr + base, x0 + h0 * tl.sigmoid(h0), mask=em)
-        for lo in range(1, L + 1):
-            gate = tl.sigmoid(tl.load(lg_ptr + gbase + (lo - 1) * C, mask=em, other=0.0))
-            for r in range(3):
-                off = base + (lo + r * L) * C
-                hr = tl.load(h_ptr + off, mask=em, other=0.0)
-                xr = tl.load(x_ptr + off, mask=em, other=0.0)
-                tl.store(y_ptr + off, xr + hr * gate, mask=em)
-
-    @triton.jit
-    def _gate_bwd_kernel(
-        gy_ptr, h_ptr, wg_ptr, gh_ptr, E, SG,
-        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """gh = act'(h)ᵀ gy, the gate logits recomputed and their cotangent folded back into
-        row 0 here (tf32x3 dots)."""
-        DM: tl.constexpr = 3 * L + 1
-        f = tl.program_id(1).to(tl.int64)
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = (e < E)[:, None]
-        c = tl.arange(0, C)
-        base = (f * E + e)[:, None] * (DM * C) + c[None, :]
-        h0 = tl.load(h_ptr + base, mask=em, other=0.0)
-        s0 = tl.sigmoid(h0)
-        gy0 = tl.load(gy_ptr + base, mask=em, other=0.0)
-        gh0 = gy0 * (s0 * (1.0 + h0 * (1.0 - s0)))
-        for lo in range(1, L + 1):
-            wl = _gate_tile(wg_ptr, f, lo, c, SG, L, C)
-            gate = tl.sigmoid(tl.dot(h0, wl, input_precision="tf32x3"))
-            gg = tl.zeros((BE, C), tl.float32)
-            for r in range(3):
-                off = base + (lo + r * L) * C
-                gyr = tl.load(gy_ptr + off, mask=em, other=0.0)
-                gg += gyr * tl.load(h_ptr + off, mask=em, other=0.0)
-                tl.store(gh_ptr + off, gyr * gate, mask=em)
-            glg = gg * gate * (1.0 - gate)
-            gh0 = tl.dot(glg, tl.trans(wl), gh0, input_precision="tf32x3")
-        tl.store(gh_ptr + base, gh0, mask=em)
-
-
 # ---------------------------------------------------------------------------- dispatch
 def kernel_supports(dtype, channels: int) -> bool:
     """Whether the Triton kernel is compiled for this dtype and channel width."""
@@ -240,10 +181,6 @@ def _linear(x, res, w0, wm, lmax, transpose, precision):
         out = so2_linear(x, w0, wm, lmax, transpose)
         return out if res is None else out.add_(res)
     return sl.linear(x, res, w0, wm, lmax, transpose, precision)
-
-
-def _grid(E, F, be):
-    return (triton.cdiv(E, be), F)
 
 
 def _check(x, w0, wm, wg, lmax, gated, precision):
@@ -288,8 +225,7 @@ def _mix_op(
     if not (cm.has_no_items(E) or cm.has_no_items(F)):
         lg = _gate_logits(h, wg, lmax)  # cuBLAS: faster here than dots inside the gate kernel
         gc = gate_config(lmax, C)
-        cm.wrap(_gate_fwd_kernel)[_grid(E, F, gc["BE"])](x, h, lg, y, E, L=lmax, C=C, BE=gc["BE"],
-                                                          num_warps=gc["fwd_warps"])  # fmt: skip
+        sg.gate_fwd(x, h, lg, y, lmax, gc["BE"], gc["fwd_warps"])
     return y, (h if save else x.new_empty(0))
 
 
@@ -315,11 +251,7 @@ def _mix_bwd_op(
     gh = gy
     if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
         gh = torch.empty_like(gy)
-        gc = gate_config(lmax, C)
-        cm.wrap(_gate_bwd_kernel)[_grid(E, F, gc["BE"])](gy, h, wg, gh, E, wg.shape[1], L=lmax,
-                                                         C=C, BE=gc["BE"],
-                                                         num_warps=gc["bwd_warps"],
-                                                         num_stages=1)  # fmt: skip
+        sg.gate_bwd(gy, h, wg, gh, lmax, gate_config(lmax, C))
     return _linear(gh, gy, w0, wm, lmax, True, precision)
 
 

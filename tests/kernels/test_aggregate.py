@@ -33,6 +33,14 @@ TRITON_CASES = [(L, Ls, F64, H) for (L, Ls) in CASES for H in (0, 2)]
 TRITON_CASES += [(3, 3, F32, 0), (3, 3, F32, 2), (2, 2, F64, 1)]
 
 
+@pytest.fixture(autouse=True)
+def walk_kernels(monkeypatch):
+    """These are the walk kernels' tests: both passes pinned to the walk (float32's default
+    backward, "auto", is the tf32x3 dot, tested in test_aggregate_dot.py)."""
+    monkeypatch.setitem(agg.KERNELS, "fwd", "walk")
+    monkeypatch.setitem(agg.KERNELS, "bwd", "walk")
+
+
 def _inputs(L, dtype, H, device, E=8, N=5, C=6, seed=0, logit_scale=2.0):
     g = torch.Generator().manual_seed(seed)
     dst = torch.randint(0, N - 1, (E,), generator=g)  # unsorted; the last node has no edge

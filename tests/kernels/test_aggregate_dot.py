@@ -177,8 +177,15 @@ def test_dot_zero_edges(kdev, dot_kernels, H):
 
 
 def test_switch_default_and_bad_value(kdev, monkeypatch):
-    assert agg.KERNELS == {"fwd": "walk", "bwd": "walk"}
-    assert dot.DOT_EDGES * st.KERNEL_SLOTS >= dot.DOT_MIN  # R = BE · SP rows fill a dot tile
+    """The backward's "auto" is the tf32x3 dot in float32 and the exact walk in float64; every
+    launch's R = BE · SP rows fill a dot tile; a kernel name not allowed is refused."""
+    assert agg.KERNELS == {"fwd": "walk", "bwd": "auto"}
+    y32, y64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
+    assert dot.chosen(agg.KERNELS, "bwd", y32) == "dot"
+    assert dot.chosen(agg.KERNELS, "bwd", y64) == "walk"
+    assert dot.chosen(agg.KERNELS, "fwd", y32) == "walk"
+    for launch in dot.DOT_LAUNCH.values():
+        assert launch["BE"] * st.KERNEL_SLOTS >= dot.DOT_MIN
     monkeypatch.setitem(agg.KERNELS, "fwd", "tiles")
     t0, dst, rho, N, S0 = _case(kdev, 1, 1, F64, 0)
     with pytest.raises(ValueError, match="KERNELS"):

@@ -17,6 +17,7 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
+from mdband.kernels import rotate_mix as rm_module
 from mdband.kernels.rotate_mix import (
     mixer_size,
     rotate_mix,
@@ -27,6 +28,16 @@ from mdband.so3 import storage as st
 
 CASES = [(1, 1), (2, 2), (3, 3), (4, 4), (2, 3)]  # (consumer lmax, storage lmax)
 F64, F32 = torch.float64, torch.float32
+
+
+@pytest.fixture(autouse=True)
+def edge_kernels(monkeypatch):
+    """These are the edge kernels' tests: both passes pinned to them (float32's default backward
+    for radial rows, "auto", is the tf32x3 dot, tested in test_rotate_mix_dot.py)."""
+    monkeypatch.setitem(rm_module.KERNELS, "fwd", "edge")
+    monkeypatch.setitem(rm_module.KERNELS, "bwd", "edge")
+
+
 # (lmax, storage lmax, dtype, mode, rank): every degree and both modes in fp64, fp32 spot checks
 TRITON_CASES = [(L, Ls, F64, mode, 1) for (L, Ls) in CASES for mode in ("mix", "none")]
 TRITON_CASES += [(3, 3, F32, "mix", 1), (3, 3, F32, "none", 1), (2, 2, F64, "mix", 3)]

@@ -142,6 +142,23 @@ def test_dot_eight_edges_per_step(kdev, dot_kernels, monkeypatch, mode, R):
     _check(kdev, 3, 3, F64, mode, R)
 
 
+@pytest.mark.parametrize("edges,warps", [(4, None), (16, 4)])
+@pytest.mark.parametrize("mode,R", MODES)
+@pytest.mark.parametrize("L,Ls", [(2, 2), (3, 3)])
+def test_dot_tf32x3_matches_reference(kdev, dot_kernels, monkeypatch, L, Ls, mode, R, edges,
+                                      warps):  # fmt: skip
+    """``DOT_PRECISION`` "tf32x3" (Triton's three-TF32 product) in both passes, at the default
+    step and at 16 edges per step: float32 to the tolerance of the exact FMAs, band == dense
+    bitwise; float64 ignores it (exact)."""
+    monkeypatch.setitem(dot.DOT_PRECISION, "fwd", "tf32x3")
+    monkeypatch.setitem(dot.DOT_PRECISION, "bwd", "tf32x3")
+    monkeypatch.setattr(dot, "DOT_EDGES", edges)
+    monkeypatch.setattr(dot, "DOT_WARPS", warps)
+    x32, x64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
+    assert dot.precision(x32, "fwd") == "tf32x3" and dot.precision(x64, "bwd") == "ieee"
+    _check(kdev, L, Ls, F32, mode, R)
+
+
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("L,Ls,mode,R", [(3, 3, "mix", 1), (3, 3, "none", 1), (1, 3, "mix", 2)])
 def test_dot_equals_edge(kdev, L, Ls, dtype, mode, R):
@@ -185,7 +202,14 @@ def test_dot_zero_edges(kdev, dot_kernels, mode, R):
 
 
 def test_switch_default_and_bad_value(kdev, monkeypatch):
-    assert rm.KERNELS == {"fwd": "edge", "bwd": "edge"}
+    """The backward's "auto" is the tf32x3 dot for float32 radial rows only (the edge kernels for
+    the mixer and for float64); a kernel name not allowed is refused."""
+    assert rm.KERNELS == {"fwd": "edge", "bwd": "auto"}
+    x32, x64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
+    assert dot.chosen(rm.KERNELS, "bwd", x32, mix=False) == "dot"
+    assert dot.chosen(rm.KERNELS, "bwd", x32, mix=True) == "edge"
+    assert dot.chosen(rm.KERNELS, "bwd", x64, mix=False) == "edge"
+    assert dot.chosen(rm.KERNELS, "fwd", x32, mix=False) == "edge"
     assert dot.DOT_EDGES * st.KERNEL_SLOTS >= dot.DOT_MIN  # R = BE · SP rows fill a dot tile
     monkeypatch.setitem(rm.KERNELS, "fwd", "tiles")
     c = _case(kdev, 1, 1, F64, "mix", 1)
