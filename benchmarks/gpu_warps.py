@@ -178,7 +178,13 @@ def gate_sweep(E, L, C, dev):
     return ok
 
 
-def rotate_mix_dot_sweep(E, N, L, C, mode, dev):
+#: launches of the rotate_mix dot sweep (precision, edges per step, warps; None: the default)
+RM_DOT_RUNS = [("ieee", 4, None)] + [
+    ("tf32x3", e, w) for e, w in ((4, None), (8, 2), (16, 2), (16, 4), (32, 4))
+]
+
+
+def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("fwd", "bwd"), runs=None):
     """rotate_mix's forward and backward op, edge kernels against the "dot" kernels per
     precision, edges per step and warps (band; ``mode`` "mix": mixer of rank 1, "rad": radial
     rows), each checked against the edge kernels' results."""
@@ -188,21 +194,21 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev):
     code = st.LAYOUT_CODE[st.RotationLayout.BAND]
     k, b, rad = (c["k"], c["basis"], None) if mode == "mix" else (None, None, c["rad"])
     x, src = c["x"], c["src"]
-    passes = {
+    ops = {
         "fwd": lambda: torch.ops.mdband.rotate_mix(x, src, rot, code, L, L, k, b, rad, *scsr),
         "bwd": lambda: torch.ops.mdband.rotate_mix_bwd(c["gy"], x, src, rot, code, L, L, k, b,
                                                        rad, *scsr),
     }  # fmt: skip
     saved = (dict(rm.KERNELS), dict(rmd.DOT_PRECISION), rmd.DOT_EDGES, rmd.DOT_WARPS)
     ok = True
-    for pas, fn in passes.items():
+    for pas, fn in ops.items():
+        if pas not in passes:
+            continue
         ref = fn()
         print(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
               flush=True)  # fmt: skip
         rm.KERNELS[pas] = "dot"
-        runs = [("ieee", 4, None)] + [("tf32x3", e, w) for e, w in
-                                      ((4, None), (8, 2), (16, 2), (16, 4), (32, 4))]  # fmt: skip
-        for prec, edges, warps in runs:
+        for prec, edges, warps in runs or RM_DOT_RUNS:
             rmd.DOT_PRECISION[pas], rmd.DOT_EDGES, rmd.DOT_WARPS = prec, edges, warps
             try:
                 ms = gk.bench(fn, dev)[0]
@@ -244,6 +250,13 @@ def main(argv=None):
         nargs="*",
         default=[],
         help="mode:LxC cases of the rotate_mix dot sweep, mode mix or rad (e.g. rad:3x64)",
+    )
+    ap.add_argument("--rotate-mix-dot-passes", nargs="+", default=["fwd", "bwd"])
+    ap.add_argument(
+        "--rotate-mix-dot-launches",
+        nargs="*",
+        default=[],
+        help="precision:BExwarps launches of that sweep (e.g. tf32x3:16x4; default RM_DOT_RUNS)",
     )
     args = ap.parse_args(argv)
     dev = torch.device("cuda")
@@ -290,9 +303,12 @@ def main(argv=None):
         rm.BWD_EDGE.update(saved)
         if fn:
             print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
+        runs = [(p, int(be), int(w)) for p, bw in (a.split(":") for a in
+                args.rotate_mix_dot_launches) for be, w in [bw.split("x")]]  # fmt: skip
         for case in args.rotate_mix_dot:
             mode, shape = case.split(":")
-            ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev)
+            ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
+                                       args.rotate_mix_dot_passes, runs)  # fmt: skip
         for shape in args.gate:
             ok &= gate_sweep(E, *(int(v) for v in shape.split("x")), dev)
         for shape in args.aggregate:
