@@ -29,12 +29,15 @@ from mdband.kernels import _common as cm
 #: BE and warps; None: BWD_SHAPES, else the gate launch of
 #: :func:`mdband.kernels._stack_launch.gate_config`). H200, 2026-12-03 (``benchmarks/gpu_warps.py
 #: --gate``, 647,154 edges, the gate alone): "degree" at L = 3, C = 64 2.19 ms (BE 32, 8 warps)
-#: → 1.97 (BE 64, 4 warps), L = 2, C = 32 0.62 (BE 16, 2 warps, its best); "all" 3.2 and 0.61
-#: at best (at L = 3 its (BE × 256) tiles spill registers): "degree" stays
+#: → 1.97 (BE 64, 4 warps; not faster in the model: BWD_SHAPES), L = 2, C = 32 0.62 (BE 16,
+#: 2 warps, its best); "all" 3.2 and 0.61 at best (at L = 3 its (BE × 256) tiles spill
+#: registers): "degree" stays
 BWD = {"kernel": "degree", "BE": None, "warps": None}
 BWD_KERNELS = ("degree", "all")
-#: per-(L, C) launches of the backward gate kernel that beat the gate launch in that sweep
-BWD_SHAPES = {(3, 64): {"BE": 64, "warps": 4}}
+#: per-(L, C) launches of the backward gate kernel that replace the gate launch: none. The
+#: sweep's best at L = 3, C = 64 (BE 64, 4 warps) timed the same in the model's call as the
+#: gate launch (BE 32, 8 warps): 1.91 against 1.90 ms per launch (vs_deepmd.py profiles)
+BWD_SHAPES: dict[tuple[int, int], dict] = {}
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl

@@ -65,6 +65,7 @@ def test_launch_defaults_and_bad_kernel(monkeypatch):
     """Without overrides the backward takes BWD_SHAPES' launch, else the shape's gate launch;
     a kernel name not in BWD_KERNELS is refused by name."""
     gate = {"BE": 32, "fwd_warps": 4, "bwd_warps": 8}
+    monkeypatch.setitem(sg.BWD_SHAPES, (3, 64), {"BE": 64, "warps": 4})
     assert sg.bwd_launch(3, 32, gate) == ("degree", 32, 8)
     assert sg.bwd_launch(3, 64, gate) == ("degree", 64, 4)  # BWD_SHAPES
     monkeypatch.setitem(sg.BWD, "warps", 2)
