@@ -100,7 +100,11 @@ def precision(x, pas: str) -> str:
 def chosen(kernels: dict, pas: str, x, mix: bool) -> str:
     """The kernels ``rotate_mix.KERNELS`` names for pass "fwd" or "bwd": "edge" or "dot";
     "auto" is "dot" for the radial rows (no mixer) where that pass's tl.dot runs on tensor cores
-    (float32 with :data:`DOT_PRECISION` "tf32x3"), else "edge"."""
+    (float32 with :data:`DOT_PRECISION` "tf32x3"), else "edge". H200, 2026-12-03
+    (``benchmarks/gpu_warps.py --rotate-mix-dot``, E = 647,154, band, ms, edge → tf32x3 dot):
+    radial rows L = 3, C = 64 backward 4.73 → 4.21 (4 edges per step, one warp), forward
+    1.43 → 1.90; mixer of rank 1 backward 6.60 → 8.64 (L = 3, C = 64), 2.22 → 2.96 (L = 2,
+    C = 32): the mixer and every forward stay on the edge kernels."""
     name = cm.kernel_choice(kernels, pas, ("edge", "dot", "auto"), "rotate_mix")
     if name == "auto":
         return "dot" if not mix and precision(x, pas) == "tf32x3" else "edge"

@@ -49,12 +49,9 @@ MIXERS = ("degree_channel", "none")  #: mixer modes the op implements
 WARPS = {"fwd": 1, "edge": 1, "node": 1}
 BWD_EDGE = {"EB": 16, "stages": 3}  #: backward edge kernel: edges per program, pipeline stages
 #: Triton kernels per pass: "edge" (the kernels below), "dot" (_rotate_mix_dot: by source node,
-#: BE edges per step as tl.dot products) or "auto" ("dot" for radial rows in float32, whose
-#: tl.dot is tf32x3 on tensor cores; else "edge"). Same outputs to rounding; read when an op
-#: runs (at trace time when compiled). H200, 2026-12-03 (benchmarks/gpu_warps.py, E = 647,154,
-#: band): radial rows, L = 3, C = 64: backward 4.73 ms (edge) → 4.21 (tf32x3 dot, 4 edges per
-#: step, one warp), forward 1.43 → 1.90 (the dot forward is slower); the mixer's dot, untimed
-#: with tf32x3 (its ieee dot was 9.1 ms against 6.6), stays on the edge kernels.
+#: BE edges per step as tl.dot products) or "auto" (_rotate_mix_dot.chosen: the tf32x3 dot for
+#: float32 radial rows, as timed there; else "edge"). Same outputs to rounding; read when an op
+#: runs (at trace time when compiled)
 KERNELS = {"fwd": "edge", "bwd": "auto"}
 
 
