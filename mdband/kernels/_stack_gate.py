@@ -48,11 +48,14 @@ if cm.TRITON_AVAILABLE:
         return tl.load(wg_ptr + (c[:, None] * SG + (f * (L * C) + (lo - 1) * C) + c[None, :]))
 
     @triton.jit
-    def _edge_rows(E, BE: tl.constexpr):
-        """This program's focus f, its edges' mask and flat indices f·E + e, both (BE, 1)."""
+    def _edge_rows(E, BE: tl.constexpr, DM: tl.constexpr, C: tl.constexpr):
+        """This program's focus f, its edges' mask and flat indices f·E + e (both (BE, 1)), the
+        channels c and the offsets of the edges' row 0 (BE, C)."""
         f = tl.program_id(1).to(tl.int64)
         e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        return f, (e < E)[:, None], (f * E + e)[:, None]
+        idx = (f * E + e)[:, None]
+        c = tl.arange(0, C)
+        return f, (e < E)[:, None], idx, c, idx * (DM * C) + c[None, :]
 
     @triton.jit
     def _silu_grad(h0):
@@ -66,9 +69,7 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         """y = x + act(h) given the gate logits lg (F, E, L·C)."""
         DM: tl.constexpr = 3 * L + 1
-        f, em, idx = _edge_rows(E, BE)
-        c = tl.arange(0, C)
-        base = idx * (DM * C) + c[None, :]
+        f, em, idx, c, base = _edge_rows(E, BE, DM, C)
         gbase = idx * (L * C) + c[None, :]
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
         x0 = tl.load(x_ptr + base, mask=em, other=0.0)
@@ -88,9 +89,7 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         """gh = act'(h)ᵀ gy, one degree at a time (``BWD["kernel"] = "degree"``)."""
         DM: tl.constexpr = 3 * L + 1
-        f, em, idx = _edge_rows(E, BE)
-        c = tl.arange(0, C)
-        base = idx * (DM * C) + c[None, :]
+        f, em, idx, c, base = _edge_rows(E, BE, DM, C)
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
         gh0 = tl.load(gy_ptr + base, mask=em, other=0.0) * _silu_grad(h0)
         for lo in range(1, L + 1):
@@ -113,12 +112,10 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         """gh = act'(h)ᵀ gy, every degree in one (BE × NP) tile (``BWD["kernel"] = "all"``)."""
         DM: tl.constexpr = 3 * L + 1
-        f, em, idx = _edge_rows(E, BE)
+        f, em, idx, c, base = _edge_rows(E, BE, DM, C)
         row = idx * (DM * C)
-        c = tl.arange(0, C)
         k = tl.arange(0, NP)
         km = (k < L * C)[None, :]
-        base = row + c[None, :]
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
         gh0 = tl.load(gy_ptr + base, mask=em, other=0.0) * _silu_grad(h0)
         wg = tl.load(wg_ptr + c[:, None] * SG + f * (L * C) + k[None, :], mask=km, other=0.0)
