@@ -5,17 +5,16 @@
 
 Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
 warps per program, then the backward for edges per program and pipeline stages of its edge
-kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks
-that every launch agrees with the module's default to 1e-5 relative; then aggregate's walk
-kernels (``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward +
-backward with one attention head, and its "dot" backward per tl.dot precision (ieee, tf32x3),
-edges per step and warps; then so2_mix_layer's backward gate kernels (``_stack_gate.BWD``:
-per degree or all degrees in one tile) per edges per program and warps, each timed as the
-gated backward op less the ungated one (the linear kernel alone) and checked against the
-default kernel; then rotate_mix's by-source "dot" kernels (``rotate_mix.KERNELS``) per tl.dot
-precision, edges per step and warps against its edge kernels, forward and backward op apart,
-with the mixer of rank 1 and with radial rows (``--rotate-mix-dot``). Prints one line per
-setting.
+kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks that
+every launch agrees with the module's default to 1e-5 relative; then aggregate's walk kernels
+(``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward + backward
+with one attention head, and its "dot" backward per tl.dot precision (ieee, tf32x3), edges per
+step and warps; then so2_mix_layer's backward gate kernel per edges per program and warps
+(``SHAPE_CONFIG``'s "gate" entry), each timed as the gated backward op less the ungated one (the
+linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
+kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
+kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
+(``--rotate-mix-dot``). Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -135,8 +134,9 @@ def dot_sweep(fn, fwd, ref, L, C, dev):
 
 
 def gate_sweep(E, L, C, dev):
-    """so2_mix_layer's backward gate kernel per kernel, edges per program and warps (F = 1,
-    tf32x3): ms of the gate alone = the gated backward op less the ungated one."""
+    """so2_mix_layer's backward gate kernel per edges per program and warps (the shape's
+    ``SHAPE_CONFIG`` "gate" entry; F = 1, tf32x3): ms of the gate alone = the gated backward op
+    less the ungated one."""
     g = torch.Generator(device=dev).manual_seed(5)
 
     def r(*shape, scale=1.0):
@@ -156,25 +156,26 @@ def gate_sweep(E, L, C, dev):
     mul_ms = gk.bench(lambda: torch.mul(gy, h, out=buf), dev)[0]
     print(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
           f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)", flush=True)  # fmt: skip
-    saved, ok = dict(sg.BWD), True
+    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
+    saved, ok = shape.get("gate"), True
     ref = bwd(True)()
-    for kernel in sg.BWD_KERNELS:
-        for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
-            sg.BWD.update(kernel=kernel, BE=be, warps=warps)
-            try:
-                ms = gk.bench(bwd(True), dev)[0] - lin_ms
-                err = rel(bwd(True)(), ref)
-            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-                print(f"gate L={L} C={C} {kernel} BE={be} warps={warps}: {type(exc).__name__}",
-                      flush=True)  # fmt: skip
-                continue
-            ok &= err <= 1e-5
-            print(f"gate L={L} C={C} {kernel:6s} BE={be:3d} warps={warps}: {ms:6.3f} ms "
-                  f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
-                  flush=True)  # fmt: skip
-    sg.BWD.update(saved)
-    print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel),
-          compiled_sizes(sg._gate_bwd_all_kernel), flush=True)  # fmt: skip
+    for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
+        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps}
+        try:
+            ms = gk.bench(bwd(True), dev)[0] - lin_ms
+            err = rel(bwd(True)(), ref)
+        except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+            print(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
+            continue
+        ok &= err <= 1e-5
+        print(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
+              f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
+              flush=True)  # fmt: skip
+    if saved is None:
+        shape.pop("gate")
+    else:
+        shape["gate"] = saved
+    print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel), flush=True)
     return ok
 
 

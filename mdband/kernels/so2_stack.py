@@ -251,7 +251,8 @@ def _mix_bwd_op(
     gh = gy
     if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
         gh = torch.empty_like(gy)
-        sg.gate_bwd(gy, h, wg, gh, lmax, gate_config(lmax, C))
+        gc = gate_config(lmax, C)
+        sg.gate_bwd(gy, h, wg, gh, lmax, gc["BE"], gc["bwd_warps"])
     return _linear(gh, gy, w0, wm, lmax, True, precision)
 
 
