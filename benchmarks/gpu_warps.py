@@ -159,16 +159,19 @@ def gate_sweep(E, L, C, dev):
     shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
     saved, ok = shape.get("gate"), True
     ref = bwd(True)()
-    for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
-        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps}
+    runs = [(be, w, u) for be, w in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8),
+                                     (128, 8)) for u in (False, True)]  # fmt: skip
+    for be, warps, unroll in runs:
+        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps, "unroll": unroll}
         try:
             ms = gk.bench(bwd(True), dev)[0] - lin_ms
             err = rel(bwd(True)(), ref)
         except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-            print(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
+            print(f"gate L={L} C={C} BE={be} warps={warps} unroll={unroll:d}: "
+                  f"{type(exc).__name__}", flush=True)  # fmt: skip
             continue
         ok &= err <= 1e-5
-        print(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
+        print(f"gate L={L} C={C} BE={be:3d} warps={warps} unroll={unroll:d}: {ms:6.3f} ms "
               f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
               flush=True)  # fmt: skip
     if saved is None:
@@ -176,6 +179,67 @@ def gate_sweep(E, L, C, dev):
     else:
         shape["gate"] = saved
     print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel), flush=True)
+    return ok
+
+
+#: launches of the linear sweep per (L, C): edges per program, warps, stages, output rows per
+#: program, and 1 for one product of the pair tiles per step (two rows)
+LINEAR_RUNS = {
+    (3, 64): [(128, 8, 2, 1, 0), (128, 8, 2, 2, 1), (128, 8, 3, 2, 1), (64, 4, 2, 2, 1),
+              (64, 4, 3, 2, 1), (128, 4, 2, 2, 1), (256, 8, 1, 2, 1)],
+    (2, 32): [(256, 4, 3, 1, 0), (256, 4, 3, 2, 1), (128, 4, 3, 2, 1), (256, 8, 2, 2, 1),
+              (128, 4, 2, 2, 1), (64, 4, 3, 2, 1)],
+}  # fmt: skip
+
+
+def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
+    """so2_mix_layer's linear kernel (F = 1) per launch (``SHAPE_CONFIG``'s "linear" entry, or
+    "linear-<precision>"): the ungated forward x·W + x, the ungated backward x·Wᵀ + x and the
+    gated forward (linear with the gate epilogue), each checked against the default launch."""
+    g = torch.Generator(device=dev).manual_seed(6)
+
+    def r(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, device=dev) * scale
+
+    x, gy = r(1, E, 3 * L + 1, C), r(1, E, 3 * L + 1, C)
+    w0 = r((L + 1) * C, (L + 1) * C, scale=((L + 1) * C) ** -0.5)
+    wm = r(L * C, 2 * L * C, scale=(L * C) ** -0.5)
+    wg = r(C, L * C, scale=C**-0.5)
+    none = x.new_empty(0, 0)
+    cases = {
+        "x·W": lambda: ss._mix_op(x, w0, wm, none, L, False, precision, False)[0],
+        "x·Wᵀ": lambda: ss._mix_bwd_op(gy, x.new_empty(0), w0, wm, none, L, False, precision),
+        "gated": lambda: ss._mix_op(x, w0, wm, wg, L, True, precision, True),
+    }
+    flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E
+    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
+    key = "linear" if precision == "tf32x3" else f"linear-{precision}"
+    saved, ok = shape.get(key), True
+    refs = {name: fn() for name, fn in cases.items()}
+    for be, warps, stages, rows, pair in runs or LINEAR_RUNS.get((L, C), LINEAR_RUNS[3, 64]):
+        cfg = {"BE": be, "warps": warps, "stages": stages, "rows": rows, "pair": bool(pair)}
+        shape[key] = cfg
+        line = f"linear {precision} L={L} C={C} {be}/{warps}/{stages} rows={rows} pair={pair}:"
+        for name, fn in cases.items():
+            try:
+                ms = gk.bench(fn, dev)[0]
+                err = rel(fn(), refs[name]) if name != "gated" else max(
+                    rel(u, v) for u, v in zip(fn(), refs[name]))  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+                line += f" {name} {type(exc).__name__}"
+                continue
+            ok &= err <= 1e-5
+            line += f" {name} {ms:6.3f} ms ({flop / ms / 1e9:5.1f} TFLOP/s, diff {err:.0e})"
+        ran = {tuple(sorted(v.items())) for k, v in ss.sl._WORKING.items()
+               if k[3] == tuple(sorted(cfg.items()))}  # fmt: skip
+        if ran and ran != {tuple(sorted(cfg.items()))}:
+            line += f" (did not fit: ran {ran})"
+        print(line, flush=True)
+    if saved is None:
+        shape.pop(key)
+    else:
+        shape[key] = saved
+    print("linear compiles:", compiled_sizes(ss.sl.linear_kernel), flush=True)
     return ok
 
 
@@ -245,6 +309,19 @@ def main(argv=None):
         default=["3x64", "2x32"],
         help="(L)x(C) shapes of the gate backward sweep (none: skip it)",
     )
+    ap.add_argument(
+        "--linear",
+        nargs="*",
+        default=[],
+        help="(L)x(C) shapes of the linear kernel's launch sweep (LINEAR_RUNS)",
+    )
+    ap.add_argument(
+        "--linear-launches",
+        nargs="*",
+        default=[],
+        help="BExWARPSxSTAGESxROWSxPAIR launches of that sweep (default LINEAR_RUNS)",
+    )
+    ap.add_argument("--linear-precisions", nargs="+", default=["tf32x3"])
     ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
     ap.add_argument(
         "--rotate-mix-dot",
@@ -310,6 +387,11 @@ def main(argv=None):
             mode, shape = case.split(":")
             ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
                                        args.rotate_mix_dot_passes, runs)  # fmt: skip
+        lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
+        for shape in args.linear:
+            for prec in args.linear_precisions:
+                ok &= linear_sweep(E, *(int(v) for v in shape.split("x")), dev, lruns or None,
+                                   prec)  # fmt: skip
         for shape in args.gate:
             ok &= gate_sweep(E, *(int(v) for v in shape.split("x")), dev)
         for shape in args.aggregate:
