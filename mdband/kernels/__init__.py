@@ -1,7 +1,8 @@
 """Fused SeZM edge kernels: one op per module (torch reference + Triton kernel + triton_op).
 
 Modules: ``band_producer``, ``rotate_mix``, ``so2_stack`` (``so2_mix_layer``), ``edge_dot``,
-``aggregate``, ``zonal`` (``zonal_embed``), ``force_assembly`` and the gate ``capability``;
+``aggregate``, ``zonal`` (``zonal_embed``), ``force_assembly``, ``take_rows``, ``grid_product``,
+``segment_outer`` and the gate ``capability``;
 import the op functions from their modules (``from mdband.kernels.rotate_mix import
 rotate_mix``).
 

@@ -237,7 +237,7 @@ class SeZMDescriptor(nn.Module):
         N, C, L = ec.n_nodes, cfg.channels, cfg.lmax
         x0 = te[ec.rows]
         if cfg.use_env_seed:
-            film = self.env_seed_embedding(ec, types)
+            film = self.env_seed_embedding(ec, types, fused=self.settings.ops_on(ec.edge_vec))
             sc, sh = film[:, :C], film[:, C:]
             if cfg.edge_norm:
                 sc, sh = self.film_scale_norm(sc), self.film_shift_norm(sh)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.kernels.segment_outer import segment_outer
 from mdband.kernels.segments import segment_sum
 from mdband.kernels.take_rows import take_rows
 from mdband.model.radial import MLPLayer
 from mdband.so3 import storage as st
 
 #: the ops this module calls that torch.compile must not trace (graph breaks under compile=on)
-OPAQUE = ("segment_sum", "take_rows")
+OPAQUE = ("segment_outer", "segment_sum", "take_rows")
 
 
 class TypeEmbedding(nn.Module):
@@ -62,8 +63,10 @@ class EnvironmentSeed(nn.Module):
         self.g_layer2 = MLPLayer(d["hidden"], d["embed"], act=False)
         self.output_proj = MLPLayer(d["embed"] * d["axis"], 2 * channels, act=False)
 
-    def forward(self, ec, types: torch.Tensor) -> torch.Tensor:
-        """FiLM logits of the destination rows of ``ec`` (``types`` of every node)."""
+    def forward(self, ec, types: torch.Tensor, fused: bool = False) -> torch.Tensor:
+        """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
+        the per-node sum of the edges' outer products by the Triton op (differentiable once:
+        force evaluation), else by torch (differentiable to any order: training)."""
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
@@ -72,9 +75,12 @@ class EnvironmentSeed(nn.Module):
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
         g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
-        outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
-        agg = segment_sum(outer, ec.dst, ec.dst_csr())
-        agg = agg.reshape(-1, 4, self.embed) * ec.inv_sqrt_deg
+        if fused:
+            agg = segment_outer(r_tilde, g, ec.dst, ec.dst_csr())  # (N, 4, embed)
+        else:
+            outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
+            agg = segment_sum(outer, ec.dst, ec.dst_csr()).reshape(-1, 4, self.embed)
+        agg = agg * ec.inv_sqrt_deg
         dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
 

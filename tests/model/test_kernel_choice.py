@@ -1,5 +1,6 @@
 """The kernels a float32 model's backward runs by default ("auto"): aggregate's tf32x3 dot
-kernels, and rotate_mix's only for radial rows; forces against the float64 torch path."""
+kernels, rotate_mix's only for radial rows, the environment seed's segment_outer; forces against
+the float64 torch path."""
 
 import numpy as np
 import pytest
@@ -24,7 +25,8 @@ def _potential(cfg, dtype, **options):
 @pytest.mark.parametrize("radial,rm_dot", [("degree_channel", False), ("none", True)])
 def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     """float32, Triton (the interpreter on CPU): the aggregate backward is its dot kernel, the
-    rotate_mix backward its dot kernel for radial rows and its edge kernels for the mixer; energy
+    rotate_mix backward its dot kernel for radial rows and its edge kernels for the mixer, the
+    environment seed's sums segment_outer's kernels; energy
     and forces agree with the float64 torch path to float32 accuracy."""
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2,
                        radial_so2_mode=radial)  # fmt: skip
@@ -44,5 +46,6 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     assert "_agg_fwd_kernel" in seen  # the forward stays the walk
     assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
     assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
+    assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)

@@ -1,0 +1,178 @@
+"""segment_outer: per-node sums of per-edge outer products, ``out[n] = Σ a[e] ⊗ b[e]``.
+
+Shapes (E edges, n segments)::
+
+    a, b          (E, P), (E, Q)  float32 or float64, one dtype
+    index         (E,) int64      0 ≤ index < n (the destination atom of each edge)
+    perm, row_ptr (E,), (n+1,)    the CSR of index (:func:`mdband.kernels._common.csr`)
+    out           (n, P, Q)       out[k, p, q] = Σ_{e: index[e] = k} a[e, p] · b[e, q]
+
+Backward (closed form, g (n, P, Q))::
+
+    ga[e, p] = Σ_q g[index[e], p, q] · b[e, q]      gb[e, q] = Σ_p a[e, p] · g[index[e], p, q]
+
+The environment seed's FiLM contraction (sezm-architecture.md §2.3) is this sum with P = 4 (the
+scaled edge direction) and Q = the embedding width. The torch path materialises the (E, P·Q)
+products, gathers them into CSR order and sums them (forward), then gathers the cotangent back
+per edge and reduces two (E, P, Q) products (backward): at DPA4-Mini's 647,154 edges and Q = 32
+about ten passes over a 331 MB tensor. The kernels read a, b (and the node rows of g, from L2)
+and write only the results: per edge (P + Q)·s bytes forward and 2·(P + Q)·s + 8 backward, plus
+P·Q·s per node (s = 4 in float32). Each node's segment is summed in CSR order by one program
+(no atomics: the sums repeat bit for bit); the order differs from the torch path's, so float32
+results agree to rounding (tests: 1e-6 relative). Not differentiable twice: training keeps the
+torch path (:class:`mdband.model.embedding.EnvironmentSeed` decides).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from mdband.kernels import _common as cm
+
+OP = "mdband::segment_outer"
+OP_BWD = "mdband::segment_outer_bwd"
+#: edges per loop step (forward, per node) and per program (backward)
+BLOCK_EDGES = {"fwd": 32, "bwd": 32}
+
+
+def segment_outer_reference(a: Tensor, b: Tensor, perm: Tensor, row_ptr: Tensor) -> Tensor:
+    """out (n, P, Q) with torch ops (the products materialised), differentiable."""
+    E, P, Q = a.shape[0], a.shape[1], b.shape[1]
+    prod = (a[:, :, None] * b[:, None, :]).reshape(E, P * Q)
+    out = torch.segment_reduce(prod.index_select(0, perm), "sum", offsets=row_ptr, axis=0)
+    return out.reshape(-1, P, Q)
+
+
+def segment_outer_bwd_reference(g: Tensor, a: Tensor, b: Tensor, index: Tensor):
+    """(ga, gb) for the cotangent g (n, P, Q) (closed form)."""
+    ge = g.index_select(0, index)  # (E, P, Q)
+    return torch.einsum("epq,eq->ep", ge, b), torch.einsum("epq,ep->eq", ge, a)
+
+
+if cm.TRITON_AVAILABLE:
+    triton, tl = cm.triton, cm.tl
+
+    @triton.jit
+    def _rows(ptr, e, em, P, PP: tl.constexpr):
+        """Rows e (masked by em, (BE,)) of a row-major (E, P) tensor: (BE, PP), zero-padded."""
+        p = tl.arange(0, PP)
+        m = em[:, None] & (p < P)[None, :]
+        return tl.load(ptr + e[:, None] * P + p[None, :], mask=m, other=0.0)
+
+    @triton.jit
+    def _seg_outer_fwd_kernel(
+        a_ptr, b_ptr, perm_ptr, ptr_ptr, out_ptr, P, Q,
+        PP: tl.constexpr, QP: tl.constexpr, BE: tl.constexpr,
+    ):  # fmt: skip
+        """out[n] = Σ over node n's CSR segment, BE edges per step."""
+        n = tl.program_id(0).to(tl.int64)
+        beg = tl.load(ptr_ptr + n)
+        end = tl.load(ptr_ptr + n + 1)
+        p, q = tl.arange(0, PP), tl.arange(0, QP)
+        acc = tl.zeros((PP, QP), out_ptr.dtype.element_ty)
+        for i in range(beg, end, BE):
+            j = i + tl.arange(0, BE)
+            em = j < end
+            e = tl.load(perm_ptr + j, mask=em, other=0).to(tl.int64)
+            av = _rows(a_ptr, e, em, P, PP)
+            bv = _rows(b_ptr, e, em, Q, QP)
+            acc += tl.sum(av[:, :, None] * bv[:, None, :], axis=0)
+        m = (p < P)[:, None] & (q < Q)[None, :]
+        tl.store(out_ptr + n * (P * Q) + p[:, None] * Q + q[None, :], acc, mask=m)
+
+    @triton.jit
+    def _seg_outer_bwd_kernel(
+        g_ptr, a_ptr, b_ptr, idx_ptr, ga_ptr, gb_ptr, E, P, Q,
+        PP: tl.constexpr, QP: tl.constexpr, BE: tl.constexpr,
+    ):  # fmt: skip
+        """ga, gb of BE edges: the node rows g[index[e]] read in place."""
+        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
+        em = e < E
+        node = tl.load(idx_ptr + e, mask=em, other=0).to(tl.int64)
+        p, q = tl.arange(0, PP), tl.arange(0, QP)
+        av = _rows(a_ptr, e, em, P, PP)
+        bv = _rows(b_ptr, e, em, Q, QP)
+        gm = em[:, None, None] & ((p < P)[:, None] & (q < Q)[None, :])[None, :, :]
+        off = node[:, None, None] * (P * Q) + (p[:, None] * Q + q[None, :])[None, :, :]
+        gv = tl.load(g_ptr + off, mask=gm, other=0.0)
+        ga = tl.sum(gv * bv[:, None, :], axis=2)
+        gb = tl.sum(gv * av[:, :, None], axis=1)
+        tl.store(ga_ptr + e[:, None] * P + p[None, :], ga, mask=em[:, None] & (p < P)[None, :])
+        tl.store(gb_ptr + e[:, None] * Q + q[None, :], gb, mask=em[:, None] & (q < Q)[None, :])
+
+
+def backend(device, dtype) -> tuple[str, str]:
+    """(backend, reason): Triton on CUDA for float32/float64 (or the interpreter when forced)."""
+    name = cm.select_backend(device, dtype)
+    return name, f"{name} on {torch.device(device).type} ({dtype})"
+
+
+def _widths(P: int, Q: int) -> tuple[int, int]:
+    return cm.next_pow2(P), cm.next_pow2(Q)
+
+
+@torch.library.triton_op(OP, mutates_args=())
+def _segment_outer_op(a: Tensor, b: Tensor, index: Tensor, perm: Tensor, row_ptr: Tensor) -> Tensor:
+    if cm.chosen_backend("segment_outer", backend(a.device, a.dtype)) == "reference":
+        return segment_outer_reference(a, b, perm, row_ptr)
+    n, P, Q = row_ptr.shape[0] - 1, a.shape[1], b.shape[1]
+    out = a.new_empty(n, P, Q)
+    if not cm.has_no_items(n):
+        PP, QP = _widths(P, Q)
+        cm.wrap(_seg_outer_fwd_kernel)[(n,)](a, b, perm, row_ptr, out, P, Q, PP=PP, QP=QP,
+                                            BE=BLOCK_EDGES["fwd"], num_warps=4)  # fmt: skip
+    return out
+
+
+@_segment_outer_op.register_fake
+def _(a, b, index, perm, row_ptr):
+    return a.new_empty(row_ptr.shape[0] - 1, a.shape[1], b.shape[1])
+
+
+@torch.library.triton_op(OP_BWD, mutates_args=())
+def _segment_outer_bwd_op(g: Tensor, a: Tensor, b: Tensor, index: Tensor) -> tuple[Tensor, Tensor]:
+    if cm.chosen_backend("segment_outer", backend(a.device, a.dtype)) == "reference":
+        return segment_outer_bwd_reference(g, a, b, index)
+    E, P, Q = a.shape[0], a.shape[1], b.shape[1]
+    ga, gb = torch.empty_like(a), torch.empty_like(b)
+    if not cm.has_no_items(E):
+        PP, QP = _widths(P, Q)
+        be = BLOCK_EDGES["bwd"]
+        cm.wrap(_seg_outer_bwd_kernel)[(triton.cdiv(E, be),)](
+            g, a, b, index, ga, gb, E, P, Q, PP=PP, QP=QP, BE=be, num_warps=4
+        )
+    return ga, gb
+
+
+@_segment_outer_bwd_op.register_fake
+def _(g, a, b, index):
+    return torch.empty_like(a), torch.empty_like(b)
+
+
+def _setup(ctx, inputs, output):
+    a, b, index, _, _ = inputs
+    ctx.save_for_backward(a, b, index)
+
+
+def _backward(ctx, g):
+    a, b, index = ctx.saved_tensors
+    ga, gb = torch.ops.mdband.segment_outer_bwd(g.contiguous(), a, b, index)
+    return ga, gb, None, None, None
+
+
+_segment_outer_op.register_autograd(_backward, setup_context=_setup)
+
+
+def segment_outer(a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tensor]) -> Tensor:
+    """out[k] = Σ_{e: index[e] = k} a[e] ⊗ b[e] (module docstring): (n, P, Q).
+
+    a (E, P), b (E, Q), index (E,) int64 and ``csr_`` = (perm, row_ptr) its CSR. Differentiable
+    once in a and b (force evaluation); a torch path for training lives with the caller.
+    """
+    if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[0] or index.shape != a.shape[:1]:
+        raise ValueError(f"segment_outer: a (E, P), b (E, Q) and index (E,) expected, got "
+                         f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(index.shape)}")  # fmt: skip
+    cm.check_dtypes("segment_outer", a=a, b=b)
+    perm, row_ptr = csr_
+    return _segment_outer_op(a.contiguous(), b.contiguous(), index, perm, row_ptr)
