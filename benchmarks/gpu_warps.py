@@ -182,6 +182,35 @@ def gate_sweep(E, L, C, dev):
     return ok
 
 
+def segment_outer_timing(E, N, Q, dev):
+    """segment_outer (P = 4, the environment seed) forward + backward: the Triton op against the
+    torch path it replaced (products materialised, segment_sum, autograd), checked to 1e-5."""
+    from mdband.kernels import segment_outer as so
+    from mdband.kernels.segments import segment_sum
+
+    g = torch.Generator(device=dev).manual_seed(7)
+    index = torch.sort(torch.randint(0, N, (E,), generator=g, device=dev))[0]
+    a = torch.randn(E, 4, generator=g, device=dev).requires_grad_()
+    b = torch.randn(E, Q, generator=g, device=dev).requires_grad_()
+    gout = torch.randn(N, 4, Q, generator=g, device=dev)
+    csr_ = cm.csr(index, N)
+
+    def fused():
+        out = so.segment_outer(a, b, index, csr_)
+        return (out, *torch.autograd.grad(out, (a, b), gout))
+
+    def torch_path():
+        out = segment_sum((a[:, :, None] * b[:, None, :]).reshape(E, -1), index, csr_)
+        out = out.reshape(N, 4, Q)
+        return (out, *torch.autograd.grad(out, (a, b), gout))
+
+    ok = close(fused(), torch_path())
+    ms = {name: gk.bench(fn, dev)[0] for name, fn in (("op", fused), ("torch", torch_path))}
+    print(f"segment_outer E={E} N={N} P=4 Q={Q}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+          f"{ms['torch']:.3f} ms, matches: {ok}", flush=True)  # fmt: skip
+    return ok
+
+
 #: launches of the linear sweep per (L, C): edges per program, warps, stages, output rows per
 #: program, and 1 for one product of the pair tiles per step (two rows)
 LINEAR_RUNS = {
@@ -322,6 +351,13 @@ def main(argv=None):
         help="BExWARPSxSTAGESxROWSxPAIR launches of that sweep (default LINEAR_RUNS)",
     )
     ap.add_argument("--linear-precisions", nargs="+", default=["tf32x3"])
+    ap.add_argument(
+        "--segment-outer",
+        nargs="*",
+        type=int,
+        default=[],
+        help="widths Q of the segment_outer timing (e.g. 32 64)",
+    )
     ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
     ap.add_argument(
         "--rotate-mix-dot",
@@ -387,6 +423,8 @@ def main(argv=None):
             mode, shape = case.split(":")
             ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
                                        args.rotate_mix_dot_passes, runs)  # fmt: skip
+        for q in args.segment_outer:
+            ok &= segment_outer_timing(E, N, q, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:
