@@ -159,19 +159,16 @@ def gate_sweep(E, L, C, dev):
     shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
     saved, ok = shape.get("gate"), True
     ref = bwd(True)()
-    runs = [(be, w, u) for be, w in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8),
-                                     (128, 8)) for u in (False, True)]  # fmt: skip
-    for be, warps, unroll in runs:
-        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps, "unroll": unroll}
+    for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
+        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps}
         try:
             ms = gk.bench(bwd(True), dev)[0] - lin_ms
             err = rel(bwd(True)(), ref)
         except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-            print(f"gate L={L} C={C} BE={be} warps={warps} unroll={unroll:d}: "
-                  f"{type(exc).__name__}", flush=True)  # fmt: skip
+            print(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
             continue
         ok &= err <= 1e-5
-        print(f"gate L={L} C={C} BE={be:3d} warps={warps} unroll={unroll:d}: {ms:6.3f} ms "
+        print(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
               f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
               flush=True)  # fmt: skip
     if saved is None:

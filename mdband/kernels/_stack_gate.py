@@ -81,17 +81,12 @@ if cm.TRITON_AVAILABLE:
         for lo in range(1, L + 1):
             wl = gate_tile(wg_ptr, f, lo, c, SG, L, C)
             gate = tl.sigmoid(tl.dot(h0, wl, input_precision="tf32x3"))
-            # the degree's three rows (m = 0, −1, +1): all six loads before any store
-            o0, o1, o2 = base + lo * C, base + (lo + L) * C, base + (lo + 2 * L) * C
-            g0 = tl.load(gy_ptr + o0, mask=em, other=0.0)
-            g1 = tl.load(gy_ptr + o1, mask=em, other=0.0)
-            g2 = tl.load(gy_ptr + o2, mask=em, other=0.0)
-            gg = g0 * tl.load(h_ptr + o0, mask=em, other=0.0)
-            gg += g1 * tl.load(h_ptr + o1, mask=em, other=0.0)
-            gg += g2 * tl.load(h_ptr + o2, mask=em, other=0.0)
-            tl.store(gh_ptr + o0, g0 * gate, mask=em)
-            tl.store(gh_ptr + o1, g1 * gate, mask=em)
-            tl.store(gh_ptr + o2, g2 * gate, mask=em)
+            gg = tl.zeros((BE, C), tl.float32)
+            for r in range(3):
+                off = base + (lo + r * L) * C
+                gyr = tl.load(gy_ptr + off, mask=em, other=0.0)
+                gg += gyr * tl.load(h_ptr + off, mask=em, other=0.0)
+                tl.store(gh_ptr + off, gyr * gate, mask=em)
             glg = gg * gate * (1.0 - gate)
             gh0 = tl.dot(glg, tl.trans(wl), gh0, input_precision="tf32x3")
         tl.store(gh_ptr + base, gh0, mask=em)
