@@ -209,12 +209,11 @@ def segment_outer_timing(E, N, Q, dev):
 
 
 #: launches of the linear sweep per (L, C): edges per program, warps, stages, output rows per
-#: program, and 1 for one product of the pair tiles per step (two rows)
+#: program (the first of each list is the shape's default; 2026-12-03 sweep in BENCHMARKS.md)
 LINEAR_RUNS = {
-    (3, 64): [(128, 8, 2, 1, 0), (128, 8, 2, 2, 1), (128, 8, 3, 2, 1), (64, 4, 2, 2, 1),
-              (64, 4, 3, 2, 1), (128, 4, 2, 2, 1), (256, 8, 1, 2, 1)],
-    (2, 32): [(256, 4, 3, 1, 0), (256, 4, 3, 2, 1), (128, 4, 3, 2, 1), (256, 8, 2, 2, 1),
-              (128, 4, 2, 2, 1), (64, 4, 3, 2, 1)],
+    (3, 64): [(128, 8, 2, 1), (128, 16, 2, 1), (256, 16, 2, 1), (256, 8, 2, 1), (64, 8, 2, 1),
+              (128, 16, 2, 2)],
+    (2, 32): [(256, 4, 3, 1), (128, 4, 3, 1), (128, 4, 2, 2), (256, 8, 2, 1)],
 }  # fmt: skip
 
 
@@ -242,10 +241,10 @@ def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
     key = "linear" if precision == "tf32x3" else f"linear-{precision}"
     saved, ok = shape.get(key), True
     refs = {name: fn() for name, fn in cases.items()}
-    for be, warps, stages, rows, pair in runs or LINEAR_RUNS.get((L, C), LINEAR_RUNS[3, 64]):
-        cfg = {"BE": be, "warps": warps, "stages": stages, "rows": rows, "pair": bool(pair)}
+    for be, warps, stages, rows in runs or LINEAR_RUNS.get((L, C), LINEAR_RUNS[3, 64]):
+        cfg = {"BE": be, "warps": warps, "stages": stages, "rows": rows}
         shape[key] = cfg
-        line = f"linear {precision} L={L} C={C} {be}/{warps}/{stages} rows={rows} pair={pair}:"
+        line = f"linear {precision} L={L} C={C} {be}/{warps}/{stages} rows={rows}:"
         for name, fn in cases.items():
             try:
                 ms = gk.bench(fn, dev)[0]
@@ -345,7 +344,7 @@ def main(argv=None):
         "--linear-launches",
         nargs="*",
         default=[],
-        help="BExWARPSxSTAGESxROWSxPAIR launches of that sweep (default LINEAR_RUNS)",
+        help="BExWARPSxSTAGESxROWS launches of that sweep (default LINEAR_RUNS)",
     )
     ap.add_argument("--linear-precisions", nargs="+", default=["tf32x3"])
     ap.add_argument(

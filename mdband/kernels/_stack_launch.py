@@ -65,13 +65,6 @@ def linear_slots(L: int, rows: int) -> int:
     raise ValueError(f"so2_mix_layer: a launch has 1 or 2 rows per program, got {rows}")
 
 
-def pair_rows(L: int) -> list[tuple[int, int]]:
-    """Output rows (j₀, j₁) of each row slot of a two-row launch (``rows = 2``): the m = 0 rows
-    in pairs (0, 1), (2, 3), … (an odd last row twice), then the |m| = 1 rows (L+1, L+2), …"""
-    m0 = [(j, min(j + 1, L)) for j in range(0, L + 1, 2)]
-    return m0 + [(j, j + 1) for j in range(L + 1, 3 * L + 1, 2)]
-
-
 def gate_config(L: int, C: int) -> dict:
     """Launch of the gate kernels: edges per program BE, fwd_warps and bwd_warps."""
     default = {"BE": ELEMENTWISE_BE, "fwd_warps": 4, "bwd_warps": ELEMENTWISE_WARPS}

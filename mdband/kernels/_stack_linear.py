@@ -56,7 +56,7 @@ if cm.TRITON_AVAILABLE:
         L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
         MODE: tl.constexpr, ROWS: tl.constexpr, SLOTS: tl.constexpr,
         GATE: tl.constexpr, SAVE: tl.constexpr, NS: tl.constexpr, S0: tl.constexpr,
-        XS: tl.constexpr = 0, PAIR: tl.constexpr = 0,
+        XS: tl.constexpr = 0,
     ):  # fmt: skip
         """Rows j0, j1 of h = x·W (+ res) on BE edges of focus f: acc (BE, C) each, one k-loop.
 
@@ -74,11 +74,7 @@ if cm.TRITON_AVAILABLE:
         (which read the same x rows) per program, so each x tile is loaded and split once for
         both: the m = 0 rows in pairs (0, 1), (2, 3), … (an odd last row computed twice and
         stored twice, the same values), the 2L |m| = 1 rows in L pairs. Each row's products
-        and their order are those of ROWS = 1. PAIR (with ROWS = 2): the two rows' weight
-        tiles stacked into one [2C, C] tile per step
-        (:func:`~mdband.kernels._stack_weights.pair_tiles`), so each step is one product of
-        N = 2C (half the tensor core's reads of the x operand per output) and the
-        accumulator splits into the two rows at the end. SLOTS: row slots per edge block
+        and their order are those of ROWS = 1. SLOTS: row slots per edge block
         (:func:`~mdband.kernels._stack_launch.linear_slots`); this launch runs NS of them from
         slot S0 on.
         GATE = 0: y = h (+ res). GATE = 1 (slot 0, launch A) and 2 (the other slots, launch
@@ -106,25 +102,16 @@ if cm.TRITON_AVAILABLE:
         xr0 = tl.where(m0, 0, L + 1)
         wrow0 = (f * DM + j0) * (NK * C)
         wrow1 = (f * DM + j1) * (NK * C)
-        if PAIR:  # both rows from one (BE × C)·(C × 2C) product per step (pair tiles)
-            accp = tl.zeros((BE, 2 * C), tl.float32)
-            for k in range(nk):
-                xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-                xh, xl, inv = _split_x(xa, MODE, XS)
-                wp = ((f * SLOTS + slot) * NK + k) * (2 * C)
-                accp = _row_dot(xh, xl, inv, wh_d.load([wp, 0]), wl_d, wp, accp, MODE)
-            acc0, acc1 = tl.split(accp.reshape(BE, C, 2))
-        else:
-            acc0 = tl.zeros((BE, C), tl.float32)
-            acc1 = tl.zeros((BE, C), tl.float32)
-            for k in range(nk):
-                xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
-                xh, xl, inv = _split_x(xa, MODE, XS)
-                wr0 = wrow0 + k * C
-                acc0 = _row_dot(xh, xl, inv, wh_d.load([wr0, 0]), wl_d, wr0, acc0, MODE)
-                if ROWS == 2:
-                    wr1 = wrow1 + k * C
-                    acc1 = _row_dot(xh, xl, inv, wh_d.load([wr1, 0]), wl_d, wr1, acc1, MODE)
+        acc0 = tl.zeros((BE, C), tl.float32)
+        acc1 = tl.zeros((BE, C), tl.float32)
+        for k in range(nk):
+            xa = x_d.load([f, e0, (xr0 + k) * C]).reshape(BE, C)
+            xh, xl, inv = _split_x(xa, MODE, XS)
+            wr0 = wrow0 + k * C
+            acc0 = _row_dot(xh, xl, inv, wh_d.load([wr0, 0]), wl_d, wr0, acc0, MODE)
+            if ROWS == 2:
+                wr1 = wrow1 + k * C
+                acc1 = _row_dot(xh, xl, inv, wh_d.load([wr1, 0]), wl_d, wr1, acc1, MODE)
         if MODE != 0:
             acc0 = acc0 * w_inv
             acc1 = acc1 * w_inv
@@ -162,19 +149,18 @@ def _launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
     """Run the linear kernel on x into y (and, for ``gate = (wg, out, g, save)``, the gated
     epilogue into out and g), trying smaller launches when shared memory runs out."""
     F, E, _, C = x.shape
+    wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision)
     primary = launch.linear_config(precision, L, C)
     key = (x.device.type, x.device.index, precision, tuple(sorted(primary.items())), gate is None)
     tried = [_WORKING[key]] if key in _WORKING else [primary, *launch.FALLBACK_CONFIGS]
     for cfg in tried:
         be, n_rows = cfg["BE"], cfg.get("rows", 1)
-        pair = n_rows == 2 and cfg.get("pair", False)
         slots = launch.linear_slots(L, n_rows)
-        wh, wl, w_scale = sw.packed_weights(w0, wm, F, L, C, transpose, precision, pair)
 
         def desc(t, be=be):
             return TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C])
 
-        wd = [TensorDescriptor.from_tensor(t, [2 * C if pair else C, C]) for t in (wh, wl)]
+        wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl)]
         yd = desc(y)
         if gate is None:
             extra, phases = (yd, yd, wh, 0), [(0, slots, 0)]
@@ -189,7 +175,7 @@ def _launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
                     xd, rd, *wd, yd, 1.0 / w_scale, *extra,
                     L=L, C=C, BE=be, RES=res is not None, MODE=sw.MODE_CODE[precision],
                     ROWS=n_rows, SLOTS=slots, GATE=g_code, SAVE=gate is None or gate[3],
-                    NS=ns, S0=s0, XS=sd.X_SPLITS[X_SPLIT["tf32x3"]], PAIR=int(pair),
+                    NS=ns, S0=s0, XS=sd.X_SPLITS[X_SPLIT["tf32x3"]],
                     num_warps=cfg["warps"],
                     num_stages=cfg["stages"],
                 )  # fmt: skip

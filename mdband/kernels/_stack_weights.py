@@ -71,19 +71,6 @@ def weight_tiles(w0, wm, F, L, C, transpose):
     return torch.cat([t0, tm], 1).reshape(-1, C).contiguous()
 
 
-def pair_tiles(tiles, F, L, C):
-    """The tiles of :func:`weight_tiles` (F·Dm·2L·C, C) as (F·S·2L·2C, C) pair tiles: tile
-    (f, s, k) stacks the tiles (f, j₀, k) and (f, j₁, k) of row slot s's two output rows
-    (:func:`mdband.kernels._stack_launch.pair_rows`) with their output channels interleaved,
-    row 2·c + q = output channel c of row j_q, so one (BE × C)·(C × 2C) product gives both rows
-    and its result splits into them along a last axis of 2."""
-    from mdband.kernels._stack_launch import pair_rows
-
-    t = tiles.view(F, 3 * L + 1, 2 * L, C, C)
-    j0, j1 = (torch.tensor(v, device=tiles.device) for v in zip(*pair_rows(L)))
-    return torch.stack([t[:, j0], t[:, j1]], dim=4).reshape(-1, C).contiguous()
-
-
 def split_tf32(t):
     """(hi, lo): t = hi + lo + O(2⁻²²·|t|), both TF32 values (round to nearest, ties away)."""
     hi = ((t.view(torch.int32) + 0x1000) & -8192).view(torch.float32)
@@ -104,13 +91,10 @@ def split_fp16(t):
     return hi, lo, scale
 
 
-def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3", pairs=False):
+def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
     """The kernel's weights in ``mode``: (wh, wl, scale) with the tiles of :func:`weight_tiles`
-    (of :func:`pair_tiles` with ``pairs``) as W·scale = wh + wl (tf32x3: scale 1; fp16x3: wl
-    carries 2¹¹; fp16: wl = wh, unused)."""
+    as W·scale = wh + wl (tf32x3: scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused)."""
     tiles = weight_tiles(w0, wm, F, L, C, transpose)
-    if pairs:
-        tiles = pair_tiles(tiles, F, L, C)
     if mode == "tf32x3":
         return (*split_tf32(tiles), 1.0)
     if mode == "fp16x3":
@@ -121,20 +105,19 @@ def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3", pairs=False):
     raise ValueError(f"so2_mix_layer: no split mode {mode!r} (one of {SPLIT_MODES})")
 
 
-#: (id(w0), id(wm), transpose, mode, pairs) -> (ref w0, ref wm, versions, packed)
-_PACKED: dict = {}
+_PACKED: dict = {}  # (id(w0), id(wm), transpose, mode) -> (ref w0, ref wm, versions, packed)
 
 
-def packed_weights(w0, wm, F, L, C, transpose, mode="tf32x3", pairs=False):
+def packed_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
     """:func:`pack_weights`, cached per weight pair while its data is unchanged (an MD run
     calls every layer with the same frozen weights; in-place edits bump ``_version``; an entry
     goes when either tensor is freed)."""
-    key = (id(w0), id(wm), transpose, mode, pairs)
+    key = (id(w0), id(wm), transpose, mode)
     versions = (w0._version, wm._version, F, L, C)
     hit = _PACKED.get(key)
     if hit is not None and hit[0]() is w0 and hit[1]() is wm and hit[2] == versions:
         return hit[3]
-    packed = pack_weights(w0, wm, F, L, C, transpose, mode, pairs)
+    packed = pack_weights(w0, wm, F, L, C, transpose, mode)
     drop = lambda _ref: _PACKED.pop(key, None)  # noqa: E731
     _PACKED[key] = (weakref.ref(w0, drop), weakref.ref(wm, drop), versions, packed)
     return packed

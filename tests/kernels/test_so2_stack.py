@@ -22,8 +22,6 @@ F64, F32 = torch.float64, torch.float32
 #: error bound relative to the largest output (fp32 rounding for the split modes; fp16's 2⁻¹¹
 #: per product for the single-product mode)
 TOLERANCE = {"ieee": 2e-6, "tf32x3": 2e-6, "fp16x3": 2e-6, "fp16": 2e-3}
-#: launches of the row tests: one row per program, two by two products, two by pair tiles
-LAUNCH_ROWS = {1: {"rows": 1}, 2: {"rows": 2}, "pair": {"rows": 2, "pair": True}}
 
 
 def _inputs(L, C, F, E, seed=0):
@@ -91,23 +89,20 @@ def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, mo
 @pytest.mark.parametrize("L,C,E", [(1, 16, 21), (2, 16, 40), (3, 16, 33), (4, 16, 17)])
 def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatch):
     """rows = 2 (two output rows of one m-group per program, x split once for both; an odd
-    m = 0 group's last row computed twice), by two products or by one of the pair tiles,
-    gives the rows = 1 kernel's values bit for bit, forward (x·W) and transposed (the
-    backward's x·Wᵀ), and both match float64."""
+    m = 0 group's last row computed twice) gives the rows = 1 kernel's values bit for bit,
+    forward (x·W) and transposed (the backward's x·Wᵀ), and both match float64."""
     x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=L)
     x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
     res = torch.randn_like(x32)
     monkeypatch.setattr(sl, "_WORKING", {})
     out = {}
-    for rows, extra in LAUNCH_ROWS.items():
-        cfg = {"BE": 16, "warps": 4, "stages": 2, **extra}
-        monkeypatch.setitem(ss.CONFIG, precision, cfg)
+    for rows in (1, 2):
+        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
         with cm.force_triton():
             out[rows] = [ss._linear(x32, res, w0_32, wm_32, L, t, precision) for t in (False, True)]
-    for rows in LAUNCH_ROWS:
-        for a, b in zip(out[1], out[rows]):
-            assert torch.equal(a, b), rows
-    for y, t in zip(out["pair"], (False, True)):
+    for a, b in zip(out[1], out[2]):
+        assert torch.equal(a, b)
+    for y, t in zip(out[2], (False, True)):
         want = ss.so2_linear(x, w0, wm, L, transpose=t, gauss=False) + res.cpu().double()
         scale = float(want.abs().max())
         tol = TOLERANCE[precision] * scale
@@ -272,20 +267,19 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
 @pytest.mark.parametrize("L,C,F,E", [(1, 16, 1, 21), (2, 16, 2, 40), (3, 16, 1, 33)])
 def test_gated_epilogue_rows_and_save(kdev, L, C, F, E, precision, monkeypatch):
     """The gated layer's fused epilogue (gates from row 0's accumulator in launch A, the other
-    rows gated in launch B): one and two rows per program (two products or one of the pair
-    tiles) give the same y and h bit for bit,
+    rows gated in launch B): one and two rows per program give the same y and h bit for bit,
     ``save=False`` the same y with no h, and y, h match the float64 reference."""
     x, w0, wm, wg, _ = _inputs(L, C, F, E, seed=L + 10)
     x32, w0_32, wm_32, wg_32 = (t.to(F32).to(kdev) for t in (x, w0, wm, wg))
     want_y, want_h = so2_mix_layer_reference(x, w0, wm, wg, L, True)
     monkeypatch.setattr(sl, "_WORKING", {})
     out = {}
-    for rows, extra in LAUNCH_ROWS.items():
-        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, **extra})
+    for rows in (1, 2):
+        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
         with cm.force_triton():
             out[rows] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, True)
             out[rows, "nosave"] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, False)
-    for rows in LAUNCH_ROWS:
+    for rows in (1, 2):
         assert torch.equal(out[rows][0], out[1][0]) and torch.equal(out[rows][1], out[1][1])
         assert (
             torch.equal(out[rows, "nosave"][0], out[1][0]) and out[rows, "nosave"][1].numel() == 0
