@@ -40,7 +40,7 @@ def rel(u, v) -> float:
     """Max-norm difference of u from v relative to v's largest element (0 for empty)."""
     if not u.numel():
         return 0.0
-    return float((u - v).abs().max()) / (float(v.abs().max()) or 1.0)
+    return float((u - v).abs().max().detach()) / (float(v.abs().max().detach()) or 1.0)
 
 
 def close(a, b):
@@ -176,53 +176,6 @@ def gate_sweep(E, L, C, dev):
     else:
         shape["gate"] = saved
     print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel), flush=True)
-    return ok
-
-
-def node_walk_sweep(E, N, L, C, dev):
-    """The node-walk kernels per edges per loop step: zonal_embed forward + backward
-    (``zonal.BLOCK_EDGES``) and rotate_mix's backward (its node kernel: ``BWD_NODE_EDGES`` and
-    ``WARPS["node"]``; mixer of rank 1), band storage, each checked against the default."""
-    from mdband.kernels import zonal
-    from mdband.kernels.zonal import zonal_embed
-
-    c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
-    band = st.RotationLayout.BAND
-    S = st.RotationStorage(band, L, c["storage"][band])
-    rot = c["storage"][band]
-    code = st.LAYOUT_CODE[band]
-    scsr = cm.csr(c["src"], N)
-    radial = c["radial"].clone().requires_grad_()
-
-    def zonal_fn():
-        out = zonal_embed(S, radial, c["dst"], c["s"])
-        return (out, *torch.autograd.grad(out, (radial,), c["gout"]))
-
-    def rm_bwd():
-        gy, x, k, b = c["gy"], c["x"], c["k"], c["basis"]
-        return torch.ops.mdband.rotate_mix_bwd(gy, x, c["src"], rot, code, L, L, k, b, None, *scsr)
-
-    ok = True
-    saved = (dict(zonal.BLOCK_EDGES), rm.BWD_NODE_EDGES, dict(rm.WARPS))
-    ref = zonal_fn()
-    for be in (8, 16, 32, 64):
-        zonal.BLOCK_EDGES.update(fwd=be, bwd=be)
-        ms = gk.bench(zonal_fn, dev)[0]
-        same = close(zonal_fn(), ref)
-        ok &= same
-        print(f"zonal L={L} C={C} BE={be:2d}: fwd + bwd {ms:6.3f} ms  matches default: {same}",
-              flush=True)  # fmt: skip
-    zonal.BLOCK_EDGES.update(saved[0])
-    ref = rm_bwd()
-    for be, warps in ((8, 2), (16, 4), (16, 2), (32, 4), (32, 8), (64, 8)):
-        rm.BWD_NODE_EDGES, rm.WARPS["node"] = be, warps
-        ms = gk.bench(rm_bwd, dev)[0]
-        same = close(rm_bwd(), ref)
-        ok &= same
-        print(f"rotate_mix bwd L={L} C={C} node BE={be:2d} warps={warps}: {ms:6.3f} ms  "
-              f"matches default: {same}", flush=True)  # fmt: skip
-    rm.BWD_NODE_EDGES = saved[1]
-    rm.WARPS.update(saved[2])
     return ok
 
 
@@ -395,12 +348,6 @@ def main(argv=None):
     )
     ap.add_argument("--linear-precisions", nargs="+", default=["tf32x3"])
     ap.add_argument(
-        "--node-walks",
-        nargs="*",
-        default=[],
-        help="(L)x(C) shapes of the node-walk sweep (zonal_embed, rotate_mix's node kernel)",
-    )
-    ap.add_argument(
         "--segment-outer",
         nargs="*",
         type=int,
@@ -472,8 +419,6 @@ def main(argv=None):
             mode, shape = case.split(":")
             ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
                                        args.rotate_mix_dot_passes, runs)  # fmt: skip
-        for shape in args.node_walks:
-            ok &= node_walk_sweep(E, N, *(int(v) for v in shape.split("x")), dev)
         for q in args.segment_outer:
             ok &= segment_outer_timing(E, N, q, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]

@@ -274,14 +274,6 @@ if TRITON_AVAILABLE:
         return n, beg, end, cc, cmask
 
     @triton.jit
-    def segment_edges(perm_ptr, i0, end, BE: tl.constexpr):
-        """The next BE edges of a node's CSR segment from position i0: their ids (BE,) int64
-        (0 past the segment's end, ``end``) and mask."""
-        ii = i0 + tl.arange(0, BE)
-        em = ii < end
-        return tl.load(perm_ptr + ii, mask=em, other=0).to(tl.int64), em
-
-    @triton.jit
     def node_block(
         ptr_ptr, col_t, row_t, ea_t, eb_t, C,
         BC: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LAYOUT: tl.constexpr,

@@ -19,12 +19,14 @@ Accuracy: exact fp32/fp64 FMAs (no TF32, no tensor cores); band and dense storag
 arithmetic in the same order, so they agree bitwise. Triton vs the torch reference: rounding only
 (≲1e-6 relative in fp32).
 
-Bytes per edge (fp32, S = 4): forward (3D−2)·S rotation entries (band; dense the same number
-scattered), x[src] D·C·S (from L2), k K·R·S, y Dm·C·S written. Backward: the edge kernel reads
-x[src], rot, k, gy and writes the storage cotangent, gk, basis partials and the mixer's input
-cotangent (Dm·C·S scratch), which a by-source node kernel (per node and degree block, the
-node's edges ``BWD_NODE_EDGES`` per step) reads with rot into gx: a deterministic segment sum,
-no atomics. ``KERNELS`` picks these or the "dot" kernels (:mod:`._rotate_mix_dot`)."""
+Bytes moved per edge (forward, fp32, S = 4 bytes): rotation reads (3D−2)·S (band) or the same
+number of scattered dense entries, x[src] D·C·S (L2-resident gather), k K·R·S, y write Dm·C·S.
+Backward: edge kernel reads x[src], rot, k, gy (Dm·C·S) and writes the storage cotangent, gk,
+per-program basis partials and the mixer's input cotangent (Dm·C·S, scratch); a CSR-by-source node
+kernel (one program per node and degree block) reads that cotangent and rot and writes gx
+(N·D·C·S in total). No atomics: gx is a deterministic segment sum over the source CSR.
+``KERNELS`` picks these or the by-source "dot" kernels (:mod:`mdband.kernels._rotate_mix_dot`).
+"""
 
 from __future__ import annotations
 
@@ -42,12 +44,10 @@ OP_BWD = "mdband::rotate_mix_bwd"
 MAX_CHANNELS = 1024  #: largest channel count of the single-tile kernels (beyond: the reference)
 MIXERS = ("degree_channel", "none")  #: mixer modes the op implements
 #: warps per program of the forward, backward-edge and backward-node kernels: one warp keeps
-#: the edge kernels' channel reductions inside a warp (H200, E = 647,154, L = 3, C = 64:
-#: forward 1.5 ms and backward 6.7 ms with one warp, 5.1 and 17.4 with four); the node
-#: kernel's (BE, JP, C) step tiles take four
-WARPS = {"fwd": 1, "edge": 1, "node": 4}
+#: every channel reduction inside a warp (H200, E = 647,154, L = 3, C = 64: forward 1.5 ms and
+#: backward 6.7 ms with one warp, 5.1 and 17.4 ms with four; benchmarks/gpu_warps.py)
+WARPS = {"fwd": 1, "edge": 1, "node": 1}
 BWD_EDGE = {"EB": 16, "stages": 3}  #: backward edge kernel: edges per program, pipeline stages
-BWD_NODE_EDGES = 16  #: backward node kernel: a node's edges per loop step
 #: Triton kernels per pass: "edge" (the kernels below), "dot" (_rotate_mix_dot: by source node,
 #: BE edges per step as tl.dot products) or "auto" (_rotate_mix_dot.chosen: the tf32x3 dot for
 #: float32 radial rows, as timed there; else "edge"). Same outputs to rounding; read when an op
@@ -91,8 +91,7 @@ def rotate_mix_bwd_reference(gy, x, src, rot, layout, rot_lmax, lmax, k, basis, 
 # Storage entries are addressed only through storage.kernel_tables (a, b index pairs).
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    block_tables, entry_index, node_segment = cm.block_tables, cm.entry_index, cm.node_segment
-    segment_edges = cm.segment_edges
+    block_tables, entry_index, node_block = cm.block_tables, cm.entry_index, cm.node_block
     SUM = cm.SUM
 
     @triton.jit
@@ -252,33 +251,29 @@ if cm.TRITON_AVAILABLE:
         C,
         sr0, sra, srb, sd0, sd1, sd2, sg0, sg1, sg2, sx0, sx1, sx2,
         NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr,
-        BC: tl.constexpr, BE: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
+        BC: tl.constexpr, LAYOUT: tl.constexpr, MIX: tl.constexpr,
     ):  # fmt: skip
         """gx[n] = Σ_{e: src=e→n} Dᵀ-rotation of the local cotangent, one degree block per
-        program, BE edges per step. MIX: rad_ptr holds the mixer's input cotangent (the edge
-        kernel's); else it is formed here (gy · rad)."""
-        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
-        b = tl.program_id(1)
-        jj = tl.arange(0, JP)
-        col = tl.load(col_t + b * JP + jj)
-        jm = col >= 0
+        program. MIX: rad_ptr holds the mixer's input cotangent written by the edge kernel;
+        otherwise the plain radial product's cotangent is formed here (gy · rad)."""
+        # one degree block per program (4x the parallelism at L = 3)
+        n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
+            ptr_ptr, col_t, row_t, ea_t, eb_t, C, BC, JP, SP, LAYOUT
+        )
         dt = gx_ptr.dtype.element_ty
+        off = ia * sra + ib * srb
         acc = tl.full((JP, BC), 0.0, dt)
-        for i0 in range(beg, end, BE):
-            e, em = segment_edges(perm_ptr, i0, end, BE)
-            for s in tl.static_range(SP):
-                row = tl.load(row_t + b * SP + s)
-                sm = em & (e * 0 + row >= 0)  # (a block mask & a scalar: not in the interpreter)
-                r = tl.maximum(row, 0).to(tl.int64)
-                m2 = sm[:, None] & jm[None, :]
-                ia, ib = entry_index(ea_t, eb_t, (b * SP + s) * JP + jj, jm, LAYOUT)
-                off = ia * sra + ib * srb
-                coef = tl.load(rot_ptr + e[:, None] * sr0 + off[None, :], mask=m2, other=0.0)
-                rm = sm[:, None] & cmask[None, :]
-                gxl = tl.load(rad_ptr + e[:, None] * sd0 + r * sd1 + cc[None, :] * sd2, rm, 0.0)
-                if not MIX:
-                    gxl *= tl.load(gy_ptr + e[:, None] * sg0 + r * sg1 + cc[None, :] * sg2, rm, 0.0)
-                acc += tl.sum(coef[:, :, None] * gxl[:, None, :], axis=0)
+        for i in range(beg, end):
+            e = tl.load(perm_ptr + i).to(tl.int64)
+            coef = tl.load(rot_ptr + e * sr0 + off, mask=m2, other=0.0)
+            if MIX:  # the edge kernel left the mixer's input cotangent in rad_ptr
+                gxl = tl.load(
+                    rad_ptr + e * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
+                )
+            else:
+                rd, gr = _radial_rows(rad_ptr, gy_ptr, e, rs, rm, cc, sd0, sd1, sd2, sg0, sg1, sg2)
+                gxl = gr * rd
+            acc += tl.reduce(coef[:, :, None] * gxl[:, None, :], 0, SUM)
         tl.store(
             gx_ptr + n * sx0 + col.to(tl.int64)[:, None] * sx1 + cc[None, :] * sx2,
             acc,
@@ -289,8 +284,10 @@ if cm.TRITON_AVAILABLE:
 # ---------------------------------------------------------------------------- dispatch
 def backend(device, dtype, *, lmax: int, mmax: int = 1, mixer: str = "degree_channel",
             rank: int = 1, channels: int | None = None) -> tuple[str | None, str]:  # fmt: skip
-    """(backend, reason): "triton", "reference", or None when the op does not apply (the
-    predicate of both the dispatch and ``capability.spec_for_rotate_mix``)."""
+    """(backend, reason): "triton", "reference", or None when the op does not apply.
+
+    The predicate both the dispatch and ``capability.spec_for_rotate_mix`` use.
+    """
     if mmax != 1:
         return None, f"rotate_mix implements mmax=1 only (got mmax={mmax})"
     if mixer not in MIXERS:
@@ -305,8 +302,14 @@ def backend(device, dtype, *, lmax: int, mmax: int = 1, mixer: str = "degree_cha
 
 
 def _dispatch(x, lmax, k) -> str:
-    mixer, rank = ("none", 1) if k is None else ("degree_channel", k.shape[2])
-    decision = backend(x.device, x.dtype, lmax=lmax, mixer=mixer, rank=rank, channels=x.shape[2])
+    decision = backend(
+        x.device,
+        x.dtype,
+        lmax=lmax,
+        mixer="none" if k is None else "degree_channel",
+        rank=1 if k is None else k.shape[2],
+        channels=x.shape[2],
+    )
     return cm.chosen_backend("rotate_mix", decision)
 
 
@@ -413,7 +416,7 @@ def _rotate_mix_bwd_op(
             t["col"], t["row"], t["ent_a"], t["ent_b"],
             C,
             *sr, *_s3(rn), *gy.stride(), *gx.stride(),
-            NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=BC, BE=BWD_NODE_EDGES,
+            NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=BC,
             LAYOUT=layout, MIX=mix, num_warps=WARPS["node"],
         )  # fmt: skip
     return gx, grot, gk, gbp.sum(0) if mix else gbp, grad
@@ -467,7 +470,8 @@ def rotate_mix(
     lmax : degree of this consumer.
     k, basis : (E, K, R) mixer kernel and (R, C) channel basis (mode degree_channel), or
     rad : (E, 3·lmax+1, C) elementwise weights with ``k=None`` (mode none).
-    csr : (perm, row_ptr) of ``src`` (:func:`~mdband.kernels._common.csr`), if known.
+    csr : (perm, row_ptr) of ``src`` over the N nodes (:func:`~mdband.kernels._common.csr`), if
+        the caller has it; the backward sums per source node with it.
     """
     rot, layout, rot_lmax = cm.unpack_storage(storage, "rotate_mix")
     cm.check_rot(rot, layout, rot_lmax, lmax, "rotate_mix")

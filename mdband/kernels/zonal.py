@@ -11,9 +11,7 @@ Shapes (C channels, E edges, N nodes, L = ``lmax``, D = (L+1)²)::
                         out[n, 0, :] = 0
 
 Accuracy: exact fp32/fp64 FMAs; band and dense bitwise identical; deterministic (one program
-per node over its CSR segment, ``BLOCK_EDGES`` edges per step summed as a tree, no atomics).
-Vectorised over a step's edges (the serial per-edge walk before: on an H200, DPA4-Mini's
-backward at 647,154 edges 1.12 ms, latency-bound). Bytes per edge (fp32, S = 4): (D−1)·S rotation
+per node over its CSR segment, no atomics). Bytes per edge (fp32, S = 4): (D−1)·S rotation
 entries, L·C·S radial, 8 (perm); backward: the same reads plus the radial cotangent (L+1)·C·S and
 D−1 storage entries.
 """
@@ -30,8 +28,6 @@ OP = "mdband::zonal_embed"
 OP_BWD = "mdband::zonal_embed_bwd"
 
 MAX_CHANNELS = 1024
-#: edges of a node's segment per loop step of the forward and backward kernels
-BLOCK_EDGES = {"fwd": 16, "bwd": 16}
 
 
 def _zonal_index(layout_code, rot_lmax, lmax, device):
@@ -74,7 +70,8 @@ def zonal_embed_bwd_reference(gout, rot, layout, rot_lmax, lmax, radial, dst, s)
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    entry_index, node_segment, segment_edges = cm.entry_index, cm.node_segment, cm.segment_edges
+    entry_index, node_segment = cm.entry_index, cm.node_segment
+    SUM = cm.SUM
 
     @triton.jit
     def _zonal_block(col_t, ea_t, eb_t, b, JP: tl.constexpr, SP: tl.constexpr,
@@ -94,9 +91,8 @@ if cm.TRITON_AVAILABLE:
         C,
         sr0, sra, srb, sd0, sd1, sd2, so0, so1, so2,
         NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
-        BE: tl.constexpr, LAYOUT: tl.constexpr,
+        LAYOUT: tl.constexpr,
     ):  # fmt: skip
-        """out[n] of one node, its segment's edges BE at a time per degree block."""
         n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
         jj = tl.arange(0, JP)
         sn = tl.load(s_ptr + n)
@@ -112,14 +108,11 @@ if cm.TRITON_AVAILABLE:
             col, jm, ia, ib = _zonal_block(col_t, ea_t, eb_t, b, JP, SP, LAYOUT)
             off = ia * sra + ib * srb
             acc = tl.full((JP, BC), 0.0, dt)
-            for i0 in range(beg, end, BE):
-                e, em = segment_edges(perm_ptr, i0, end, BE)
-                ym = em[:, None] & jm[None, :]
-                yv = tl.load(rot_ptr + e[:, None] * sr0 + off[None, :], mask=ym, other=0.0)
-                rm = em[:, None] & cmask[None, :]
-                rv = tl.load(rad_ptr + e[:, None] * sd0 + b * sd1 + cc[None, :] * sd2, mask=rm,
-                             other=0.0)  # fmt: skip
-                acc += tl.sum(yv[:, :, None] * rv[:, None, :], axis=0)
+            for i in range(beg, end):
+                e = tl.load(perm_ptr + i).to(tl.int64)
+                yv = tl.load(rot_ptr + e * sr0 + off, mask=jm, other=0.0)
+                rv = tl.load(rad_ptr + e * sd0 + b * sd1 + cc * sd2, mask=cmask, other=0.0)
+                acc += yv[:, None] * rv[None, :]
             tl.store(
                 out_ptr + n * so0 + col.to(tl.int64)[:, None] * so1 + cc[None, :] * so2,
                 acc * sn,
@@ -133,18 +126,15 @@ if cm.TRITON_AVAILABLE:
         C,
         sg0, sg1, sg2, sr0, sra, srb, sd0, sd1, sd2, so0, soa, sob, sh0, sh1, sh2,
         NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
-        BE: tl.constexpr, LAYOUT: tl.constexpr,
+        LAYOUT: tl.constexpr,
     ):  # fmt: skip
-        """One node's edges BE at a time: their radial and storage cotangents, and gs[n]."""
         n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
         sn = tl.load(s_ptr + n)
         dt = grad_ptr.dtype.element_ty
         gsacc = sn * 0.0
-        for i0 in range(beg, end, BE):
-            e, em = segment_edges(perm_ptr, i0, end, BE)
-            rm = em[:, None] & cmask[None, :]
-            tl.store(grad_ptr + e[:, None] * sh0 + cc[None, :] * sh2,
-                     tl.full((BE, BC), 0.0, dt), mask=rm)  # fmt: skip
+        for i in range(beg, end):
+            e = tl.load(perm_ptr + i).to(tl.int64)
+            tl.store(grad_ptr + e * sh0 + cc * sh2, tl.full((BC,), 0.0, dt), mask=cmask)
             for b in tl.static_range(1, NB):
                 col, jm, ia, ib = _zonal_block(col_t, ea_t, eb_t, b, JP, SP, LAYOUT)
                 off = ia * sra + ib * srb
@@ -154,16 +144,13 @@ if cm.TRITON_AVAILABLE:
                     mask=jm[:, None] & cmask[None, :],
                     other=0.0,
                 )
-                ym = em[:, None] & jm[None, :]
-                yv = tl.load(rot_ptr + e[:, None] * sr0 + off[None, :], mask=ym, other=0.0)
-                rv = tl.load(rad_ptr + e[:, None] * sd0 + b * sd1 + cc[None, :] * sd2, mask=rm,
-                             other=0.0)  # fmt: skip
-                u = tl.sum(yv[:, :, None] * g[None, :, :], axis=1)  # (BE, BC)
-                tl.store(grad_ptr + e[:, None] * sh0 + b * sh1 + cc[None, :] * sh2, u * sn,
-                         mask=rm)  # fmt: skip
-                gy = tl.sum(g[None, :, :] * rv[:, None, :], axis=2)  # (BE, JP)
-                tl.store(grot_ptr + e[:, None] * so0 + goff[None, :], gy * sn, mask=ym)
-                gsacc += tl.sum(tl.sum(u * rv, axis=1), axis=0)
+                yv = tl.load(rot_ptr + e * sr0 + off, mask=jm, other=0.0)
+                rv = tl.load(rad_ptr + e * sd0 + b * sd1 + cc * sd2, mask=cmask, other=0.0)
+                u = tl.reduce(yv[:, None] * g, 0, SUM)
+                tl.store(grad_ptr + e * sh0 + b * sh1 + cc * sh2, u * sn, mask=cmask)
+                gy = tl.reduce(g * rv[None, :], 1, SUM)
+                tl.store(grot_ptr + e * so0 + goff, gy * sn, mask=jm)
+                gsacc += tl.reduce(u * rv, 0, SUM)
         tl.store(gs_ptr + n, gsacc)
 
 
@@ -203,7 +190,6 @@ def _zonal_op(
         C,
         *cm.rot_args(rot, layout), *radial.stride(), *out.stride(),
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout,
-        BE=BLOCK_EDGES["fwd"],
     )  # fmt: skip
     return out
 
@@ -236,7 +222,6 @@ def _zonal_bwd_op(
         *gout.stride(), *cm.rot_args(rot, layout), *radial.stride(), *cm.rot_args(grot, layout),
         *grad.stride(),
         NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout,
-        BE=BLOCK_EDGES["bwd"],
     )  # fmt: skip
     return grot, grad, gs
 

@@ -16,7 +16,6 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
-from mdband.kernels import zonal
 from mdband.kernels.zonal import zonal_embed, zonal_embed_bwd_reference, zonal_embed_reference
 from mdband.so3 import storage as st
 
@@ -35,12 +34,8 @@ def _inputs(L, dtype, device, E=8, N=5, C=6, seed=0):
 
 
 @pytest.mark.parametrize("L,Ls,dtype", TRITON_CASES)
-@pytest.mark.parametrize("E,BE", [(8, 16), (61, 4)])
-def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, E, BE, monkeypatch):
-    """Forward and backward against the reference: one step per node (8 edges) or several
-    steps of 4 edges with ragged ends (61 edges over 4 nodes); a fifth node without edges."""
-    monkeypatch.setattr(zonal, "BLOCK_EDGES", {"fwd": BE, "bwd": BE})
-    radial0, s0, gout, dst = _inputs(L, dtype, kdev, E=E)
+def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype):
+    radial0, s0, gout, dst = _inputs(L, dtype, kdev)
     v = edge_vectors(radial0.shape[0], dtype, seed=2)
     tri = {}
     for layout, S0 in storages(v, Ls).items():
