@@ -232,7 +232,11 @@ if TRITON_AVAILABLE:
     #: layout code of the band (the only layout whose entries need one index per edge)
     BAND_CODE = tl.constexpr(st.LAYOUT_CODE[st.RotationLayout.BAND])
     #: combine function of ``tl.sum``; kernels call ``tl.reduce(x, axis, SUM)`` directly, which is
-    #: the same reduction on the GPU and skips a nested jit call (milliseconds) when interpreting
+    #: the same reduction on the GPU and skips a nested jit call (milliseconds) when interpreting.
+    #: Beware: Triton rewrites a product of two broadcast 2-d tiles summed over the middle axis,
+    #: ``sum(a[:, :, None] * b[None, :, :], 1)``, into a dot at its default fp32 precision (TF32,
+    #: ≈ 1e-3 relative, seen on an H200 once a has 16 rows): the kernels keep such products
+    #: below 16 rows (band slots) or call tl.dot with an explicit precision
     SUM = tl.standard._sum_combine
 
     @triton.jit
