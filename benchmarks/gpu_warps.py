@@ -179,6 +179,38 @@ def gate_sweep(E, L, C, dev):
     return ok
 
 
+def zonal_timing(E, N, L, C, dev):
+    """zonal_embed forward + backward with each backward kernel (``zonal.BWD_KERNEL``: the
+    walk, and "auto": float32's tf32x3 dot), band storage, every output (out and the radial,
+    storage and scale cotangents) checked against the torch reference to 1e-5 relative."""
+    from mdband.kernels import zonal
+    from mdband.kernels.zonal import zonal_embed
+
+    c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
+    band = st.RotationLayout.BAND
+    rot = c["storage"][band].clone().requires_grad_()
+    S = st.RotationStorage(band, L, rot)
+    radial, scale = c["radial"].clone().requires_grad_(), c["s"].clone().requires_grad_()
+
+    def fn():
+        out = zonal_embed(S, radial, c["dst"], scale)
+        return (out, *torch.autograd.grad(out, (radial, rot, scale), c["gout"]))
+
+    with cm.force_backend("reference"):
+        ref = fn()
+    ok, saved = True, zonal.BWD_KERNEL
+    for kernel in ("walk", "auto"):
+        zonal.BWD_KERNEL = kernel
+        ms = gk.bench(fn, dev)[0]
+        errs = [rel(u, v) for u, v in zip(fn(), ref)]
+        ok &= max(errs) <= 1e-5
+        print(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
+              f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
+              flush=True)  # fmt: skip
+    zonal.BWD_KERNEL = saved
+    return ok
+
+
 def segment_outer_timing(E, N, Q, dev):
     """segment_outer (P = 4, the environment seed) forward + backward: the Triton op against the
     torch path it replaced (products materialised, segment_sum, autograd), checked to 1e-5."""
@@ -348,6 +380,9 @@ def main(argv=None):
     )
     ap.add_argument("--linear-precisions", nargs="+", default=["tf32x3"])
     ap.add_argument(
+        "--zonal", nargs="*", default=[], help="(L)x(C) shapes of the zonal_embed timing"
+    )
+    ap.add_argument(
         "--segment-outer",
         nargs="*",
         type=int,
@@ -419,6 +454,8 @@ def main(argv=None):
             mode, shape = case.split(":")
             ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
                                        args.rotate_mix_dot_passes, runs)  # fmt: skip
+        for shape in args.zonal:
+            ok &= zonal_timing(E, N, *(int(v) for v in shape.split("x")), dev)
         for q in args.segment_outer:
             ok &= segment_outer_timing(E, N, q, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]

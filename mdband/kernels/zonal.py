@@ -10,10 +10,15 @@ Shapes (C channels, E edges, N nodes, L = ``lmax``, D = (L+1)²)::
     out     (N, D, C):  out[n, l²+j, c] = s[n] · Σ_{e: dst=n} Y[e, l²+j] · radial[e, l, c]  (l ≥ 1),
                         out[n, 0, :] = 0
 
-Accuracy: exact fp32/fp64 FMAs; band and dense bitwise identical; deterministic (one program
-per node over its CSR segment, no atomics). Bytes per edge (fp32, S = 4): (D−1)·S rotation
-entries, L·C·S radial, 8 (perm); backward: the same reads plus the radial cotangent (L+1)·C·S and
-D−1 storage entries.
+Accuracy: exact fp32/fp64 FMAs, except the float32 backward's two products per degree block
+(tf32x3 dots, relative error ≈ 2⁻²¹ per product: ``BWD_KERNEL``); band and dense bitwise
+identical; deterministic (one program per node over its CSR segment, no atomics). The dot
+backward exists because the walk waits on one edge's loads at a time (DPA4-Mini, 647,154
+edges, H200: 1.12 ms; the default config 3.7 ms); a multiply-and-sum written out for a step of
+edges is rewritten by Triton into a TF32 dot (see ``_common.SUM``), so the dots are explicit.
+
+Bytes per edge (fp32, S = 4): (D−1)·S rotation entries, L·C·S radial, 8 (perm); backward: the
+same reads plus the radial cotangent (L+1)·C·S and D−1 storage entries.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ OP = "mdband::zonal_embed"
 OP_BWD = "mdband::zonal_embed_bwd"
 
 MAX_CHANNELS = 1024
+#: backward kernel: "auto" (float32: a node's edges DOT_EDGES per step as tf32x3 dots; float64:
+#: the walk) or "walk" (one edge at a time, exact FMAs, every dtype)
+BWD_KERNEL = "auto"
+DOT_EDGES, DOT_WARPS = 16, 4  #: the dot backward's edges per step and warps
 
 
 def _zonal_index(layout_code, rot_lmax, lmax, device):
@@ -153,6 +162,48 @@ if cm.TRITON_AVAILABLE:
                 gsacc += tl.reduce(u * rv, 0, SUM)
         tl.store(gs_ptr + n, gsacc)
 
+    @triton.jit
+    def _zonal_bwd_dot_kernel(
+        gout_ptr, rot_ptr, rad_ptr, perm_ptr, ptr_ptr, s_ptr, grot_ptr, grad_ptr, gs_ptr,
+        col_t, ea_t, eb_t,
+        C,
+        sg0, sg1, sg2, sr0, sra, srb, sd0, sd1, sd2, so0, soa, sob, sh0, sh1, sh2,
+        NB: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, BC: tl.constexpr,
+        JD: tl.constexpr, BE: tl.constexpr, LAYOUT: tl.constexpr,
+    ):  # fmt: skip
+        """The backward of one node, its segment's edges BE at a time: per degree block, the
+        radial cotangent u = Y·g (BE, JD)·(JD, BC) and the storage's Y cotangent rad·gᵀ as
+        tf32x3 dots (JD ≥ 16 padded columns, BC ≥ 16 channels)."""
+        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
+        sn = tl.load(s_ptr + n)
+        dt = grad_ptr.dtype.element_ty
+        jj = tl.arange(0, JD)
+        gsacc = sn * 0.0
+        for i0 in range(beg, end, BE):
+            ii = i0 + tl.arange(0, BE)
+            em = ii < end
+            e = tl.load(perm_ptr + ii, mask=em, other=0).to(tl.int64)
+            rm = em[:, None] & cmask[None, :]
+            tl.store(grad_ptr + e[:, None] * sh0 + cc[None, :] * sh2, tl.zeros((BE, BC), dt), rm)
+            for b in tl.static_range(1, NB):
+                col = tl.load(col_t + b * JP + jj, mask=jj < JP, other=-1)
+                jm = col >= 0
+                ia, ib = entry_index(ea_t, eb_t, (b * SP) * JP + jj, jm, LAYOUT)
+                g = tl.load(
+                    gout_ptr + n * sg0 + col.to(tl.int64)[:, None] * sg1 + cc[None, :] * sg2,
+                    mask=jm[:, None] & cmask[None, :],
+                    other=0.0,
+                )
+                ym = em[:, None] & jm[None, :]
+                yv = tl.load(rot_ptr + e[:, None] * sr0 + (ia * sra + ib * srb)[None, :], ym, 0.0)
+                rv = tl.load(rad_ptr + e[:, None] * sd0 + b * sd1 + cc[None, :] * sd2, rm, 0.0)
+                u = tl.dot(yv, g, input_precision="tf32x3")
+                tl.store(grad_ptr + e[:, None] * sh0 + b * sh1 + cc[None, :] * sh2, u * sn, rm)
+                gyv = tl.dot(rv, tl.trans(g), input_precision="tf32x3")
+                tl.store(grot_ptr + e[:, None] * so0 + (ia * soa + ib * sob)[None, :], gyv * sn, ym)
+                gsacc += tl.sum(tl.sum(u * rv, axis=1), axis=0)
+        tl.store(gs_ptr + n, gsacc)
+
 
 # ---------------------------------------------------------------------------- dispatch
 def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[str | None, str]:
@@ -162,6 +213,11 @@ def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[s
     ok = channels is None or channels <= MAX_CHANNELS
     name = cm.select_backend(device, dtype, triton_ok=ok)
     return name, f"{name} on {torch.device(device).type} ({dtype})"
+
+
+def bwd_kernel(radial) -> str:
+    """The backward kernel (``"dot"`` or ``"walk"``) :data:`BWD_KERNEL` picks for ``radial``."""
+    return "dot" if BWD_KERNEL == "auto" and radial.dtype == torch.float32 else "walk"
 
 
 def _dispatch(radial, lmax) -> str:
@@ -215,14 +271,21 @@ def _zonal_bwd_op(
     if cm.has_no_items(N):
         return grot, grad, gs
     t = cm.kernel_tables(layout, rot_lmax, lmax, radial.device)
-    cm.wrap(_zonal_bwd_kernel)[(N,)](
+    args = (
         gout, rot, radial, perm, row_ptr, s, grot, grad, gs,
         t["col"], t["ent_a"], t["ent_b"],
         C,
         *gout.stride(), *cm.rot_args(rot, layout), *radial.stride(), *cm.rot_args(grot, layout),
         *grad.stride(),
-        NB=t["nblk"], JP=t["jp"], SP=t["sp"], BC=cm.next_pow2(C), LAYOUT=layout,
     )  # fmt: skip
+    meta = dict(NB=t["nblk"], JP=t["jp"], SP=t["sp"], LAYOUT=layout)
+    if bwd_kernel(radial) == "dot":
+        cm.wrap(_zonal_bwd_dot_kernel)[(N,)](
+            *args, **meta, BC=max(16, cm.next_pow2(C)), JD=max(16, t["jp"]),
+            BE=DOT_EDGES, num_warps=DOT_WARPS,
+        )  # fmt: skip
+    else:
+        cm.wrap(_zonal_bwd_kernel)[(N,)](*args, **meta, BC=cm.next_pow2(C))
     return grot, grad, gs
 
 

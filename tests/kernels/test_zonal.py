@@ -10,12 +10,14 @@ from kernel_helpers import (
     close,
     edge_vectors,
     grads,
+    intercept_launches,
     leaf_storage,
     run_both,
     storages,
 )
 
 from mdband.kernels import _common as cm
+from mdband.kernels import zonal
 from mdband.kernels.zonal import zonal_embed, zonal_embed_bwd_reference, zonal_embed_reference
 from mdband.so3 import storage as st
 
@@ -34,8 +36,15 @@ def _inputs(L, dtype, device, E=8, N=5, C=6, seed=0):
 
 
 @pytest.mark.parametrize("L,Ls,dtype", TRITON_CASES)
-def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype):
-    radial0, s0, gout, dst = _inputs(L, dtype, kdev)
+@pytest.mark.parametrize("E,bwd", [(8, "auto"), (100, "auto"), (8, "walk")])
+def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, E, bwd, monkeypatch):
+    """Forward and backward against the reference, band == dense bit for bit: float32's dot
+    backward (one step per node, or several of DOT_EDGES with a ragged end: 100 edges over 4
+    nodes) and the walk (float64's, and float32's when asked); a fifth node without edges."""
+    monkeypatch.setattr(zonal, "BWD_KERNEL", bwd)
+    seen = []
+    intercept_launches(monkeypatch, lambda k, grid, kw: seen.append(k.__name__))
+    radial0, s0, gout, dst = _inputs(L, dtype, kdev, E=E)
     v = edge_vectors(radial0.shape[0], dtype, seed=2)
     tri = {}
     for layout, S0 in storages(v, Ls).items():
@@ -54,6 +63,8 @@ def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype):
         assert torch.count_nonzero(out[0][-1]) == 0  # node without edges
         assert torch.count_nonzero(out[2][:, 0]) == 0  # no gradient to radial l = 0
         tri[layout] = out
+    dot = bwd == "auto" and dtype == F32
+    assert ("_zonal_bwd_dot_kernel" in seen) is dot and ("_zonal_bwd_kernel" in seen) is not dot
     band, dense = tri[st.RotationLayout.BAND], tri[st.RotationLayout.DENSE]
     for i, (a, c) in enumerate(zip(band, dense)):
         if i == 1:
