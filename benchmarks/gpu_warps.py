@@ -133,19 +133,25 @@ def dot_sweep(fn, fwd, ref, L, C, dev):
     return ok
 
 
-def gate_sweep(E, L, C, dev):
-    """so2_mix_layer's backward gate kernel per edges per program and warps (the shape's
-    ``SHAPE_CONFIG`` "gate" entry; F = 1, tf32x3): ms of the gate alone = the gated backward op
-    less the ungated one."""
-    g = torch.Generator(device=dev).manual_seed(5)
+def layer_inputs(E, L, C, dev, seed):
+    """Two (1, E, 3L+1, C) edge tensors and one focus stream's SO(2) layer weights (w0, wm,
+    wg), scaled to unit-variance outputs."""
+    g = torch.Generator(device=dev).manual_seed(seed)
 
     def r(*shape, scale=1.0):
         return torch.randn(*shape, generator=g, device=dev) * scale
 
-    gy, h = r(1, E, 3 * L + 1, C), r(1, E, 3 * L + 1, C)
+    a, b = r(1, E, 3 * L + 1, C), r(1, E, 3 * L + 1, C)
     w0 = r((L + 1) * C, (L + 1) * C, scale=((L + 1) * C) ** -0.5)
     wm = r(L * C, 2 * L * C, scale=(L * C) ** -0.5)
-    wg = r(C, L * C, scale=C**-0.5)
+    return a, b, w0, wm, r(C, L * C, scale=C**-0.5)
+
+
+def gate_sweep(E, L, C, dev):
+    """so2_mix_layer's backward gate kernel per edges per program and warps (the shape's
+    ``SHAPE_CONFIG`` "gate" entry; F = 1, tf32x3): ms of the gate alone = the gated backward op
+    less the ungated one."""
+    gy, h, w0, wm, wg = layer_inputs(E, L, C, dev, seed=5)
 
     def bwd(gated):
         return lambda: ss._mix_bwd_op(gy, h, w0, wm, wg, L, gated, "tf32x3")
@@ -253,15 +259,7 @@ def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
     """so2_mix_layer's linear kernel (F = 1) per launch (``SHAPE_CONFIG``'s "linear" entry, or
     "linear-<precision>"): the ungated forward x·W + x, the ungated backward x·Wᵀ + x and the
     gated forward (linear with the gate epilogue), each checked against the default launch."""
-    g = torch.Generator(device=dev).manual_seed(6)
-
-    def r(*shape, scale=1.0):
-        return torch.randn(*shape, generator=g, device=dev) * scale
-
-    x, gy = r(1, E, 3 * L + 1, C), r(1, E, 3 * L + 1, C)
-    w0 = r((L + 1) * C, (L + 1) * C, scale=((L + 1) * C) ** -0.5)
-    wm = r(L * C, 2 * L * C, scale=(L * C) ** -0.5)
-    wg = r(C, L * C, scale=C**-0.5)
+    x, gy, w0, wm, wg = layer_inputs(E, L, C, dev, seed=6)
     none = x.new_empty(0, 0)
     cases = {
         "x·W": lambda: ss._mix_op(x, w0, wm, none, L, False, precision, False)[0],
