@@ -186,7 +186,7 @@ def gate_sweep(E, L, C, dev):
 
 
 def zonal_timing(E, N, L, C, dev):
-    """zonal_embed forward + backward with each backward kernel (``zonal.BWD_KERNEL``: the
+    """zonal_embed forward + backward with each backward kernel (``zonal.KERNELS``: the
     walk, and "auto": float32's tf32x3 dot), band storage, every output (out and the radial,
     storage and scale cotangents) checked against the torch reference to 1e-5 relative."""
     from mdband.kernels import zonal
@@ -204,16 +204,16 @@ def zonal_timing(E, N, L, C, dev):
 
     with cm.force_backend("reference"):
         ref = fn()
-    ok, saved = True, zonal.BWD_KERNEL
+    ok, saved = True, dict(zonal.KERNELS)
     for kernel in ("walk", "auto"):
-        zonal.BWD_KERNEL = kernel
+        zonal.KERNELS["bwd"] = kernel
         ms = gk.bench(fn, dev)[0]
         errs = [rel(u, v) for u, v in zip(fn(), ref)]
         ok &= max(errs) <= 1e-5
         print(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
               f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
               flush=True)  # fmt: skip
-    zonal.BWD_KERNEL = saved
+    zonal.KERNELS.update(saved)
     return ok
 
 

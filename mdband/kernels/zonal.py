@@ -11,7 +11,7 @@ Shapes (C channels, E edges, N nodes, L = ``lmax``, D = (L+1)²)::
                         out[n, 0, :] = 0
 
 Accuracy: exact fp32/fp64 FMAs, except the float32 backward's two products per degree block
-(tf32x3 dots, relative error ≈ 2⁻²¹ per product: ``BWD_KERNEL``); band and dense bitwise
+(tf32x3 dots, relative error ≈ 2⁻²¹ per product: ``KERNELS``); band and dense bitwise
 identical; deterministic (one program per node over its CSR segment, no atomics). The dot
 backward exists because the walk waits on one edge's loads at a time (DPA4-Mini, 647,154
 edges, H200: 1.12 ms; the default config 3.7 ms); a multiply-and-sum written out for a step of
@@ -33,9 +33,10 @@ OP = "mdband::zonal_embed"
 OP_BWD = "mdband::zonal_embed_bwd"
 
 MAX_CHANNELS = 1024
-#: backward kernel: "auto" (float32: a node's edges DOT_EDGES per step as tf32x3 dots; float64:
-#: the walk) or "walk" (one edge at a time, exact FMAs, every dtype)
-BWD_KERNEL = "auto"
+#: Triton kernels per pass, as aggregate's and rotate_mix's ``KERNELS``: the backward "auto"
+#: (float32: a node's edges DOT_EDGES per step as tf32x3 dots; float64: the walk) or "walk" (one
+#: edge at a time, exact FMAs, every dtype)
+KERNELS = {"bwd": "auto"}
 DOT_EDGES, DOT_WARPS = 16, 4  #: the dot backward's edges per step and warps
 
 
@@ -216,8 +217,9 @@ def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[s
 
 
 def bwd_kernel(radial) -> str:
-    """The backward kernel (``"dot"`` or ``"walk"``) :data:`BWD_KERNEL` picks for ``radial``."""
-    return "dot" if BWD_KERNEL == "auto" and radial.dtype == torch.float32 else "walk"
+    """The backward kernel (``"dot"`` or ``"walk"``) :data:`KERNELS` picks for ``radial``."""
+    name = cm.kernel_choice(KERNELS, "bwd", ("walk", "auto"), "zonal_embed")
+    return "dot" if name == "auto" and radial.dtype == torch.float32 else "walk"
 
 
 def _dispatch(radial, lmax) -> str:

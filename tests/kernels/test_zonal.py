@@ -41,7 +41,7 @@ def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, E, bwd, monke
     """Forward and backward against the reference, band == dense bit for bit: float32's dot
     backward (one step per node, or several of DOT_EDGES with a ragged end: 100 edges over 4
     nodes) and the walk (float64's, and float32's when asked); a fifth node without edges."""
-    monkeypatch.setattr(zonal, "BWD_KERNEL", bwd)
+    monkeypatch.setitem(zonal.KERNELS, "bwd", bwd)
     seen = []
     intercept_launches(monkeypatch, lambda k, grid, kw: seen.append(k.__name__))
     radial0, s0, gout, dst = _inputs(L, dtype, kdev, E=E)
@@ -113,3 +113,10 @@ def test_closed_form_backward_matches_autograd(L, Ls, layout):
     closed = zonal_embed_bwd_reference(gout, rot, code, Ls, L, radial, dst, s)
     for a, c in zip(closed, auto):
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
+
+
+def test_unknown_backward_kernel_raises(monkeypatch):
+    """``KERNELS["bwd"]`` is "auto" or "walk" (the float32 dot has no float64 form)."""
+    monkeypatch.setitem(zonal.KERNELS, "bwd", "dot")
+    with pytest.raises(ValueError, match="zonal_embed.KERNELS"):
+        zonal.bwd_kernel(torch.zeros(1, 2, 3, dtype=F32))
