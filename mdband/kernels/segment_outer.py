@@ -19,8 +19,8 @@ about ten passes over a 331 MB tensor. The kernels read a, b (and the node rows 
 and write only the results: per edge (P + Q)·s bytes forward and 2·(P + Q)·s + 8 backward, plus
 P·Q·s per node (s = 4 in float32). Each node's segment is summed in CSR order by one program
 (no atomics: the sums repeat bit for bit); the order differs from the torch path's, so float32
-results agree to rounding (tests: 1e-6 relative). Not differentiable twice: training keeps the
-torch path (:class:`mdband.model.embedding.EnvironmentSeed` decides).
+results agree to rounding (tests: 1e-6 relative). Not differentiable twice: training takes the
+torch path (``segment_outer(..., fused=False)``, the reference, differentiable to any order).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels.segments import segment_sum
 
 OP = "mdband::segment_outer"
 OP_BWD = "mdband::segment_outer_bwd"
@@ -36,12 +37,13 @@ OP_BWD = "mdband::segment_outer_bwd"
 BLOCK_EDGES = {"fwd": 32, "bwd": 32}
 
 
-def segment_outer_reference(a: Tensor, b: Tensor, perm: Tensor, row_ptr: Tensor) -> Tensor:
-    """out (n, P, Q) with torch ops (the products materialised), differentiable."""
+def segment_outer_reference(a: Tensor, b: Tensor, index: Tensor, perm: Tensor,
+                            row_ptr: Tensor) -> Tensor:  # fmt: skip
+    """out (n, P, Q) by torch: the products materialised, summed by :func:`segment_sum`
+    (differentiable to any order)."""
     E, P, Q = a.shape[0], a.shape[1], b.shape[1]
     prod = (a[:, :, None] * b[:, None, :]).reshape(E, P * Q)
-    out = torch.segment_reduce(prod.index_select(0, perm), "sum", offsets=row_ptr, axis=0)
-    return out.reshape(-1, P, Q)
+    return segment_sum(prod, index, (perm, row_ptr)).reshape(-1, P, Q)
 
 
 def segment_outer_bwd_reference(g: Tensor, a: Tensor, b: Tensor, index: Tensor):
@@ -115,7 +117,7 @@ def _widths(P: int, Q: int) -> tuple[int, int]:
 @torch.library.triton_op(OP, mutates_args=())
 def _segment_outer_op(a: Tensor, b: Tensor, index: Tensor, perm: Tensor, row_ptr: Tensor) -> Tensor:
     if cm.chosen_backend("segment_outer", backend(a.device, a.dtype)) == "reference":
-        return segment_outer_reference(a, b, perm, row_ptr)
+        return segment_outer_reference(a, b, index, perm, row_ptr)
     n, P, Q = row_ptr.shape[0] - 1, a.shape[1], b.shape[1]
     out = a.new_empty(n, P, Q)
     if not cm.has_no_items(n):
@@ -164,15 +166,19 @@ def _backward(ctx, g):
 _segment_outer_op.register_autograd(_backward, setup_context=_setup)
 
 
-def segment_outer(a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tensor]) -> Tensor:
+def segment_outer(a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tensor],
+                  fused: bool = True) -> Tensor:  # fmt: skip
     """out[k] = Σ_{e: index[e] = k} a[e] ⊗ b[e] (module docstring): (n, P, Q).
 
-    a (E, P), b (E, Q), index (E,) int64 and ``csr_`` = (perm, row_ptr) its CSR. Differentiable
-    once in a and b (force evaluation); a torch path for training lives with the caller.
+    a (E, P), b (E, Q), index (E,) int64 and ``csr_`` = (perm, row_ptr) its CSR. ``fused``: the
+    op (differentiable once in a and b: force evaluation); else the torch reference
+    (differentiable to any order: training).
     """
     if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[0] or index.shape != a.shape[:1]:
         raise ValueError(f"segment_outer: a (E, P), b (E, Q) and index (E,) expected, got "
                          f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(index.shape)}")  # fmt: skip
     cm.check_dtypes("segment_outer", a=a, b=b)
     perm, row_ptr = csr_
+    if not fused:
+        return segment_outer_reference(a, b, index, perm, row_ptr)
     return _segment_outer_op(a.contiguous(), b.contiguous(), index, perm, row_ptr)

@@ -11,13 +11,12 @@ import torch
 from torch import nn
 
 from mdband.kernels.segment_outer import segment_outer
-from mdband.kernels.segments import segment_sum
 from mdband.kernels.take_rows import take_rows
 from mdband.model.radial import MLPLayer
 from mdband.so3 import storage as st
 
 #: the ops this module calls that torch.compile must not trace (graph breaks under compile=on)
-OPAQUE = ("segment_outer", "segment_sum", "take_rows")
+OPAQUE = ("segment_outer", "take_rows")
 
 
 class TypeEmbedding(nn.Module):
@@ -75,12 +74,7 @@ class EnvironmentSeed(nn.Module):
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
         g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
-        if fused:
-            agg = segment_outer(r_tilde, g, ec.dst, ec.dst_csr())  # (N, 4, embed)
-        else:
-            outer = (r_tilde[:, :, None] * g[:, None, :]).reshape(-1, 4 * self.embed)
-            agg = segment_sum(outer, ec.dst, ec.dst_csr()).reshape(-1, 4, self.embed)
-        agg = agg * ec.inv_sqrt_deg
+        agg = segment_outer(r_tilde, g, ec.dst, ec.dst_csr(), fused) * ec.inv_sqrt_deg
         dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
 

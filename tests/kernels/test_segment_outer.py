@@ -36,7 +36,7 @@ def test_sums_and_gradients_match_float64(kdev, dtype, E, n, P, Q):
     not powers of two."""
     a, b, index = _case(E, n, P, Q, seed=E + Q)
     perm, ptr = cm.csr(index, n)
-    want = so.segment_outer_reference(a, b, perm, ptr)
+    want = so.segment_outer_reference(a, b, index, perm, ptr)
     gout = torch.randn(n, P, Q, generator=torch.Generator().manual_seed(1), dtype=F64)
     want_ga, want_gb = so.segment_outer_bwd_reference(gout, a, b, index)
     ak, bk = (t.to(dtype).to(kdev).requires_grad_() for t in (a, b))
@@ -58,7 +58,7 @@ def test_reference_gradients_are_autograd_of_the_reference():
     a.requires_grad_()
     b.requires_grad_()
     gout = torch.randn(6, 4, 12, generator=torch.Generator().manual_seed(2), dtype=F64)
-    ga, gb = torch.autograd.grad(so.segment_outer_reference(a, b, perm, ptr), (a, b), gout)
+    ga, gb = torch.autograd.grad(so.segment_outer_reference(a, b, index, perm, ptr), (a, b), gout)
     want_ga, want_gb = so.segment_outer_bwd_reference(gout, a.detach(), b.detach(), index)
     torch.testing.assert_close(ga, want_ga, rtol=0, atol=1e-12)
     torch.testing.assert_close(gb, want_gb, rtol=0, atol=1e-12)
