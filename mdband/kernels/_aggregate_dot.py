@@ -85,10 +85,12 @@ def precision(y, pas: str) -> str:
 def chosen(kernels: dict, pas: str, y) -> str:
     """The kernels ``aggregate.KERNELS`` names for pass "fwd" or "bwd" and features y: "walk" or
     "dot"; "auto" is "dot" where that pass's tl.dot runs on tensor cores (float32 with
-    :data:`DOT_PRECISION` "tf32x3"), else "walk" (float64: the exact walk)."""
+    :data:`DOT_PRECISION` "tf32x3", on a GPU where ``cm.has_tf32_cores``), else "walk"
+    (float64: the exact walk)."""
     name = cm.kernel_choice(kernels, pas, ("walk", "dot", "auto"), "aggregate")
     if name == "auto":
-        return "dot" if precision(y, pas) == "tf32x3" else "walk"
+        tensor_cores = precision(y, pas) == "tf32x3" and cm.has_tf32_cores(y.device)
+        return "dot" if tensor_cores else "walk"
     return name
 
 

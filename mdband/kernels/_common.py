@@ -108,6 +108,16 @@ def chosen_backend(op: str, decision: tuple[str | None, str]) -> str:
     return name
 
 
+def has_tf32_cores(device) -> bool:
+    """Whether tl.dot's "tf32x3" runs on tensor cores on ``device``: CUDA compute capability
+    8.0 or newer, or the interpreter (which emulates it). The one predicate of every "auto"
+    choice of a tf32x3 kernel."""
+    dev = torch.device(device)
+    if interpret_mode() and dev.type != "cuda":
+        return True
+    return dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= (8, 0)
+
+
 def has_no_items(n) -> bool:
     """True for a concrete zero size (never guards a symbolic size)."""
     return type(n) is int and n == 0

@@ -107,7 +107,8 @@ def chosen(kernels: dict, pas: str, x, mix: bool) -> str:
     C = 32): the mixer and every forward stay on the edge kernels."""
     name = cm.kernel_choice(kernels, pas, ("edge", "dot", "auto"), "rotate_mix")
     if name == "auto":
-        return "dot" if not mix and precision(x, pas) == "tf32x3" else "edge"
+        tensor_cores = precision(x, pas) == "tf32x3" and cm.has_tf32_cores(x.device)
+        return "dot" if not mix and tensor_cores else "edge"
     return name
 
 

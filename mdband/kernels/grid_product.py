@@ -166,7 +166,7 @@ def _precision(x: Tensor, exact: bool) -> int:
     """1: tf32x3 dots (float32 on a GPU with TF32 tensor cores); 0: exact FMAs."""
     if exact or x.dtype != torch.float32 or x.device.type != "cuda":
         return 0
-    return int(torch.cuda.get_device_capability(x.device) >= (8, 0))
+    return int(cm.has_tf32_cores(x.device))
 
 
 def _launch_args(t, b, left, right, k, exact, pass_):

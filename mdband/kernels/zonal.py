@@ -219,7 +219,8 @@ def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[s
 def bwd_kernel(radial) -> str:
     """The backward kernel (``"dot"`` or ``"walk"``) :data:`KERNELS` picks for ``radial``."""
     name = cm.kernel_choice(KERNELS, "bwd", ("walk", "auto"), "zonal_embed")
-    return "dot" if name == "auto" and radial.dtype == torch.float32 else "walk"
+    tensor_cores = radial.dtype == torch.float32 and cm.has_tf32_cores(radial.device)
+    return "dot" if name == "auto" and tensor_cores else "walk"
 
 
 def _dispatch(radial, lmax) -> str:

@@ -15,6 +15,8 @@ import math
 import torch
 from torch import nn
 
+from mdband.model.layers import channel_map
+
 
 def cutoff_envelope(r: torch.Tensor, rcut: float, p: int) -> torch.Tensor:
     u = ((rcut - r) / rcut).clamp(0.0, 1.0)
@@ -55,9 +57,10 @@ class _Matrix(nn.Module):
     def __init__(self, n_in: int, n_out: int) -> None:
         super().__init__()
         self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
+        self.matmul_settings = None  # see mdband.model.layers.channel_map
 
     def forward(self, x):
-        return x @ self.matrix
+        return channel_map(x, self.matrix, self.matmul_settings)
 
 
 class RMSNorm(nn.Module):
@@ -95,7 +98,8 @@ class MLPLayer(nn.Module):
         super().__init__()
         self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
         self.act = act
+        self.matmul_settings = None  # see mdband.model.layers.channel_map
 
     def forward(self, x):
-        y = x @ self.matrix
+        y = channel_map(x, self.matrix, self.matmul_settings)
         return nn.functional.silu(y) if self.act else y

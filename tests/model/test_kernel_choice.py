@@ -26,7 +26,7 @@ def _potential(cfg, dtype, **options):
 def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     """float32, Triton (the interpreter on CPU): the aggregate backward is its dot kernel, the
     rotate_mix backward its dot kernel for radial rows and its edge kernels for the mixer, the
-    environment seed's sums segment_outer's kernels; energy
+    environment seed's sums segment_outer's kernels, the channel maps split_matmul's; energy
     and forces agree with the float64 torch path to float32 accuracy."""
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2,
                        radial_so2_mode=radial)  # fmt: skip
@@ -47,5 +47,33 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
     assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
     assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
+    assert "_split_matmul_kernel" in seen  # the channel maps (radial MLPs, mixer, grid nets)
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("capability,dot", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
+    """Every "auto" tf32x3 choice asks one predicate, ``has_tf32_cores``: on a GPU without
+    TF32 tensor cores (below sm80) aggregate and zonal keep their exact walks, rotate_mix its
+    edge kernels, the grid product its FMAs."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from mdband.kernels import _aggregate_dot as ad
+    from mdband.kernels import _rotate_mix_dot as rmd
+    from mdband.kernels import grid_product as gp
+    from mdband.kernels import zonal
+
+    monkeypatch.setattr(cm, "interpret_mode", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    gpu = SimpleNamespace(dtype=torch.float32, device=torch.device("cuda"))
+    assert cm.has_tf32_cores(gpu.device) is dot
+    assert not cm.has_tf32_cores("cpu")
+    assert ad.chosen({"fwd": "walk", "bwd": "auto"}, "bwd", gpu) == ("dot" if dot else "walk")
+    assert rmd.chosen({"fwd": "edge", "bwd": "auto"}, "bwd", gpu, False) == (
+        "dot" if dot else "edge"
+    )
+    assert zonal.bwd_kernel(gpu) == ("dot" if dot else "walk")
+    assert gp._precision(gpu, exact=False) == int(dot)
