@@ -14,8 +14,7 @@ step and warps; then so2_mix_layer's backward gate kernel per edges per program 
 linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
 kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
 kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
-(``--rotate-mix-dot``); split_matmul's launches against torch's product (``--matmul MxKxN``).
-Prints one line per setting.
+(``--rotate-mix-dot``). Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -245,56 +244,6 @@ def segment_outer_timing(E, N, Q, dev):
     return ok
 
 
-#: launches of the split_matmul sweep: rows, widest column block, widest k step, warps, stages
-#: (the first is the module's LAUNCH)
-MATMUL_RUNS = [(128, 64, 32, 4, 3), (128, 64, 32, 8, 3), (256, 64, 32, 8, 3),
-               (64, 64, 32, 4, 3), (128, 32, 32, 4, 3), (128, 128, 32, 4, 3)]  # fmt: skip
-
-
-def matmul_sweep(M, K, N, dev, runs=None):
-    """split_matmul (tf32x3) against torch's float32 product (cuBLAS FFMA): forward, and
-    forward + backward (gx = g @ wᵀ), per launch; error of both from a float64 product."""
-    from mdband.kernels import split_matmul as smm
-
-    g = torch.Generator(device=dev).manual_seed(11)
-    x = torch.randn(M, K, generator=g, device=dev).requires_grad_()
-    w = torch.randn(K, N, generator=g, device=dev)
-    gy = torch.randn(M, N, generator=g, device=dev)
-    want = x.detach().double() @ w.double()
-
-    def err(y):
-        return float((y.double() - want).abs().max() / want.abs().max())
-
-    def fwd_bwd(fn):
-        def run():
-            y = fn(x, w)
-            return y, torch.autograd.grad(y, (x,), gy)[0]
-
-        return run
-
-    op = lambda x, w: smm.split_matmul(x, w)  # noqa: E731
-    mm = lambda x, w: x @ w  # noqa: E731
-    ref = fwd_bwd(mm)()
-    t_fwd = gk.bench(lambda: x.detach() @ w, dev)[0]
-    t_all = gk.bench(fwd_bwd(mm), dev)[0]
-    flop = 2.0 * M * K * N
-    print(f"matmul {M}x{K}x{N}: torch fwd {t_fwd:.3f} ms ({flop / t_fwd / 1e9:.1f} TFLOP/s), "
-          f"fwd + bwd {t_all:.3f} ms, err {err(ref[0]):.1e}", flush=True)  # fmt: skip
-    saved, ok = dict(smm.LAUNCH), True
-    for bm, bn, bk, warps, stages in runs or MATMUL_RUNS:
-        smm.LAUNCH.update(BM=bm, BN=bn, BK=bk, warps=warps, stages=stages)
-        got = fwd_bwd(op)()
-        same = close(got, ref)
-        ok &= same
-        t1 = gk.bench(lambda: smm.split_matmul(x.detach(), w), dev)[0]
-        t2 = gk.bench(fwd_bwd(op), dev)[0]
-        print(f"  op {bm}x{bn}x{bk} w{warps} s{stages}: fwd {t1:.3f} ms "
-              f"({flop / t1 / 1e9:.1f} TFLOP/s), fwd + bwd {t2:.3f} ms, err {err(got[0]):.1e}, "
-              f"matches torch: {same}", flush=True)  # fmt: skip
-    smm.LAUNCH.update(saved)
-    return ok
-
-
 #: launches of the linear sweep per (L, C): edges per program, warps, stages, output rows per
 #: program (the first of each list is the shape's default; 2026-12-03 sweep in BENCHMARKS.md)
 LINEAR_RUNS = {
@@ -436,18 +385,6 @@ def main(argv=None):
         default=[],
         help="widths Q of the segment_outer timing (e.g. 32 64)",
     )
-    ap.add_argument(
-        "--matmul",
-        nargs="*",
-        default=[],
-        help="MxKxN shapes of the split_matmul sweep (e.g. 647154x32x96)",
-    )
-    ap.add_argument(
-        "--matmul-launches",
-        nargs="*",
-        default=[],
-        help="BMxBNxBKxWARPSxSTAGES launches of that sweep (default MATMUL_RUNS)",
-    )
     ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
     ap.add_argument(
         "--rotate-mix-dot",
@@ -517,9 +454,6 @@ def main(argv=None):
             ok &= zonal_timing(E, N, *(int(v) for v in shape.split("x")), dev)
         for q in args.segment_outer:
             ok &= segment_outer_timing(E, N, q, dev)
-        mruns = [tuple(int(v) for v in a.split("x")) for a in args.matmul_launches]
-        for shape in args.matmul:
-            ok &= matmul_sweep(*(int(v) for v in shape.split("x")), dev, mruns or None)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:

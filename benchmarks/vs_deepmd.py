@@ -272,8 +272,6 @@ VARIANTS = {
         "stack_precision": "fp16x3",
         "_kernels": {"aggregate": "dot", "rotate_mix": "dot"},
     },  # fmt: skip
-    # the channel maps on torch's float32 GEMMs instead of split_matmul's tf32x3 kernel
-    "cublas-matmul": {"_kernels": {"split_matmul": "torch"}},
     # tf32x3 with x split by truncation (_stack_linear.X_SPLIT, a module switch)
     "xtrunc": {"_x_split": "trunc"},
     "xtrunc-rna": {"_x_split": "trunc-rna"},

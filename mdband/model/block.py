@@ -169,9 +169,6 @@ class SeZMDescriptor(nn.Module):
         ro_opts = cfg.ffn_opts()
         ro_opts["kmax"] = min(cfg.kmax, cfg.readout_lmax)
         self.output_ffn = build_readout(cfg.readout_lmax, C, ro_opts)
-        for mod in self.modules():  # channel maps: the tf32x3 op where the fused ops run
-            if hasattr(mod, "matmul_settings"):
-                mod.matmul_settings = self.settings
         if op_applies("grid_product", cfg, cfg.lmax, self.settings):
             for mod in self.modules():  # the grid nets (FFNs, readout, message-node grids)
                 if hasattr(mod, "grid_settings"):

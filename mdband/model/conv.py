@@ -20,7 +20,7 @@ from mdband.kernels.rotate_mix import rotate_mix
 from mdband.kernels.segments import segment_sum
 from mdband.kernels.so2_stack import kernel_supports as stack_kernel_supports
 from mdband.kernels.so2_stack import so2_mix_layer
-from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear, channel_map
+from mdband.model.layers import ChannelLinear, ScalarRMSNorm, SO3Linear
 from mdband.model.so2 import (
     FocusLinear,
     GatedActivation,
@@ -245,7 +245,7 @@ class SO2Convolution(nn.Module):
         logit_w = torch.block_diag(*[w[:, f, :] for f in range(F)])  # (F·Cf = Cw, F·H)
         logit_w = torch.cat([logit_w, logit_w.new_zeros(L * Cw, F * H)], dim=0)
         flat = leading_rows(radl, L + 1).reshape(E, (L + 1) * Cw)
-        flat = channel_map(flat, torch.cat([mixer.weight, logit_w], dim=1), self.settings)
+        flat = flat @ torch.cat([mixer.weight, logit_w], dim=1)
         n_k = mixer.weight.shape[1]
         k = flat[:, :n_k].reshape(E, mixer.ksize, n_k // mixer.ksize)
         return k, flat[:, n_k:].reshape(E, F, H)

@@ -13,27 +13,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mdband.kernels.split_matmul import split_matmul
-
 
 def degree_index(lmax: int, device=None) -> torch.Tensor:
     """Degree l of each packed index l² + l + m, shape ((L+1)²,)."""
     return torch.tensor(
         [l for l in range(lmax + 1) for _ in range(2 * l + 1)], dtype=torch.long, device=device
     )
-
-
-def channel_map(x: torch.Tensor, weight: torch.Tensor, settings=None) -> torch.Tensor:
-    """``x @ weight`` for x (..., Cin) and W (Cin, Cout): the tf32x3 op
-    (:mod:`mdband.kernels.split_matmul`) where ``settings`` (EngineSettings) run the fused ops
-    on x's device and do not ask exact products (``stack_precision = "ieee"``), else torch.
-
-    The modules that call it keep a ``matmul_settings`` attribute (None: torch), which the
-    descriptor sets to its settings. Code traced by torch.compile (``compile = "on"``) keeps
-    torch's product, which the compiler generates and fuses itself (a trace of the op's launch
-    failed in the tests: aot_eager on the interpreter)."""
-    fused = settings is not None and settings.ops_on(x) and settings.stack_precision != "ieee"
-    return split_matmul(x, weight, fused and not torch.compiler.is_compiling())
 
 
 class SO3Linear(nn.Module):
@@ -64,10 +49,9 @@ class ChannelLinear(nn.Module):
     def __init__(self, c_in: int, c_out: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(c_in, c_out))
-        self.matmul_settings = None  # see channel_map
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return channel_map(x, self.weight, self.matmul_settings)
+        return x @ self.weight
 
 
 class ScalarRMSNorm(nn.Module):

@@ -15,8 +15,6 @@ import math
 import torch
 from torch import nn
 
-from mdband.model.layers import channel_map
-
 
 def cutoff_envelope(r: torch.Tensor, rcut: float, p: int) -> torch.Tensor:
     u = ((rcut - r) / rcut).clamp(0.0, 1.0)
@@ -57,10 +55,9 @@ class _Matrix(nn.Module):
     def __init__(self, n_in: int, n_out: int) -> None:
         super().__init__()
         self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
-        self.matmul_settings = None  # see mdband.model.layers.channel_map
 
     def forward(self, x):
-        return channel_map(x, self.matrix, self.matmul_settings)
+        return x @ self.matrix
 
 
 class RMSNorm(nn.Module):
@@ -98,8 +95,7 @@ class MLPLayer(nn.Module):
         super().__init__()
         self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
         self.act = act
-        self.matmul_settings = None  # see mdband.model.layers.channel_map
 
     def forward(self, x):
-        y = channel_map(x, self.matrix, self.matmul_settings)
+        y = x @ self.matrix
         return nn.functional.silu(y) if self.act else y

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from mdband.kernels.so2_stack import so2_linear
-from mdband.model.layers import channel_map
 
 
 def leading_rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -93,15 +92,13 @@ class RadialDegreeMixer(nn.Module):
             self.channel_basis = nn.Parameter(torch.zeros(rank, channels))
         else:
             self.channel_basis = None
-        self.matmul_settings = None  # see mdband.model.layers.channel_map
 
     def kernel(self, rad: torch.Tensor) -> torch.Tensor:
         """Compact kernel (E, K, R') from radial features rad (E, ≥ L+1, C) whose first L+1 rows
         are degrees 0..L (the per-degree rows, or the reduced-row layout, which starts so)."""
         E = rad.shape[0]
         rows = leading_rows(rad, self.lmax + 1)
-        flat = channel_map(rows.reshape(E, (self.lmax + 1) * rad.shape[-1]), self.weight,
-                           self.matmul_settings)  # fmt: skip
+        flat = rows.reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
         return flat.view(E, self.ksize, flat.shape[-1] // self.ksize)
 
     def forward(self, xl: torch.Tensor, rad: torch.Tensor) -> torch.Tensor:
