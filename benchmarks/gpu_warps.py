@@ -14,7 +14,8 @@ step and warps; then so2_mix_layer's backward gate kernel per edges per program 
 linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
 kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
 kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
-(``--rotate-mix-dot``). Prints one line per setting.
+(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``). Prints one
+line per setting.
 """
 
 from __future__ import annotations
@@ -217,6 +218,34 @@ def zonal_timing(E, N, L, C, dev):
     return ok
 
 
+def radial_timing(E, n, dev):
+    """radial_basis (Bessel, envelopes 5 and 7, rcut 6 Å) forward + backward: the Triton op
+    against the torch path it replaced; both against float64 (max error relative to the
+    largest element)."""
+    from mdband.kernels import radial_basis as rb
+
+    g = torch.Generator(device=dev).manual_seed(5)
+    r64 = torch.rand(E, 1, generator=g, device=dev, dtype=torch.float64) * 6.5 + 0.6
+    f64 = (torch.arange(1, n + 1, device=dev, dtype=torch.float64) * (torch.pi / 6.0))[None]
+    g_rbf = torch.randn(E, n, generator=g, device=dev)
+    g_env = torch.randn(E, 1, generator=g, device=dev)
+    r, f = r64.float().requires_grad_(), f64.float()
+
+    def run(fused, r=r, f=f, g_env=g_env, g_rbf=g_rbf):
+        env, rbf = rb.radial_basis(r, f, 6.0, 5, 7, "bessel", fused=fused)
+        return env, rbf, torch.autograd.grad((env, rbf), (r,), (g_env, g_rbf))[0]
+
+    want = run(False, r64.requires_grad_(), f64, g_env.double(), g_rbf.double())
+    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
+            for k in ("op", "torch")}  # fmt: skip
+    ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
+    ok = errs["op"] <= 1e-5
+    print(f"radial_basis E={E} n={n}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+          f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
+          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
+    return ok
+
+
 def segment_outer_timing(E, N, Q, dev):
     """segment_outer (P = 4, the environment seed) forward + backward: the Triton op against the
     torch path it replaced (products materialised, segment_sum, autograd), checked to 1e-5."""
@@ -385,6 +414,13 @@ def main(argv=None):
         default=[],
         help="widths Q of the segment_outer timing (e.g. 32 64)",
     )
+    ap.add_argument(
+        "--radial",
+        nargs="*",
+        type=int,
+        default=[],
+        help="basis sizes n of the radial_basis timing (e.g. 16)",
+    )
     ap.add_argument("--no-rotate-mix", action="store_true", help="skip the rotate_mix sweeps")
     ap.add_argument(
         "--rotate-mix-dot",
@@ -454,6 +490,8 @@ def main(argv=None):
             ok &= zonal_timing(E, N, *(int(v) for v in shape.split("x")), dev)
         for q in args.segment_outer:
             ok &= segment_outer_timing(E, N, q, dev)
+        for n in args.radial:
+            ok &= radial_timing(E, n, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:

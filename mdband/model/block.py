@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 
 from mdband.kernels._common import csr
 from mdband.kernels.band_producer import band_producer
+from mdband.kernels.radial_basis import radial_basis
 from mdband.kernels.segments import segment_sum
 from mdband.kernels.take_rows import take_rows
 from mdband.kernels.zonal import zonal_embed
@@ -43,6 +44,7 @@ from mdband.so3.wigner import rotation_storage
 #: what compile=on turns into graph breaks: the fused ops and the host-synchronising CSR build
 OPAQUE = (
     "csr", "segment_sum", "take_rows", "band_producer", "zonal_embed", "rotation_storage",
+    "radial_basis",
 )  # fmt: skip
 
 
@@ -194,8 +196,13 @@ class SeZMDescriptor(nn.Module):
         """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
         cfg = self.cfg
         _, r = unit_vectors(edge_vec)
-        env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
-        rbf = self.radial_basis(r)
+        if self.settings.ops_on(r):  # envelope and basis in one kernel each way
+            rb = self.radial_basis
+            env, rbf = radial_basis(r, rb.adam_freqs, cfg.rcut, cfg.env_exp[1], rb.exponent,
+                                    rb.basis_type, rb.gauss_coeff)  # fmt: skip
+        else:
+            env = cutoff_envelope(r, cfg.rcut, cfg.env_exp[1])
+            rbf = self.radial_basis(r)
         rot = None
         if self.needs_rotations():
             band = None

@@ -15,15 +15,10 @@ import math
 import torch
 from torch import nn
 
+from mdband.kernels.radial_basis import envelope_reference, raw_basis_reference
 
-def cutoff_envelope(r: torch.Tensor, rcut: float, p: int) -> torch.Tensor:
-    u = ((rcut - r) / rcut).clamp(0.0, 1.0)
-    x = 1.0 - u
-    coeffs = [float(math.comb(k + 3, 3)) for k in range(p)]
-    series = torch.full_like(x, coeffs[-1])
-    for c in reversed(coeffs[:-1]):
-        series = c + x * series
-    return u.pow(4) * series
+#: the envelope ``u⁴ Σ_{k<p} C(k+3, 3) x^k`` (torch; the radial_basis op's reference)
+cutoff_envelope = envelope_reference
 
 
 class RadialBasis(nn.Module):
@@ -42,12 +37,7 @@ class RadialBasis(nn.Module):
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         """r (E, 1) → (E, n_radial)."""
-        w = self.adam_freqs
-        if self.basis_type == "bessel":
-            raw = w * torch.sinc(r * w / math.pi)
-        else:
-            d = r - w
-            raw = torch.exp(d * d * self.gauss_coeff)
+        raw = raw_basis_reference(r, self.adam_freqs, self.basis_type, self.gauss_coeff)
         return raw * cutoff_envelope(r, self.rcut, self.exponent)
 
 

@@ -26,7 +26,7 @@ def _potential(cfg, dtype, **options):
 def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     """float32, Triton (the interpreter on CPU): the aggregate backward is its dot kernel, the
     rotate_mix backward its dot kernel for radial rows and its edge kernels for the mixer, the
-    environment seed's sums segment_outer's kernels; energy
+    environment seed's sums segment_outer's kernels, the envelope and basis radial_basis'; energy
     and forces agree with the float64 torch path to float32 accuracy."""
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=2,
                        radial_so2_mode=radial)  # fmt: skip
@@ -47,6 +47,7 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
     assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
     assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
+    assert {"_radial_fwd_kernel", "_radial_bwd_kernel"} <= seen  # envelope and radial basis
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
 
