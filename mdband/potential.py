@@ -219,11 +219,20 @@ class Potential:
 
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan):
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
-        chunking = {} if plan is None else {"plan": plan}
+        model_kw = {} if plan is None else {"plan": plan}
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
-            chunking["energy_rows"] = int(n_local)
+            model_kw["energy_rows"] = int(n_local)
+        csr_pair = None
+        if getattr(self.model, "accepts_edge_csr", False) and self.model.settings.ops_on(ev):
+            # both CSRs once per call where the fused ops run: the model's node sums and
+            # by-source kernels and the force assembly read the same two (each sorts the edges)
+            from mdband.kernels._common import csr
+
+            n = int(types.shape[0])
+            csr_pair = (csr(dst, n), csr(src, n))
+            model_kw["csr_pair"] = csr_pair
         with torch.set_grad_enabled(grad):
-            atom_e = self.model(types, src, dst, ev, exchange=exchange, **chunking)
+            atom_e = self.model(types, src, dst, ev, exchange=exchange, **model_kw)
             atom_e = atom_e.to(torch.float64)
             e_local = atom_e if n_local is None else atom_e[:n_local]
             g = None
@@ -231,8 +240,11 @@ class Potential:
                 (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
                 if g is None:
                     g = torch.zeros_like(ev)
+        extra = {"chunks": self.last_chunks}
+        if csr_pair is not None:
+            extra["csr_pair"] = csr_pair
         return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
-                          extra={"chunks": self.last_chunks})  # fmt: skip
+                          extra=extra)  # fmt: skip
 
     def neighbour_list(self, skin: float = 0.0):
         """A neighbour list for repeated :meth:`evaluate` calls (``neighbours=``): the torch
@@ -405,18 +417,21 @@ class Potential:
         """(atom energies, forces, virial), float64, of one evaluation from device tensors."""
         out = self.evaluate_edges(types, src, dst, edge_vec)
         forces, virial = self.assemble(
-            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0])
-        )
+            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0]),
+            out.extra.get("csr_pair"),
+        )  # fmt: skip
         return out.atom_energy, forces, virial
 
     @staticmethod
-    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int):
-        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3)."""
+    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
+        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
+        ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
         if edge_grad.is_cuda:
             # deterministic CSR reduction with float64 accumulation (no atomics)
             from mdband.kernels.force_assembly import force_assembly
 
-            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms)
+            d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
+            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
         g = edge_grad.to(torch.float64)
         forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
         forces.index_add_(0, dst, g)

@@ -68,6 +68,36 @@ def radial_basis_reference(
     return envelope_reference(r, rcut, p_env), raw * envelope_reference(r, rcut, p_rbf)
 
 
+def _envelope_slope(r: Tensor, rcut: float, p: int) -> tuple[Tensor, Tensor]:
+    """(envelope(r; p), d envelope / dr) by Horner's rule for the series and its derivative."""
+    u = ((rcut - r) / rcut).clamp(0.0, 1.0)
+    x = 1.0 - u
+    s, ds = torch.zeros_like(x), torch.zeros_like(x)
+    for k in reversed(range(p)):
+        ds = ds * x + s
+        s = s * x + float(math.comb(k + 3, 3))
+    u3 = u * u * u
+    return u3 * u * s, (u3 * u * ds - 4.0 * u3 * s) / rcut
+
+
+def radial_basis_bwd_reference(g_env: Tensor, g_rbf: Tensor, r: Tensor, freqs: Tensor,
+                               rcut: float, p_env: int, p_rbf: int, basis: str,
+                               gauss_coeff: float = 0.0) -> Tensor:  # fmt: skip
+    """g_r (E, 1) for the cotangents (g_env, g_rbf), closed form (the kernel's formulas)."""
+    _, denv = _envelope_slope(r, rcut, p_env)
+    envr, denvr = _envelope_slope(r, rcut, p_rbf)
+    raw = raw_basis_reference(r, freqs, basis, gauss_coeff)
+    if basis == "bessel":
+        a = r * freqs
+        a2 = a * a
+        series = a * (-1.0 / 3 + a2 * (1.0 / 30 + a2 * (-1.0 / 840 + a2 * (
+            1.0 / 45360 - a2 / 3991680))))  # fmt: skip
+        draw = torch.where(a.abs() < 0.5, freqs * freqs * series, (freqs * torch.cos(a) - raw) / r)
+    else:
+        draw = 2.0 * gauss_coeff * (r - freqs) * raw
+    return g_env * denv + (g_rbf * (draw * envr + raw * denvr)).sum(-1, keepdim=True)
+
+
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
     try:  # libdevice's sin/cos on the GPU (tl.sin may lower to the approximate instructions)
@@ -114,17 +144,24 @@ if cm.TRITON_AVAILABLE:
         return raw, draw
 
     @triton.jit
-    def _radial_fwd_kernel(
-        r_ptr, f_ptr, env_ptr, rbf_ptr, E, N, inv_rcut, gc,
-        P_ENV: tl.constexpr, P_RBF: tl.constexpr, BASIS: tl.constexpr, TRIG: tl.constexpr,
-        BE: tl.constexpr, NP: tl.constexpr,
-    ):  # fmt: skip
+    def _edge_block(r_ptr, f_ptr, E, N, BE: tl.constexpr, NP: tl.constexpr):
+        """This program's BE edges and the n basis columns: (e, edge mask, n, column mask,
+        r (BE,), freqs (NP,)); masked lengths read as 1 (no division by zero)."""
         e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
         em = e < E
         n = tl.arange(0, NP)
         nm = n < N
         r = tl.load(r_ptr + e, mask=em, other=1.0)
         f = tl.load(f_ptr + n, mask=nm, other=0.0)
+        return e, em, n, nm, r, f
+
+    @triton.jit
+    def _radial_fwd_kernel(
+        r_ptr, f_ptr, env_ptr, rbf_ptr, E, N, inv_rcut, gc,
+        P_ENV: tl.constexpr, P_RBF: tl.constexpr, BASIS: tl.constexpr, TRIG: tl.constexpr,
+        BE: tl.constexpr, NP: tl.constexpr,
+    ):  # fmt: skip
+        e, em, n, nm, r, f = _edge_block(r_ptr, f_ptr, E, N, BE, NP)
         env, _ = _envelope(r, inv_rcut, P_ENV)
         envr, _ = _envelope(r, inv_rcut, P_RBF)
         raw, _ = _raw(r[:, None], f[None, :], gc, BASIS, TRIG)
@@ -138,12 +175,7 @@ if cm.TRITON_AVAILABLE:
         P_ENV: tl.constexpr, P_RBF: tl.constexpr, BASIS: tl.constexpr, TRIG: tl.constexpr,
         BE: tl.constexpr, NP: tl.constexpr,
     ):  # fmt: skip
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = e < E
-        n = tl.arange(0, NP)
-        nm = n < N
-        r = tl.load(r_ptr + e, mask=em, other=1.0)
-        f = tl.load(f_ptr + n, mask=nm, other=0.0)
+        e, em, n, nm, r, f = _edge_block(r_ptr, f_ptr, E, N, BE, NP)
         _, denv = _envelope(r, inv_rcut, P_ENV)
         envr, denvr = _envelope(r, inv_rcut, P_RBF)
         raw, draw = _raw(r[:, None], f[None, :], gc, BASIS, TRIG)
@@ -190,11 +222,7 @@ def _(r, freqs, rcut, p_env, p_rbf, basis, gc):
 def _radial_bwd_op(g_env: Tensor, g_rbf: Tensor, r: Tensor, freqs: Tensor, rcut: float,
                    p_env: int, p_rbf: int, basis: str, gc: float) -> Tensor:  # fmt: skip
     if cm.chosen_backend("radial_basis", backend(r.device, r.dtype)) == "reference":
-        rr = r.detach().requires_grad_()
-        with torch.enable_grad():
-            env, rbf = radial_basis_reference(rr, freqs.detach(), rcut, p_env, p_rbf, basis, gc)
-            (g,) = torch.autograd.grad((env, rbf), (rr,), (g_env, g_rbf))
-        return g
+        return radial_basis_bwd_reference(g_env, g_rbf, r, freqs, rcut, p_env, p_rbf, basis, gc)
     g_r = torch.empty_like(r)
     if not cm.has_no_items(r.shape[0]):
         grid, sizes, meta = _launch(r, freqs, rcut, p_env, p_rbf, basis, gc)

@@ -186,11 +186,15 @@ class SeZMDescriptor(nn.Module):
     def needs_rotations(self) -> bool:
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
 
-    def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None) -> EdgeCache:
+    def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None,
+                   csr_pair=None) -> EdgeCache:  # fmt: skip
         """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
-        tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``)."""
+        tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``).
+        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them."""
+        dst_csr, src_csr = csr_pair if csr_pair is not None else (None, None)
         return self.edge_cache_from(src, dst, edge_vec, *self.edge_geometry(edge_vec), n_nodes,
-                                    rows=rows, n_src=n_src)  # fmt: skip
+                                    rows=rows, n_src=n_src, dst_csr=dst_csr,
+                                    src_csr=src_csr)  # fmt: skip
 
     def edge_geometry(self, edge_vec):
         """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
@@ -212,16 +216,16 @@ class SeZMDescriptor(nn.Module):
         return r, env, rbf, rot
 
     def edge_cache_from(self, src, dst, edge_vec, r, env, rbf, rot, n_nodes: int, rows=None,
-                        n_src=None, dst_csr=None) -> EdgeCache:  # fmt: skip
-        """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``:
-        the destinations' CSR when known)."""
+                        n_src=None, dst_csr=None, src_csr=None) -> EdgeCache:  # fmt: skip
+        """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``,
+        ``src_csr``: the destinations' and sources' CSR when known)."""
         if dst_csr is None:
             dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
         deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rows = slice(None) if rows is None else rows
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr,
-                         rows=rows, n_src=n_src)  # fmt: skip
+                         src_csr, rows=rows, n_src=n_src)  # fmt: skip
 
     # ------------------------------------------------------------------ stages (also per chunk)
     def radial_features(self, ec) -> torch.Tensor:
@@ -265,14 +269,16 @@ class SeZMDescriptor(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given.
 
         ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the evaluation in chunks of
         destination atoms; without one the memory budget decides. ``head(desc_rows, rows)``
         maps descriptor rows to atom energies; chunked, it joins the last stage, whose backward
         is done in the forward for the sum of the first ``energy_rows`` atom energies (all when
-        None; see :mod:`mdband.model.chunked`)."""
+        None; see :mod:`mdband.model.chunked`). ``csr_pair``: (dst CSR, src CSR) of the edges
+        over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
+        unchunked evaluation then sorts no edges itself)."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -293,15 +299,15 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            desc = self._compiled(types, src, dst, edge_vec)
+            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair)
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange)
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair)
         return desc if head is None else head(desc, slice(None))
 
-    def _unchunked(self, types, src, dst, edge_vec, exchange=None) -> torch.Tensor:
+    def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None) -> torch.Tensor:
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on)."""
         cfg, N = self.cfg, types.shape[0]
-        ec = self.edge_cache(src, dst, edge_vec, N)
+        ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
         te = self.type_embedding(types)  # (N, C)
         radial = self.radial_features(ec)
         x = self.initial_features(ec, radial, te, types)

@@ -79,6 +79,8 @@ class SeZMEnergyModel(nn.Module):
     #: edges with r ≥ rcut contribute exactly zero (envelope 0 with zero gradient), so an edge
     #: list may be padded with such edges (see :mod:`mdband.step_graph`)
     zero_beyond_cutoff = True
+    #: forward takes ``csr_pair``, the (dst, src) CSRs of the edges, built once by the caller
+    accepts_edge_csr = True
 
     def __init__(
         self,
@@ -120,16 +122,17 @@ class SeZMEnergyModel(nn.Module):
         return describe_budget(self.settings.memory_budget, device)
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
         a chunked evaluation then does its last stage's backward in the forward (any other
-        derivative is still exact, at the cost of a recomputation)."""
+        derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
+        (dst CSR, src CSR) over the N atoms, when the caller built them."""
 
         def head(desc, rows):
             t = types[rows]
             return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
 
         return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                               head=head, energy_rows=energy_rows)  # fmt: skip
+                               head=head, energy_rows=energy_rows, csr_pair=csr_pair)  # fmt: skip

@@ -68,6 +68,24 @@ def test_values_and_gradient_match_the_reference(kdev, dtype, basis, E, n, p_env
         assert float(got_g[beyond.to(kdev)].abs().max()) == 0.0
 
 
+@pytest.mark.parametrize("basis", ["bessel", "gaussian"])
+def test_reference_backend_matches_autograd(basis):
+    """The op on its torch backend (a CPU tensor, Triton not forced): the closed-form backward
+    reference equals autograd of the torch path (tiny, ordinary and beyond-cutoff lengths)."""
+    rcut, n = 6.0, 12
+    r, f = _lengths(90, rcut, seed=4), _freqs(basis, n, rcut, seed=4)
+    gc = -0.5 / (rcut / (n - 1)) ** 2
+    g_rbf = torch.randn(90, n, generator=torch.Generator().manual_seed(5), dtype=F64)
+    rr = r.clone().requires_grad_()
+    _, want_rbf = rb.radial_basis_reference(rr, f, rcut, 5, 7, basis, gc)
+    (want,) = torch.autograd.grad(want_rbf, (rr,), g_rbf)
+    rk = r.clone().requires_grad_()
+    with cm.force_backend("reference"):
+        env, rbf = rb.radial_basis(rk, f, rcut, 5, 7, basis, gc)
+        (got,) = torch.autograd.grad((rbf * g_rbf).sum(), (rk,))  # env unused: no cotangent
+    _close(got, want, F64)
+
+
 def test_one_output_used(kdev):
     """Only rbf (or only env) carrying a cotangent: the other counts as zero."""
     r, f = _lengths(50, 5.0, seed=1), _freqs("bessel", 8, 5.0, seed=1)

@@ -77,3 +77,58 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
     )
     assert zonal.bwd_kernel(gpu) == ("dot" if dot else "walk")
     assert gp._precision(gpu, exact=False) == int(dot)
+
+
+def test_each_edge_csr_is_built_once(monkeypatch):
+    """Where the fused ops run, Potential builds the edges' dst and src CSRs once per call and
+    hands them to the model and (on CUDA) to the force assembly, which sorted both again: the
+    model sorts none of its own (two sorts per call, as many as it makes alone on the CPU, whose
+    assembly sorts nothing), with the same energy and forces bit for bit."""
+    import torch
+
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1)
+    pot = _potential(cfg, "float64", kernels="ops")
+    n_edges = []
+    real = torch.argsort
+
+    def argsort(t, *args, **kwargs):
+        n_edges.append(int(t.shape[0]))
+        return real(t, *args, **kwargs)
+
+    with force_triton():
+        before = pot.evaluate(POS, None, False, SYM)
+        monkeypatch.setattr(torch, "argsort", argsort)
+        got = pot.evaluate(POS, None, False, SYM)
+        monkeypatch.setattr(type(pot.model), "accepts_edge_csr", False)
+        n_with = len(n_edges)
+        alone = pot.evaluate(POS, None, False, SYM)
+    assert n_with == 2 and len(n_edges) - n_with == 2  # CPU: the assembly sorts nothing
+    assert got.energy == before.energy == alone.energy
+    np.testing.assert_array_equal(got.forces, alone.forces)
+
+
+def test_seed_mlp_switch(monkeypatch):
+    """``seed_mlp.KERNELS["fwd"] = "op"``: the environment seed's edge MLPs run the op's two
+    kernels (float32, interpreter on CPU), with the energy and forces of the float64 torch
+    path to float32 accuracy; "torch" (the default) runs neither."""
+    from mdband.kernels import seed_mlp as sm
+
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1)
+    ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
+    pot = _potential(cfg, "float32", kernels="ops")
+    seen = set()
+    real = cm.wrap
+
+    def wrap(kernel):
+        seen.add(getattr(kernel, "__name__", str(kernel)))
+        return real(kernel)
+
+    monkeypatch.setattr(cm, "wrap", wrap)
+    with force_triton():
+        pot.evaluate(POS, None, False, SYM)
+        assert not seen & {"_seed_fwd_kernel", "_seed_bwd_kernel"}
+        monkeypatch.setitem(sm.KERNELS, "fwd", "op")
+        got = pot.evaluate(POS, None, False, SYM)
+    assert {"_seed_fwd_kernel", "_seed_bwd_kernel"} <= seen
+    assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
+    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
