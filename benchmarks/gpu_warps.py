@@ -14,8 +14,8 @@ step and warps; then so2_mix_layer's backward gate kernel per edges per program 
 linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
 kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
 kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
-(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``). Prints one
-line per setting.
+(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``); seed_mlp
+against its torch path (``--seed-mlp 32 64``). Prints one line per setting.
 """
 
 from __future__ import annotations
@@ -246,6 +246,42 @@ def radial_timing(E, n, dev):
     return ok
 
 
+#: widths (R, P, T, H, Q) of the environment seed's MLPs per channel count (env_seed_dims)
+SEED_WIDTHS = {32: (16, 32, 8, 64, 32), 64: (16, 32, 16, 128, 64)}
+
+
+def seed_mlp_timing(E, channels, dev):
+    """seed_mlp forward + backward (d/d rbf) against the torch path it would replace (DPA4-Mini's
+    widths at 32 channels, the default's at 64); both against float64."""
+    from mdband.kernels import seed_mlp as sm
+
+    R, P, T, H, Q = SEED_WIDTHS[channels]
+    g = torch.Generator(device=dev).manual_seed(9)
+
+    def m(*shape):
+        return torch.randn(*shape, generator=g, device=dev, dtype=torch.float64) / shape[0] ** 0.5
+
+    rbf64 = torch.rand(E, R, generator=g, device=dev, dtype=torch.float64)
+    ts, td = (torch.randint(0, 3, (E,), generator=g, device=dev) for _ in range(2))
+    rest64 = [torch.randn(4, T, generator=g, device=dev, dtype=torch.float64), m(R, P), m(P, P),
+              m(P + 2 * T, H), m(H, Q)]  # fmt: skip
+    gg = torch.randn(E, Q, generator=g, device=dev)
+    rbf, rest = rbf64.float().requires_grad_(), [t.float() for t in rest64]
+
+    def run(fused, rbf=rbf, rest=rest, gg=gg):
+        out = sm.seed_mlp(rbf, ts, td, *rest, fused=fused)
+        return out, torch.autograd.grad(out, (rbf,), gg)[0]
+
+    want = run(False, rbf64.requires_grad_(), rest64, gg.double())
+    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
+            for k in ("op", "torch")}  # fmt: skip
+    ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
+    print(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}: fwd + bwd op {ms['op']:.3f} ms, torch "
+          f"path {ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
+          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
+    return errs["op"] <= 1e-5
+
+
 def segment_outer_timing(E, N, Q, dev):
     """segment_outer (P = 4, the environment seed) forward + backward: the Triton op against the
     torch path it replaced (products materialised, segment_sum, autograd), checked to 1e-5."""
@@ -415,6 +451,13 @@ def main(argv=None):
         help="widths Q of the segment_outer timing (e.g. 32 64)",
     )
     ap.add_argument(
+        "--seed-mlp",
+        nargs="*",
+        type=int,
+        default=[],
+        help="channel counts of the seed_mlp timing (32: DPA4-Mini, 64: default)",
+    )
+    ap.add_argument(
         "--radial",
         nargs="*",
         type=int,
@@ -492,6 +535,8 @@ def main(argv=None):
             ok &= segment_outer_timing(E, N, q, dev)
         for n in args.radial:
             ok &= radial_timing(E, n, dev)
+        for c in args.seed_mlp:
+            ok &= seed_mlp_timing(E, c, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.kernels import seed_mlp as _seed_mlp
+from mdband.kernels.seed_mlp import seed_mlp
 from mdband.kernels.segment_outer import segment_outer
 from mdband.kernels.take_rows import take_rows
 from mdband.model.radial import MLPLayer
 from mdband.so3 import storage as st
 
 #: the ops this module calls that torch.compile must not trace (graph breaks under compile=on)
-OPAQUE = ("segment_outer", "take_rows")
+OPAQUE = ("segment_outer", "take_rows", "seed_mlp")
 
 
 class TypeEmbedding(nn.Module):
@@ -65,15 +67,21 @@ class EnvironmentSeed(nn.Module):
     def forward(self, ec, types: torch.Tensor, fused: bool = False) -> torch.Tensor:
         """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
         the per-node sum of the edges' outer products by the Triton op (differentiable once:
-        force evaluation), else by torch (differentiable to any order: training)."""
+        force evaluation), and the edge MLPs too where ``seed_mlp.KERNELS`` asks for its op,
+        else by torch (differentiable to any order: training)."""
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
-        rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
-        g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
+        if fused and _seed_mlp.enabled():
+            g = seed_mlp(ec.rbf, t_src, t_dst, te.adam_type_embedding,
+                         self.rbf_proj_layer1.matrix, self.rbf_proj_layer2.matrix,
+                         self.g_layer1.matrix, self.g_layer2.matrix)  # fmt: skip
+        else:
+            rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
+            g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
         agg = segment_outer(r_tilde, g, ec.dst, ec.dst_csr(), fused) * ec.inv_sqrt_deg
         dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))

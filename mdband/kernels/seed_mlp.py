@@ -1,0 +1,250 @@
+"""seed_mlp: the environment seed's edge MLPs in one pass per edge block, forward and backward.
+
+Shapes (E edges; R radial functions, P = ``rbf_out``, T type-embedding width, H hidden, Q
+embedding width; sezm-architecture.md §2.3)::
+
+    rbf           (E, R)      the radial basis of each edge
+    t_src, t_dst  (E,) int64  the types of each edge's source and destination atom
+    table         (n, T)      the seed's type embedding (``env_type_embed``)
+    w1 (R, P), w2 (P, P), w3 (P + 2T, H), w4 (H, Q)   the MLPLayer matrices (no biases)
+    g             (E, Q)
+
+    rp = silu(rbf @ w1) @ w2                         (rbf_proj_layer1, rbf_proj_layer2)
+    g  = silu([rp, table[t_src], table[t_dst]] @ w3) @ w4        (g_layer1, g_layer2)
+
+Backward (closed form, forward recomputed in registers): for the cotangent gg (E, Q) only
+``grbf = ((((gg w4ᵀ) ⊙ silu'(h3)) w3[:P]ᵀ w2ᵀ) ⊙ silu'(h1)) w1ᵀ`` (h1, h3 the two
+pre-activations); no gradients for the weights or the table: the op serves force evaluation
+(frozen weights), training takes the torch path (:func:`seed_mlp_reference`, any order).
+
+The torch path runs each layer as a GEMM plus elementwise kernels and concatenates the type
+rows, about fifteen passes over (E, 32–64) edge tensors forward and backward (DPA4-Mini,
+647,154 edges: about 1.2 ms of an H200's time per call). Here a program keeps BE edges' whole
+chain in registers: forward reads rbf and two type indices (4·R + 16 B per edge in float32) and
+writes g (4·Q B); backward reads rbf, the indices and gg and writes grbf (4·(2R + Q) + 16 B).
+Products are tl.dot tiles (every width padded to a power of two ≥ 16) at ``tf32x3`` (three
+TF32 tensor-core products, relative error ≈ 2⁻²¹ each); float32 only (float64 takes the torch
+path). Not the default yet: :data:`KERNELS` ``"torch"`` until measured on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.functional import silu
+
+from mdband.kernels import _common as cm
+
+OP = "mdband::seed_mlp"
+OP_BWD = "mdband::seed_mlp_bwd"
+#: "op": the environment seed's MLPs by this op where the fused ops run; "torch": the torch
+#: path (the default until the op is timed on a GPU: ``benchmarks/gpu_warps.py --seed-mlp``)
+KERNELS = {"fwd": "torch"}
+#: edges per program and warps
+LAUNCH = {"BE": 32, "warps": 4}
+
+
+def seed_mlp_reference(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor,
+                       w2: Tensor, w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+    """g (E, Q) by torch (differentiable to any order, also in the weights)."""
+    rp = silu(rbf @ w1) @ w2
+    z = torch.cat([rp, table[t_src], table[t_dst]], dim=-1)
+    return silu(z @ w3) @ w4
+
+
+def enabled() -> bool:
+    """Whether :data:`KERNELS` asks for the op ("op") or the torch path ("torch")."""
+    return cm.kernel_choice(KERNELS, "fwd", ("op", "torch"), "seed_mlp") == "op"
+
+
+if cm.TRITON_AVAILABLE:
+    triton, tl = cm.triton, cm.tl
+
+    @triton.jit
+    def _tile(ptr, row0, rows, cols, ld, RP: tl.constexpr, CP: tl.constexpr):
+        """Rows [row0, row0 + rows) × cols of a row-major matrix (leading dimension ld),
+        zero-padded to (RP, CP)."""
+        r, c = tl.arange(0, RP), tl.arange(0, CP)
+        m = (r < rows)[:, None] & (c < cols)[None, :]
+        return tl.load(ptr + (row0 + r)[:, None] * ld + c[None, :], mask=m, other=0.0)
+
+    @triton.jit
+    def _dsilu(h):
+        s = 1.0 / (1.0 + tl.exp(-h))
+        return s + h * s * (1.0 - s)
+
+    @triton.jit
+    def _chain(
+        rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
+        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
+        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
+    ):  # fmt: skip
+        """This program's edges (e, mask) and the forward chain: (h1, h3, a3) and the weight
+        tiles the backward reads (w1, w2, w3's first P rows, w4)."""
+        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
+        em = e < E
+        rc = tl.arange(0, RP)
+        x = tl.load(rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :],
+                    other=0.0)  # fmt: skip
+        w1 = _tile(w1_ptr, 0, R, P, P, RP, PP)
+        w2 = _tile(w2_ptr, 0, P, P, P, PP, PP)
+        w3a = _tile(w3_ptr, 0, P, H, H, PP, HP)
+        w3s = _tile(w3_ptr, P, T, H, H, TP, HP)
+        w3d = _tile(w3_ptr, P + T, T, H, H, TP, HP)
+        w4 = _tile(w4_ptr, 0, H, Q, Q, HP, QP)
+        h1 = tl.dot(x, w1, input_precision=PREC)
+        rp = tl.dot(h1 / (1.0 + tl.exp(-h1)), w2, input_precision=PREC)
+        tc = tl.arange(0, TP)
+        tm = em[:, None] & (tc < T)[None, :]
+        ts = tl.load(ts_ptr + e, mask=em, other=0)
+        td = tl.load(td_ptr + e, mask=em, other=0)
+        xs = tl.load(tab_ptr + ts[:, None] * T + tc[None, :], mask=tm, other=0.0)
+        xd = tl.load(tab_ptr + td[:, None] * T + tc[None, :], mask=tm, other=0.0)
+        h3 = tl.dot(rp, w3a, input_precision=PREC)
+        h3 += tl.dot(xs, w3s, input_precision=PREC)
+        h3 += tl.dot(xd, w3d, input_precision=PREC)
+        a3 = h3 / (1.0 + tl.exp(-h3))
+        return e, em, h1, h3, a3, w1, w2, w3a, w4
+
+    @triton.jit
+    def _seed_fwd_kernel(
+        rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, g_ptr,
+        E, R, P, T, H, Q,
+        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
+        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
+    ):  # fmt: skip
+        e, em, _, _, a3, _, _, _, w4 = _chain(
+            rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
+            BE, RP, PP, TP, HP, QP, PREC,
+        )  # fmt: skip
+        g = tl.dot(a3, w4, input_precision=PREC)
+        q = tl.arange(0, QP)
+        tl.store(g_ptr + e[:, None] * Q + q[None, :], g, mask=em[:, None] & (q < Q)[None, :])
+
+    @triton.jit
+    def _seed_bwd_kernel(
+        gg_ptr, rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, grbf_ptr,
+        E, R, P, T, H, Q,
+        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
+        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
+    ):  # fmt: skip
+        e, em, h1, h3, _, w1, w2, w3a, w4 = _chain(
+            rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
+            BE, RP, PP, TP, HP, QP, PREC,
+        )  # fmt: skip
+        q = tl.arange(0, QP)
+        gg = tl.load(gg_ptr + e[:, None] * Q + q[None, :], mask=em[:, None] & (q < Q)[None, :],
+                     other=0.0)  # fmt: skip
+        gh3 = tl.dot(gg, tl.trans(w4), input_precision=PREC) * _dsilu(h3)
+        grp = tl.dot(gh3, tl.trans(w3a), input_precision=PREC)
+        gh1 = tl.dot(grp, tl.trans(w2), input_precision=PREC) * _dsilu(h1)
+        grbf = tl.dot(gh1, tl.trans(w1), input_precision=PREC)
+        rc = tl.arange(0, RP)
+        tl.store(grbf_ptr + e[:, None] * R + rc[None, :], grbf,
+                 mask=em[:, None] & (rc < R)[None, :])  # fmt: skip
+
+
+def seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4) -> Tensor:
+    """grbf (E, R) for the cotangent gg (E, Q), closed form (the kernel's formulas)."""
+    h1 = rbf @ w1
+    rp = silu(h1) @ w2
+    h3 = torch.cat([rp, table[t_src], table[t_dst]], dim=-1) @ w3
+
+    def dsilu(h):
+        s = torch.sigmoid(h)
+        return s + h * s * (1.0 - s)
+
+    gh3 = (gg @ w4.t()) * dsilu(h3)
+    gh1 = ((gh3 @ w3[: w2.shape[1]].t()) @ w2.t()) * dsilu(h1)
+    return gh1 @ w1.t()
+
+
+def backend(device, dtype) -> tuple[str, str]:
+    """(backend, reason): Triton on CUDA for float32 (or the interpreter when forced); float64
+    takes the torch path (the accuracy reference, where speed matters less)."""
+    name = cm.select_backend(device, dtype, triton_ok=dtype == torch.float32)
+    return name, f"{name} on {torch.device(device).type} ({dtype})"
+
+
+def _launch(rbf, table, w1, w3, w4):
+    E, R, P, T, H, Q = rbf.shape[0], rbf.shape[1], w1.shape[1], table.shape[1], w3.shape[1], \
+        w4.shape[1]  # fmt: skip
+    p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731  (tl.dot tiles: powers of two ≥ 16)
+    prec = "tf32x3" if cm.has_tf32_cores(rbf.device) else "ieee"
+    meta = dict(BE=LAUNCH["BE"], RP=p2(R), PP=p2(P), TP=p2(T), HP=p2(H), QP=p2(Q), PREC=prec,
+                num_warps=LAUNCH["warps"])  # fmt: skip
+    return (triton.cdiv(E, LAUNCH["BE"]),), (E, R, P, T, H, Q), meta
+
+
+@torch.library.triton_op(OP, mutates_args=())
+def _seed_op(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor, w2: Tensor,
+             w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+    if cm.chosen_backend("seed_mlp", backend(rbf.device, rbf.dtype)) == "reference":
+        return seed_mlp_reference(rbf, t_src, t_dst, table, w1, w2, w3, w4)
+    g = rbf.new_empty(rbf.shape[0], w4.shape[1])
+    if not cm.has_no_items(rbf.shape[0]):
+        grid, sizes, meta = _launch(rbf, table, w1, w3, w4)
+        cm.wrap(_seed_fwd_kernel)[grid](rbf, t_src, t_dst, table, w1, w2, w3, w4, g, *sizes,
+                                        **meta)  # fmt: skip
+    return g
+
+
+@_seed_op.register_fake
+def _(rbf, t_src, t_dst, table, w1, w2, w3, w4):
+    return rbf.new_empty(rbf.shape[0], w4.shape[1])
+
+
+@torch.library.triton_op(OP_BWD, mutates_args=())
+def _seed_bwd_op(gg: Tensor, rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor,
+                 w1: Tensor, w2: Tensor, w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+    if cm.chosen_backend("seed_mlp", backend(rbf.device, rbf.dtype)) == "reference":
+        return seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4)
+    grbf = torch.empty_like(rbf)
+    if not cm.has_no_items(rbf.shape[0]):
+        grid, sizes, meta = _launch(rbf, table, w1, w3, w4)
+        cm.wrap(_seed_bwd_kernel)[grid](gg, rbf, t_src, t_dst, table, w1, w2, w3, w4, grbf,
+                                        *sizes, **meta)  # fmt: skip
+    return grbf
+
+
+@_seed_bwd_op.register_fake
+def _(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4):
+    return torch.empty_like(rbf)
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, gg):
+    grbf = torch.ops.mdband.seed_mlp_bwd(gg.contiguous(), *ctx.saved_tensors)
+    return grbf, None, None, None, None, None, None, None
+
+
+_seed_op.register_autograd(_backward, setup_context=_setup)
+
+
+def seed_mlp(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor, w2: Tensor,
+             w3: Tensor, w4: Tensor, fused: bool = True) -> Tensor:  # fmt: skip
+    """g (E, Q) of the environment seed's MLPs (module docstring).
+
+    ``fused``: the op (differentiable once in rbf only: force evaluation); else the torch
+    reference (differentiable to any order in every input: training).
+    """
+    E, T = rbf.shape[0], table.shape[-1]
+    ok = (rbf.dim() == 2 and t_src.shape == (E,) and t_dst.shape == (E,) and table.dim() == 2
+          and w1.shape[0] == rbf.shape[1] and w2.shape == (w1.shape[1], w1.shape[1])
+          and w3.shape[0] == w1.shape[1] + 2 * T and w4.shape[0] == w3.shape[1])  # fmt: skip
+    if not ok:
+        raise ValueError(
+            "seed_mlp: rbf (E, R), t_src, t_dst (E,), table (n, T), w1 (R, P), w2 (P, P), "
+            f"w3 (P + 2T, H), w4 (H, Q) expected, got {tuple(rbf.shape)}, {tuple(t_src.shape)}, "
+            f"{tuple(t_dst.shape)}, {tuple(table.shape)}, {tuple(w1.shape)}, {tuple(w2.shape)}, "
+            f"{tuple(w3.shape)}, {tuple(w4.shape)}"
+        )
+    cm.check_dtypes("seed_mlp", rbf=rbf, table=table, w1=w1, w2=w2, w3=w3, w4=w4)
+    if not fused:
+        return seed_mlp_reference(rbf, t_src, t_dst, table, w1, w2, w3, w4)
+    c = [t.contiguous() for t in (rbf, table, w1, w2, w3, w4)]
+    return _seed_op(c[0], t_src.to(torch.int64).contiguous(), t_dst.to(torch.int64).contiguous(),
+                    *c[1:])  # fmt: skip
