@@ -14,8 +14,9 @@ step and warps; then so2_mix_layer's backward gate kernel per edges per program 
 linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
 kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
 kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
-(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``); seed_mlp
-against its torch path (``--seed-mlp 32 64``). Prints one line per setting.
+(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``); seed_mlp and
+radial_mlp against theirs (``--seed-mlp 32 64``, ``--radial-mlp 2x32 3x64``). Prints one line
+per setting.
 """
 
 from __future__ import annotations
@@ -282,6 +283,35 @@ def seed_mlp_timing(E, channels, dev):
     return errs["op"] <= 1e-5
 
 
+def radial_mlp_timing(E, channels, L, dev):
+    """radial_mlp (16 radial functions → C → (L+1)·C, no norm, times the envelope) forward +
+    backward (d/d rbf, d/d env) against the torch path it would replace; both against float64."""
+    from mdband.kernels import radial_mlp as rmlp
+
+    g = torch.Generator(device=dev).manual_seed(13)
+    R, C, D = 16, channels, (L + 1) * channels
+    f64 = dict(device=dev, dtype=torch.float64)
+    rbf64, env64 = torch.rand(E, R, generator=g, **f64), torch.rand(E, 1, generator=g, **f64)
+    w64 = [torch.randn(R, C, generator=g, **f64) / R**0.5,
+           torch.randn(C, D, generator=g, **f64) / C**0.5]  # fmt: skip
+    go = torch.randn(E, D, generator=g, device=dev)
+    rbf, env = rbf64.float().requires_grad_(), env64.float().requires_grad_()
+    w = [t.float() for t in w64]
+
+    def run(fused, rbf=rbf, env=env, w=w, go=go):
+        out = rmlp.radial_mlp(rbf, w[0], None, w[1], env, fused=fused)
+        return (out, *torch.autograd.grad(out, (rbf, env), go))
+
+    want = run(False, rbf64.requires_grad_(), env64.requires_grad_(), w64, go.double())
+    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
+            for k in ("op", "torch")}  # fmt: skip
+    ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
+    print(f"radial_mlp E={E} widths {R}/{C}/{D}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+          f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
+          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
+    return errs["op"] <= 1e-5
+
+
 def segment_outer_timing(E, N, Q, dev):
     """segment_outer (P = 4, the environment seed) forward + backward: the Triton op against the
     torch path it replaced (products materialised, segment_sum, autograd), checked to 1e-5."""
@@ -451,6 +481,12 @@ def main(argv=None):
         help="widths Q of the segment_outer timing (e.g. 32 64)",
     )
     ap.add_argument(
+        "--radial-mlp",
+        nargs="*",
+        default=[],
+        help="LxC cases of the radial_mlp timing (2x32: DPA4-Mini, 3x64: default)",
+    )
+    ap.add_argument(
         "--seed-mlp",
         nargs="*",
         type=int,
@@ -537,6 +573,9 @@ def main(argv=None):
             ok &= radial_timing(E, n, dev)
         for c in args.seed_mlp:
             ok &= seed_mlp_timing(E, c, dev)
+        for shape in args.radial_mlp:
+            lv, cv = (int(v) for v in shape.split("x"))
+            ok &= radial_mlp_timing(E, cv, lv, dev)
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:

@@ -272,8 +272,10 @@ VARIANTS = {
         "stack_precision": "fp16x3",
         "_kernels": {"aggregate": "dot", "rotate_mix": "dot"},
     },  # fmt: skip
-    # the environment seed's edge MLPs by the seed_mlp op (off by default until timed)
+    # the environment seed's edge MLPs and the radial MLP by their ops (off until timed)
     "seed-mlp": {"_kernels": {"seed_mlp": "op"}},
+    "radial-mlp": {"_kernels": {"radial_mlp": "op"}},
+    "edge-mlps": {"_kernels": {"seed_mlp": "op", "radial_mlp": "op"}},
     # tf32x3 with x split by truncation (_stack_linear.X_SPLIT, a module switch)
     "xtrunc": {"_x_split": "trunc"},
     "xtrunc-rna": {"_x_split": "trunc-rna"},

@@ -2,7 +2,8 @@
 
 Modules: ``band_producer``, ``rotate_mix``, ``so2_stack`` (``so2_mix_layer``), ``edge_dot``,
 ``aggregate``, ``zonal`` (``zonal_embed``), ``force_assembly``, ``take_rows``, ``grid_product``,
-``segment_outer``, ``radial_basis``, ``seed_mlp`` and the gate ``capability``;
+``segment_outer``, ``radial_basis``, ``seed_mlp``, ``radial_mlp`` and the gate
+``capability``;
 import the op functions from their modules (``from mdband.kernels.rotate_mix import
 rotate_mix``).
 

@@ -13,9 +13,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from mdband.kernels import radial_mlp as _radial_mlp
 from mdband.kernels._common import csr
 from mdband.kernels.band_producer import band_producer
 from mdband.kernels.radial_basis import radial_basis
+from mdband.kernels.radial_mlp import radial_mlp
 from mdband.kernels.segments import segment_sum
 from mdband.kernels.take_rows import take_rows
 from mdband.kernels.zonal import zonal_embed
@@ -44,7 +46,7 @@ from mdband.so3.wigner import rotation_storage
 #: what compile=on turns into graph breaks: the fused ops and the host-synchronising CSR build
 OPAQUE = (
     "csr", "segment_sum", "take_rows", "band_producer", "zonal_embed", "rotation_storage",
-    "radial_basis",
+    "radial_basis", "radial_mlp",
 )  # fmt: skip
 
 
@@ -231,8 +233,14 @@ class SeZMDescriptor(nn.Module):
     def radial_features(self, ec) -> torch.Tensor:
         """Radial MLP of the edges (E, L+1, C), enveloped from version 1.1 on."""
         C, L = self.cfg.channels, self.cfg.lmax
+        enveloped = self.cfg.version >= 1.1
+        parts = self.radial_embedding.one_hidden_layer()
+        if parts is not None and self.settings.ops_on(ec.rbf) and _radial_mlp.enabled():
+            w1, scale, w2, eps = parts
+            out = radial_mlp(ec.rbf, w1, scale, w2, ec.env if enveloped else None, eps)
+            return out.reshape(ec.src.shape[0], L + 1, C)
         radial = self.radial_embedding(ec.rbf).reshape(ec.src.shape[0], L + 1, C)
-        if self.cfg.version >= 1.1:
+        if enveloped:
             radial = radial * ec.env[:, :, None]
         return radial
 

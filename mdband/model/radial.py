@@ -77,6 +77,19 @@ class RadialMLP(nn.Module):
     def forward(self, x):
         return self.net(x)
 
+    def one_hidden_layer(self):
+        """(w1, RMS scale or None, w2, eps) of a net with one hidden layer (the radial_mlp op's
+        inputs), else None."""
+        mods = list(self.net)
+        if len(mods) == 3:
+            (first, _, last), norm = mods, None
+        elif len(mods) == 4:
+            first, norm, _, last = mods
+        else:
+            return None
+        scale, eps = (None, 1e-7) if norm is None else (norm.adam_scale, norm.eps)
+        return first.matrix, scale, last.matrix, eps
+
 
 class MLPLayer(nn.Module):
     """deepmd-kit's ``MLPLayer`` without bias: ``act(x @ matrix)``."""

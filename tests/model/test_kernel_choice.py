@@ -132,3 +132,34 @@ def test_seed_mlp_switch(monkeypatch):
     assert {"_seed_fwd_kernel", "_seed_bwd_kernel"} <= seen
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
+
+
+@pytest.mark.parametrize("edge_norm", [False, True])
+def test_radial_mlp_switch(monkeypatch, edge_norm):
+    """``radial_mlp.KERNELS["fwd"] = "op"``: the radial MLP and the envelope product run the
+    op's two kernels (float32, interpreter), with and without the RMS norm, with the energy and
+    forces of the float64 torch path to float32 accuracy; "torch" (the default) runs neither."""
+    from mdband.kernels import radial_mlp as rmlp
+
+    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1,
+                       edge_norm=edge_norm)  # fmt: skip
+    ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
+    pot = _potential(cfg, "float32", kernels="ops")
+    assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
+    seen = set()
+    real = cm.wrap
+
+    def wrap(kernel):
+        seen.add(getattr(kernel, "__name__", str(kernel)))
+        return real(kernel)
+
+    monkeypatch.setattr(cm, "wrap", wrap)
+    kernels = {"_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"}
+    with force_triton():
+        pot.evaluate(POS, None, False, SYM)
+        assert not seen & kernels
+        monkeypatch.setitem(rmlp.KERNELS, "fwd", "op")
+        got = pot.evaluate(POS, None, False, SYM)
+    assert kernels <= seen
+    assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
+    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
