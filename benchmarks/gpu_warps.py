@@ -274,13 +274,30 @@ def seed_mlp_timing(E, channels, dev):
         return out, torch.autograd.grad(out, (rbf,), gg)[0]
 
     want = run(False, rbf64.requires_grad_(), rest64, gg.double())
-    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
-            for k in ("op", "torch")}  # fmt: skip
-    ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
-    print(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}: fwd + bwd op {ms['op']:.3f} ms, torch "
-          f"path {ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
-          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
-    return errs["op"] <= 1e-5
+    return _fused_mlp_rows(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}", sm.LAUNCH, run, want,
+                           dev)  # fmt: skip
+
+
+#: launches (edges per program, warps) of the seed_mlp and radial_mlp timings (first: default)
+MLP_RUNS = [(32, 4), (32, 8), (64, 8), (16, 4)]
+
+
+def _fused_mlp_rows(title, launch, run, want, dev):
+    """One line per launch of a fused edge-MLP op (``run(True)``) against its torch path
+    (``run(False)``), both against the float64 ``want``; True when every launch is within 1e-5."""
+    t_torch = gk.bench(lambda: run(False), dev)[0]
+    e_torch = max(rel(u.double(), v) for u, v in zip(run(False), want))
+    print(f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
+          flush=True)  # fmt: skip
+    saved, ok = dict(launch), True
+    for be, warps in MLP_RUNS:
+        launch.update(BE=be, warps=warps)
+        err = max(rel(u.double(), v) for u, v in zip(run(True), want))
+        ok &= err <= 1e-5
+        print(f"  op BE={be} warps={warps}: fwd + bwd {gk.bench(lambda: run(True), dev)[0]:.3f} "
+              f"ms, error from float64 {err:.1e}", flush=True)  # fmt: skip
+    launch.update(saved)
+    return ok
 
 
 def radial_mlp_timing(E, channels, L, dev):
@@ -303,13 +320,7 @@ def radial_mlp_timing(E, channels, L, dev):
         return (out, *torch.autograd.grad(out, (rbf, env), go))
 
     want = run(False, rbf64.requires_grad_(), env64.requires_grad_(), w64, go.double())
-    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
-            for k in ("op", "torch")}  # fmt: skip
-    ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
-    print(f"radial_mlp E={E} widths {R}/{C}/{D}: fwd + bwd op {ms['op']:.3f} ms, torch path "
-          f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
-          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
-    return errs["op"] <= 1e-5
+    return _fused_mlp_rows(f"radial_mlp E={E} widths {R}/{C}/{D}", rmlp.LAUNCH, run, want, dev)
 
 
 def segment_outer_timing(E, N, Q, dev):

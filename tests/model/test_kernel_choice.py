@@ -146,6 +146,9 @@ def test_radial_mlp_switch(monkeypatch, edge_norm):
     ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
     pot = _potential(cfg, "float32", kernels="ops")
     assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
+    from mdband.model.radial import RadialMLP
+
+    assert RadialMLP([4, 8, 8, 12], norm=edge_norm).one_hidden_layer() is None  # torch path
     seen = set()
     real = cm.wrap
 
