@@ -63,17 +63,13 @@ def test_reference_backend_and_closed_form():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * float(want.abs().max()))
 
 
-def test_switch_and_bad_inputs():
+def test_switch_and_bad_inputs(monkeypatch):
     args = _case(10, 4, 8, 2, 16, 6, seed=4)
     with pytest.raises(ValueError, match="seed_mlp"):
         sm.seed_mlp(args[0], *args[1:6], args[6][1:], args[7])
-    saved = dict(sm.KERNELS)
-    try:
-        sm.KERNELS["fwd"] = "op"
-        assert sm.enabled()
-        sm.KERNELS["fwd"] = "cuda"
-        with pytest.raises(ValueError, match="seed_mlp.KERNELS"):
-            sm.enabled()
-    finally:
-        sm.KERNELS.update(saved)
-    assert not sm.enabled()
+    assert not sm.enabled()  # the default until timed
+    monkeypatch.setitem(sm.KERNELS, "fwd", "op")
+    assert sm.enabled()
+    monkeypatch.setitem(sm.KERNELS, "fwd", "cuda")
+    with pytest.raises(ValueError, match="seed_mlp.KERNELS"):
+        sm.enabled()

@@ -15,6 +15,18 @@ POS = np.array([[0.0, 0.0, 0.0], [1.1, 0.2, -0.1], [-0.3, 1.2, 0.4], [0.5, -0.4,
 SYM = ["C", "O", "H", "H"]
 
 
+def _launched(monkeypatch) -> set:
+    """Names of the Triton kernels launched from now on in this test (``cm.wrap`` spied)."""
+    seen, real = set(), cm.wrap
+
+    def wrap(kernel):
+        seen.add(getattr(kernel, "__name__", str(kernel)))
+        return real(kernel)
+
+    monkeypatch.setattr(cm, "wrap", wrap)
+    return seen
+
+
 def _potential(cfg, dtype, **options):
     model = build_sezm(cfg, None, options)
     initialise_weights(model, seed=2, gain=0.5)
@@ -32,14 +44,7 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
                        radial_so2_mode=radial)  # fmt: skip
     ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
     pot = _potential(cfg, "float32", kernels="ops")
-    seen = set()
-    real = cm.wrap
-
-    def wrap(kernel):
-        seen.add(getattr(kernel, "__name__", str(kernel)))
-        return real(kernel)
-
-    monkeypatch.setattr(cm, "wrap", wrap)
+    seen = _launched(monkeypatch)
     with force_triton():
         got = pot.evaluate(POS, None, False, SYM)
     assert "_agg_dot_bwd_kernel" in seen and "_agg_bwd_kernel" not in seen
@@ -107,62 +112,34 @@ def test_each_edge_csr_is_built_once(monkeypatch):
     np.testing.assert_array_equal(got.forces, alone.forces)
 
 
-def test_seed_mlp_switch(monkeypatch):
-    """``seed_mlp.KERNELS["fwd"] = "op"``: the environment seed's edge MLPs run the op's two
-    kernels (float32, interpreter on CPU), with the energy and forces of the float64 torch
-    path to float32 accuracy; "torch" (the default) runs neither."""
-    from mdband.kernels import seed_mlp as sm
+@pytest.mark.parametrize(
+    "op,kernels,edge_norm",
+    [("seed_mlp", ("_seed_fwd_kernel", "_seed_bwd_kernel"), False),
+     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), False),
+     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), True)],
+)  # fmt: skip
+def test_edge_mlp_switches(monkeypatch, op, kernels, edge_norm):
+    """``KERNELS["fwd"] = "op"`` of seed_mlp (the environment seed's edge MLPs) or radial_mlp
+    (the radial MLP and envelope product, with and without the RMS norm): the op's two kernels
+    run (float32, interpreter), with the energy and forces of the float64 torch path to float32
+    accuracy; "torch" (the default) runs neither."""
+    import importlib
 
-    cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1)
-    ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
-    pot = _potential(cfg, "float32", kernels="ops")
-    seen = set()
-    real = cm.wrap
+    from mdband.model.radial import RadialMLP
 
-    def wrap(kernel):
-        seen.add(getattr(kernel, "__name__", str(kernel)))
-        return real(kernel)
-
-    monkeypatch.setattr(cm, "wrap", wrap)
-    with force_triton():
-        pot.evaluate(POS, None, False, SYM)
-        assert not seen & {"_seed_fwd_kernel", "_seed_bwd_kernel"}
-        monkeypatch.setitem(sm.KERNELS, "fwd", "op")
-        got = pot.evaluate(POS, None, False, SYM)
-    assert {"_seed_fwd_kernel", "_seed_bwd_kernel"} <= seen
-    assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
-    np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
-
-
-@pytest.mark.parametrize("edge_norm", [False, True])
-def test_radial_mlp_switch(monkeypatch, edge_norm):
-    """``radial_mlp.KERNELS["fwd"] = "op"``: the radial MLP and the envelope product run the
-    op's two kernels (float32, interpreter), with and without the RMS norm, with the energy and
-    forces of the float64 torch path to float32 accuracy; "torch" (the default) runs neither."""
-    from mdband.kernels import radial_mlp as rmlp
-
+    mod = importlib.import_module(f"mdband.kernels.{op}")
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1,
                        edge_norm=edge_norm)  # fmt: skip
     ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
     pot = _potential(cfg, "float32", kernels="ops")
     assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
-    from mdband.model.radial import RadialMLP
-
     assert RadialMLP([4, 8, 8, 12], norm=edge_norm).one_hidden_layer() is None  # torch path
-    seen = set()
-    real = cm.wrap
-
-    def wrap(kernel):
-        seen.add(getattr(kernel, "__name__", str(kernel)))
-        return real(kernel)
-
-    monkeypatch.setattr(cm, "wrap", wrap)
-    kernels = {"_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"}
+    seen = _launched(monkeypatch)
     with force_triton():
         pot.evaluate(POS, None, False, SYM)
-        assert not seen & kernels
-        monkeypatch.setitem(rmlp.KERNELS, "fwd", "op")
+        assert not seen & set(kernels)
+        monkeypatch.setitem(mod.KERNELS, "fwd", "op")
         got = pot.evaluate(POS, None, False, SYM)
-    assert kernels <= seen
+    assert set(kernels) <= seen
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
