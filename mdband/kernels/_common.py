@@ -118,6 +118,16 @@ def has_tf32_cores(device) -> bool:
     return dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= (8, 0)
 
 
+def dot_precision(choice: str, device) -> str:
+    """tl.dot's input precision for a launch setting ``choice``: "tf32x3" or "ieee" as given,
+    "auto" → "tf32x3" where :func:`has_tf32_cores`, else "ieee"."""
+    if choice not in ("auto", "tf32x3", "ieee"):
+        raise ValueError(f"dot precision {choice!r} is not one of auto, tf32x3, ieee")
+    if choice == "auto":
+        return "tf32x3" if has_tf32_cores(device) else "ieee"
+    return choice
+
+
 def has_no_items(n) -> bool:
     """True for a concrete zero size (never guards a symbolic size)."""
     return type(n) is int and n == 0

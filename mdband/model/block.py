@@ -235,7 +235,12 @@ class SeZMDescriptor(nn.Module):
         C, L = self.cfg.channels, self.cfg.lmax
         enveloped = self.cfg.version >= 1.1
         parts = self.radial_embedding.one_hidden_layer()
-        if parts is not None and self.settings.ops_on(ec.rbf) and _radial_mlp.enabled():
+        width = (L + 1) * C
+        if (
+            parts is not None
+            and self.settings.ops_on(ec.rbf)
+            and _radial_mlp.applies(width, ec.rbf.dtype)
+        ):
             w1, scale, w2, eps = parts
             out = radial_mlp(ec.rbf, w1, scale, w2, ec.env if enveloped else None, eps)
             return out.reshape(ec.src.shape[0], L + 1, C)

@@ -75,7 +75,7 @@ class EnvironmentSeed(nn.Module):
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
-        if fused and _seed_mlp.enabled():
+        if fused and _seed_mlp.applies(ec.rbf.dtype):
             g = seed_mlp(ec.rbf, t_src, t_dst, te.adam_type_embedding,
                          self.rbf_proj_layer1.matrix, self.rbf_proj_layer2.matrix,
                          self.g_layer1.matrix, self.g_layer2.matrix)  # fmt: skip

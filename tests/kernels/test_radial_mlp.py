@@ -76,9 +76,22 @@ def test_switch_and_bad_inputs(monkeypatch):
         rm.radial_mlp(rbf, w1, scale[1:], w2, env)
     with pytest.raises(ValueError, match="radial_mlp"):
         rm.radial_mlp(rbf, w1, scale, w2, env[1:])
-    assert not rm.enabled()  # the default until timed
+    assert rm.enabled() and rm.applies(rm.MAX_WIDTH, F32)  # the default: timed on an H200
+    assert not rm.applies(rm.MAX_WIDTH + 1, F32)  # wider outputs spill: the torch path
+    assert not rm.applies(16, F64)  # float32 kernels only
+    monkeypatch.setitem(rm.KERNELS, "fwd", "torch")
+    assert not rm.enabled() and not rm.applies(16, F32)
     monkeypatch.setitem(rm.KERNELS, "fwd", "op")
-    assert rm.enabled()
     monkeypatch.setitem(rm.KERNELS, "fwd", "fused")
     with pytest.raises(ValueError, match="radial_mlp.KERNELS"):
         rm.enabled()
+
+
+@pytest.mark.parametrize("key,value,match", [("warps", 8, "warps"), ("precision", "tf32", "tf32")])
+def test_launch_settings_refused(kdev, monkeypatch, key, value, match):
+    """8 warps per program (faulted on an H200) and an unknown dot precision: ValueError."""
+    rbf, w1, scale, w2, env = (t if t is None else t.to(F32).to(kdev)
+                               for t in _case(10, 4, 8, 16, False, True, seed=5))  # fmt: skip
+    monkeypatch.setitem(rm.LAUNCH, key, value)
+    with cm.force_triton(), pytest.raises(ValueError, match=match):
+        rm.radial_mlp(rbf, w1, scale, w2, env)

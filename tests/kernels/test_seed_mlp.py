@@ -67,9 +67,19 @@ def test_switch_and_bad_inputs(monkeypatch):
     args = _case(10, 4, 8, 2, 16, 6, seed=4)
     with pytest.raises(ValueError, match="seed_mlp"):
         sm.seed_mlp(args[0], *args[1:6], args[6][1:], args[7])
-    assert not sm.enabled()  # the default until timed
-    monkeypatch.setitem(sm.KERNELS, "fwd", "op")
-    assert sm.enabled()
+    assert sm.enabled() and sm.applies(F32) and not sm.applies(F64)  # the default, float32
+    monkeypatch.setitem(sm.KERNELS, "fwd", "torch")
+    assert not sm.enabled() and not sm.applies(F32)
     monkeypatch.setitem(sm.KERNELS, "fwd", "cuda")
     with pytest.raises(ValueError, match="seed_mlp.KERNELS"):
         sm.enabled()
+
+
+@pytest.mark.parametrize("key,value,match", [("warps", 8, "warps"), ("precision", "fp16", "fp16")])
+def test_launch_settings_refused(kdev, monkeypatch, key, value, match):
+    """8 warps per program (faulted on an H200) and an unknown dot precision: ValueError."""
+    args = _case(10, 4, 8, 2, 16, 6, seed=6)
+    k = [a.to(kdev) if a.dtype != F64 else a.to(F32).to(kdev) for a in args]
+    monkeypatch.setitem(sm.LAUNCH, key, value)
+    with cm.force_triton(), pytest.raises(ValueError, match=match):
+        sm.seed_mlp(*k)

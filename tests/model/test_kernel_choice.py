@@ -82,6 +82,11 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
     )
     assert zonal.bwd_kernel(gpu) == ("dot" if dot else "walk")
     assert gp._precision(gpu, exact=False) == int(dot)
+    assert cm.dot_precision("auto", gpu.device) == ("tf32x3" if dot else "ieee")  # the MLP ops
+    assert cm.dot_precision("ieee", gpu.device) == "ieee"
+    assert cm.dot_precision("tf32x3", "cpu") == "tf32x3"
+    with pytest.raises(ValueError, match="bf16"):
+        cm.dot_precision("bf16", gpu.device)
 
 
 def test_each_edge_csr_is_built_once(monkeypatch):
@@ -122,7 +127,8 @@ def test_edge_mlp_switches(monkeypatch, op, kernels, edge_norm):
     """``KERNELS["fwd"] = "op"`` of seed_mlp (the environment seed's edge MLPs) or radial_mlp
     (the radial MLP and envelope product, with and without the RMS norm): the op's two kernels
     run (float32, interpreter), with the energy and forces of the float64 torch path to float32
-    accuracy; "torch" (the default) runs neither."""
+    accuracy; "torch" runs neither. A radial MLP wider than ``radial_mlp.MAX_WIDTH`` keeps the
+    torch path."""
     import importlib
 
     from mdband.model.radial import RadialMLP
@@ -134,10 +140,18 @@ def test_edge_mlp_switches(monkeypatch, op, kernels, edge_norm):
     pot = _potential(cfg, "float32", kernels="ops")
     assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
     assert RadialMLP([4, 8, 8, 12], norm=edge_norm).one_hidden_layer() is None  # torch path
+    assert mod.KERNELS["fwd"] == "op"  # the default
     seen = _launched(monkeypatch)
     with force_triton():
+        monkeypatch.setitem(mod.KERNELS, "fwd", "torch")
         pot.evaluate(POS, None, False, SYM)
         assert not seen & set(kernels)
+        if op == "radial_mlp":
+            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16 - 1)  # (L+1)·C = 48 outputs
+            monkeypatch.setitem(mod.KERNELS, "fwd", "op")
+            pot.evaluate(POS, None, False, SYM)
+            assert not seen & set(kernels)
+            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16)
         monkeypatch.setitem(mod.KERNELS, "fwd", "op")
         got = pot.evaluate(POS, None, False, SYM)
     assert set(kernels) <= seen
