@@ -140,6 +140,11 @@ def next_pow2(n: int) -> int:
     return p
 
 
+def dot_width(n: int) -> int:
+    """Tile width of ``n`` for tl.dot: the next power of two, at least 16."""
+    return max(16, next_pow2(n))
+
+
 def csr(index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """CSR of edges grouped by ``index`` (E,) into ``n`` segments: (perm (E,), row_ptr (n+1,)).
 
@@ -348,6 +353,20 @@ if TRITON_AVAILABLE:
         else:
             r = a / b
         return r
+
+    @triton.jit
+    def load_tile(ptr, row0, rows, cols, ld, RP: tl.constexpr, CP: tl.constexpr):
+        """Rows [row0, row0 + rows) × cols of a row-major matrix (leading dimension ld),
+        zero-padded to (RP, CP): a weight tile of the register-resident MLP ops."""
+        r, c = tl.arange(0, RP), tl.arange(0, CP)
+        m = (r < rows)[:, None] & (c < cols)[None, :]
+        return tl.load(ptr + (row0 + r)[:, None] * ld + c[None, :], mask=m, other=0.0)
+
+    @triton.jit
+    def silu_grad(h):
+        """d silu(h) / dh = σ(h) (1 + h (1 − σ(h)))."""
+        s = 1.0 / (1.0 + tl.exp(-h))
+        return s + h * s * (1.0 - s)
 
     @triton.jit
     def sqrt_ieee(a):

@@ -106,10 +106,6 @@ def backend(device, dtype) -> tuple[str, str]:
     return name, f"{name} on {torch.device(device).type} ({dtype}); reads no rotations"
 
 
-def _block_width(d: int) -> int:
-    return max(cm.next_pow2(d), 16)
-
-
 @torch.library.triton_op(OP, mutates_args=())
 def _edge_dot_op(
     q: torch.Tensor,
@@ -127,7 +123,7 @@ def _edge_dot_op(
     out = q.new_empty(E, H)
     if not cm.has_no_items(E):
         grid = (triton.cdiv(E, BLOCK_EDGES),)
-        cm.wrap(_edge_dot_kernel)[grid](q, k, dst, src, out, E, H=H, D=D, BD=_block_width(D),
+        cm.wrap(_edge_dot_kernel)[grid](q, k, dst, src, out, E, H=H, D=D, BD=cm.dot_width(D),
                                         BE=BLOCK_EDGES)  # fmt: skip
     return out
 
@@ -153,7 +149,7 @@ def _edge_dot_bwd_op(
         return edge_dot_bwd_reference(g, q, k, dst, src, dperm, dptr, sperm, sptr)
     H, D = q.shape[1], q.shape[2]
     gq, gk = torch.empty_like(q), torch.empty_like(k)
-    kw = dict(H=H, D=D, BD=_block_width(D), BE=BLOCK_EDGES)
+    kw = dict(H=H, D=D, BD=cm.dot_width(D), BE=BLOCK_EDGES)
     for out, other, oidx, perm, ptr in ((gq, k, src, dperm, dptr), (gk, q, dst, sperm, sptr)):
         n = out.shape[0]
         if not cm.has_no_items(n):

@@ -174,8 +174,7 @@ def _launch_args(t, b, left, right, k, exact, pass_):
     C = KC // k
     launch = launch_of(pass_, C)
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
-    # tl.dot tiles: every dimension a power of two, at least 16
-    p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731
+    p2 = cm.dot_width  # tl.dot tiles: every dimension a power of two, at least 16
     bc = min(p2(C), max(16, launch["BC"]))
     meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left, exact))
     grid = (M, triton.cdiv(C, bc))

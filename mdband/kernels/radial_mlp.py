@@ -103,8 +103,7 @@ if cm.TRITON_AVAILABLE:
         rc, cc = tl.arange(0, RP), tl.arange(0, CP)
         x = tl.load(rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :],
                     other=0.0)  # fmt: skip
-        w1 = tl.load(w1_ptr + rc[:, None] * C + cc[None, :],
-                     mask=(rc < R)[:, None] & (cc < C)[None, :], other=0.0)  # fmt: skip
+        w1 = cm.load_tile(w1_ptr, 0, R, C, C, RP, CP)
         h = tl.dot(x, w1, input_precision=PREC)
         if NORM:
             s = tl.load(s_ptr + cc, mask=cc < C, other=0.0)
@@ -117,12 +116,6 @@ if cm.TRITON_AVAILABLE:
         return e, em, h, n, rho, s, w1
 
     @triton.jit
-    def _w2_tile(w2_ptr, C, D, CP: tl.constexpr, DP: tl.constexpr):
-        cc, dc = tl.arange(0, CP), tl.arange(0, DP)
-        m = (cc < C)[:, None] & (dc < D)[None, :]
-        return tl.load(w2_ptr + cc[:, None] * D + dc[None, :], mask=m, other=0.0)
-
-    @triton.jit
     def _radial_mlp_fwd_kernel(
         rbf_ptr, w1_ptr, s_ptr, w2_ptr, env_ptr, out_ptr, E, R, C, D, eps,
         NORM: tl.constexpr, ENV: tl.constexpr, BE: tl.constexpr, RP: tl.constexpr,
@@ -130,7 +123,8 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         e, em, _, n, _, _, _ = _hidden(rbf_ptr, w1_ptr, s_ptr, E, R, C, eps, NORM, BE, RP, CP,
                                        PREC)  # fmt: skip
-        y = tl.dot(n / (1.0 + tl.exp(-n)), _w2_tile(w2_ptr, C, D, CP, DP), input_precision=PREC)
+        w2 = cm.load_tile(w2_ptr, 0, C, D, D, CP, DP)
+        y = tl.dot(n / (1.0 + tl.exp(-n)), w2, input_precision=PREC)
         if ENV:
             y = y * tl.load(env_ptr + e, mask=em, other=0.0)[:, None]
         dc = tl.arange(0, DP)
@@ -144,7 +138,7 @@ if cm.TRITON_AVAILABLE:
     ):  # fmt: skip
         e, em, h, n, rho, s, w1 = _hidden(rbf_ptr, w1_ptr, s_ptr, E, R, C, eps, NORM, BE, RP,
                                           CP, PREC)  # fmt: skip
-        w2 = _w2_tile(w2_ptr, C, D, CP, DP)
+        w2 = cm.load_tile(w2_ptr, 0, C, D, D, CP, DP)
         dc = tl.arange(0, DP)
         go = tl.load(go_ptr + e[:, None] * D + dc[None, :], mask=em[:, None] & (dc < D)[None, :],
                      other=0.0)  # fmt: skip
@@ -175,7 +169,7 @@ def backend(device, dtype) -> tuple[str, str]:
 
 def _launch(rbf, w1, w2, norm: bool, has_env: bool):
     E, R, C, D = rbf.shape[0], rbf.shape[1], w1.shape[1], w2.shape[1]
-    p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731  (tl.dot tiles: powers of two ≥ 16)
+    p2 = cm.dot_width
     prec = cm.dot_precision(LAUNCH["precision"], rbf.device)
     if LAUNCH["warps"] not in (1, 2, 4):
         raise ValueError(f"{OP}: {LAUNCH['warps']} warps per program (1, 2 or 4 allowed)")

@@ -69,19 +69,6 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _tile(ptr, row0, rows, cols, ld, RP: tl.constexpr, CP: tl.constexpr):
-        """Rows [row0, row0 + rows) × cols of a row-major matrix (leading dimension ld),
-        zero-padded to (RP, CP)."""
-        r, c = tl.arange(0, RP), tl.arange(0, CP)
-        m = (r < rows)[:, None] & (c < cols)[None, :]
-        return tl.load(ptr + (row0 + r)[:, None] * ld + c[None, :], mask=m, other=0.0)
-
-    @triton.jit
-    def _dsilu(h):
-        s = 1.0 / (1.0 + tl.exp(-h))
-        return s + h * s * (1.0 - s)
-
-    @triton.jit
     def _chain(
         rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
         BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
@@ -94,12 +81,12 @@ if cm.TRITON_AVAILABLE:
         rc = tl.arange(0, RP)
         x = tl.load(rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :],
                     other=0.0)  # fmt: skip
-        w1 = _tile(w1_ptr, 0, R, P, P, RP, PP)
-        w2 = _tile(w2_ptr, 0, P, P, P, PP, PP)
-        w3a = _tile(w3_ptr, 0, P, H, H, PP, HP)
-        w3s = _tile(w3_ptr, P, T, H, H, TP, HP)
-        w3d = _tile(w3_ptr, P + T, T, H, H, TP, HP)
-        w4 = _tile(w4_ptr, 0, H, Q, Q, HP, QP)
+        w1 = cm.load_tile(w1_ptr, 0, R, P, P, RP, PP)
+        w2 = cm.load_tile(w2_ptr, 0, P, P, P, PP, PP)
+        w3a = cm.load_tile(w3_ptr, 0, P, H, H, PP, HP)
+        w3s = cm.load_tile(w3_ptr, P, T, H, H, TP, HP)
+        w3d = cm.load_tile(w3_ptr, P + T, T, H, H, TP, HP)
+        w4 = cm.load_tile(w4_ptr, 0, H, Q, Q, HP, QP)
         h1 = tl.dot(x, w1, input_precision=PREC)
         rp = tl.dot(h1 / (1.0 + tl.exp(-h1)), w2, input_precision=PREC)
         tc = tl.arange(0, TP)
@@ -143,9 +130,9 @@ if cm.TRITON_AVAILABLE:
         q = tl.arange(0, QP)
         gg = tl.load(gg_ptr + e[:, None] * Q + q[None, :], mask=em[:, None] & (q < Q)[None, :],
                      other=0.0)  # fmt: skip
-        gh3 = tl.dot(gg, tl.trans(w4), input_precision=PREC) * _dsilu(h3)
+        gh3 = tl.dot(gg, tl.trans(w4), input_precision=PREC) * cm.silu_grad(h3)
         grp = tl.dot(gh3, tl.trans(w3a), input_precision=PREC)
-        gh1 = tl.dot(grp, tl.trans(w2), input_precision=PREC) * _dsilu(h1)
+        gh1 = tl.dot(grp, tl.trans(w2), input_precision=PREC) * cm.silu_grad(h1)
         grbf = tl.dot(gh1, tl.trans(w1), input_precision=PREC)
         rc = tl.arange(0, RP)
         tl.store(grbf_ptr + e[:, None] * R + rc[None, :], grbf,
@@ -177,7 +164,7 @@ def backend(device, dtype) -> tuple[str, str]:
 def _launch(rbf, table, w1, w3, w4):
     E, R, P, T, H, Q = rbf.shape[0], rbf.shape[1], w1.shape[1], table.shape[1], w3.shape[1], \
         w4.shape[1]  # fmt: skip
-    p2 = lambda n: max(16, cm.next_pow2(n))  # noqa: E731  (tl.dot tiles: powers of two ≥ 16)
+    p2 = cm.dot_width
     prec = cm.dot_precision(LAUNCH["precision"], rbf.device)
     if LAUNCH["warps"] not in (1, 2, 4):
         raise ValueError(f"{OP}: {LAUNCH['warps']} warps per program (1, 2 or 4 allowed)")
