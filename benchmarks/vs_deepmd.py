@@ -32,6 +32,7 @@ Usage (device; ``.whl`` from ``../shared/tools/deepmd-on-device fetch .whl``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gc
 import json
@@ -444,6 +445,16 @@ def cmd_neighbours(args) -> None:
         row = {"atoms": len(atoms)}
         row["cell_list_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
         src, dst, sh = cell_list_edges(pos, cell, True, 6.0)
+        with torch_pairs():  # the torch path the pair kernels replaced, and its result
+            row["cell_list_torch_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
+            ref = cell_list_edges(pos, cell, True, 6.0)
+        row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip((src, dst, sh), ref))
+        for launch in args.launches:  # "BWxWARPS": the pair kernels' launch, timed
+            with pair_launch(launch):
+                ms = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
+                got = cell_list_edges(pos, cell, True, 6.0)
+            same = all(torch.equal(a, b) for a, b in zip(got, ref))
+            row[f"cell_list_ms_{launch}"] = ms if same else f"{ms:.3f} (differs)"
         row["edges"] = int(src.shape[0])
         t0 = time.perf_counter()
         g = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
@@ -465,6 +476,33 @@ def cmd_neighbours(args) -> None:
         res[str(n)] = row
         print(json.dumps(row), flush=True)
     Path(args.json).write_text(json.dumps(res))
+
+
+@contextlib.contextmanager
+def torch_pairs():
+    """The cell list's torch candidate path instead of its pair kernels, inside the block."""
+    from mdband.kernels import cell_pairs
+
+    old = cell_pairs.KERNELS["fwd"]
+    cell_pairs.KERNELS["fwd"] = "torch"
+    try:
+        yield
+    finally:
+        cell_pairs.KERNELS["fwd"] = old
+
+
+@contextlib.contextmanager
+def pair_launch(spec: str):
+    """The pair kernels' launch ``BWxWARPS`` inside the block."""
+    from mdband.kernels import cell_pairs
+
+    old = dict(cell_pairs.LAUNCH)
+    bw, warps = (int(v) for v in spec.split("x"))
+    cell_pairs.LAUNCH.update(BW=bw, warps=warps)
+    try:
+        yield
+    finally:
+        cell_pairs.LAUNCH.update(old)
 
 
 def neighbour_cases() -> dict:
@@ -491,8 +529,12 @@ def neighbour_cases() -> dict:
         ref = build_edge_graph(pos, cell, pbc, 4.0)
         want = key(ref.src, ref.dst, ref.shifts)
         pt, ct = torch.tensor(pos, device="cuda"), torch.tensor(cell, device="cuda")
-        s, d, k = (t.cpu().numpy() for t in cell_list_edges(pt, ct, pbc, 4.0))
+        got = cell_list_edges(pt, ct, pbc, 4.0)
+        s, d, k = (t.cpu().numpy() for t in got)
         row = {"cell_list": bool(np.array_equal(key(s, d, k), want))}
+        with torch_pairs():
+            ref = cell_list_edges(pt, ct, pbc, 4.0)
+        row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip(got, ref))
         try:
             from vesin_torch import NeighborList
 
@@ -638,6 +680,7 @@ def main(argv=None) -> None:
     n = sp.add_parser("neighbours")
     n.add_argument("--sizes", type=int, nargs="+", required=True)
     n.add_argument("--json", required=True)
+    n.add_argument("--launches", nargs="*", default=[], help="pair-kernel launches BWxWARPS")
     args = ap.parse_args(argv)
     {"all": cmd_all, "checkpoints": cmd_checkpoints, "deepmd": cmd_deepmd,
      "mdband": cmd_mdband, "neighbours": cmd_neighbours}[args.cmd](args)  # fmt: skip

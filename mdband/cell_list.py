@@ -4,10 +4,14 @@
 (vesin on numpy; ``src`` the neighbour, ``dst`` the centre, ``shift`` the integer cell shift of
 the neighbour image, self images kept, coincident pairs with |v|² ≤ 1e-10 Å² dropped) for
 periodic, triclinic, mixed and open boundaries and for cells thinner than the cutoff, computed
-with torch operations on the positions' device. On the CPU it is the reference of the CUDA path
-(tests compare it with vesin); on CUDA it is what :class:`mdband.neighbours.DeviceNeighbourList`
-calls. vesin's own torch package is not used: its CUDA path needs a separate binary per torch
-version, and these ~40 torch kernels build 650,000 edges in a few ms on an H200.
+with torch operations on the positions' device, the candidate pairs by the Triton kernels of
+:mod:`mdband.kernels.cell_pairs` where they run (CUDA), by torch elsewhere. On the CPU it is the
+reference of the CUDA path (tests compare it with vesin, and the kernels with the torch path:
+the same tensors); on CUDA it is what :class:`mdband.neighbours.DeviceNeighbourList` calls.
+vesin's own torch package is not used: on an H200 (2026-12-04) its CUDA list took 0.43 / 1.03 /
+5.5 ms at 4,096 / 13,824 / 110,592 atoms of diamond (rc 6 Å) against 0.81 / 1.50 / 4.45 here,
+but it returns pairs unsorted and fails on cells thinner than the cutoff (a fixed pair capacity
+per atom), and its CUDA path needs a binary matching the torch version.
 
 Method. Positions go to fractional coordinates ``t`` of a box basis ``B`` (periodic rows: the
 cell vectors; open directions: unit vectors orthogonal to the periodic ones, scaled to the extent
@@ -20,9 +24,11 @@ the candidates are all atoms of those bins, kept when ``|v|² < rc²``. Output i
 destination (the CSR order the model uses), then stencil, then bin order.
 
 Cost (4,096 atoms of diamond, rc 6 Å, 2 bins per cutoff): 125 stencil bins per atom, about
-2.4 M candidates (≈ 3.7 per edge), float64 vectors; 2 host synchronisations (per-atom
-candidate counts, and one ``nonzero`` per batch of at most ``max_candidates`` candidates), one more
-for a device cell given without ``host_cell`` and one for open directions (the atoms' extent).
+2.4 M candidates (≈ 3.7 per edge), float64 vectors. Host synchronisations: the kernels' one
+(the number of pairs), or on the torch path two (per-atom candidate counts, and one ``nonzero``
+per batch of at most ``max_candidates`` candidates); one more for a device cell given without
+``host_cell`` and one for open directions (the atoms' extent). H200, the whole list: 0.81 ms
+(torch path 1.70) at 4,096 atoms, 1.50 (3.68) at 13,824, 4.45 (21.4) at 110,592.
 The box basis, bins and stencil are cached per cell, periodicity, cutoff and atom count.
 """
 
@@ -36,6 +42,7 @@ import numpy as np
 import torch
 
 from mdband.graph import COINCIDENT_R2
+from mdband.kernels import cell_pairs
 
 #: slack on bin widths and stencils against rounding of fractional coordinates
 _SLACK = 1e-9
@@ -46,6 +53,7 @@ class _Frame(NamedTuple):
     inv: torch.Tensor  # its inverse: fractional coordinates t = r @ inv
     scale: np.ndarray  # (3,) fractional change per Å along each box row
     periodic: torch.Tensor  # (3,) bool
+    all_periodic: bool
 
 
 class _Grid(NamedTuple):
@@ -54,6 +62,8 @@ class _Grid(NamedTuple):
     stride: torch.Tensor  # (3,) bin id = b · stride
     offsets: torch.Tensor  # (K, 3) stencil
     total: int  # bins in all
+    sizes: tuple[int, int, int]  # n_bins as ints (the pair kernels' arguments)
+    strides: tuple[int, int, int]  # stride as ints
 
 
 def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
@@ -110,6 +120,7 @@ def _frame(cell_key: bytes, pbc: tuple[bool, bool, bool], device: torch.device) 
         inv=torch.as_tensor(inv, device=device),
         scale=np.linalg.norm(inv, axis=0),  # |Δt_k| ≤ |Δr| · scale_k
         periodic=torch.tensor(pbc, device=device),
+        all_periodic=all(pbc),
     )
 
 
@@ -123,7 +134,9 @@ def _grid(scale: tuple, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: int, 
     offsets = torch.tensor(
         list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
     )  # (K, 3)
-    return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)))
+    sizes = tuple(int(v) for v in n_bins)
+    strides = (sizes[1] * sizes[2], sizes[2], 1)
+    return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)), sizes, strides)
 
 
 def _host_cell(cell) -> np.ndarray:
@@ -201,11 +214,31 @@ def cell_list_edges(
     starts = bounds[:-1]
     counts = bounds[1:] - starts
 
+    rc2 = float(cutoff) ** 2
+    if cell_pairs.applies(dev, grid.offsets.shape[0]):
+        j, i, s = cell_pairs.cell_pairs(wrapped, b, order, starts, counts, grid.offsets,
+                                        grid.sizes, grid.strides, pbc, frame.basis, rc2,
+                                        COINCIDENT_R2)  # fmt: skip
+    else:
+        j, i, s = candidate_pairs_reference(
+            b, wrapped, order, starts, counts, grid, frame, rc2, max_candidates
+        )
+    # back to the caller's (unwrapped) positions: r_j + S cell - r_i
+    return j, i, s + (image[i] - image[j]).to(torch.int64)
+
+
+def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, rc2, max_candidates):
+    """``(j, i, s)``: every candidate j of atom i in its stencil bins with
+    ``COINCIDENT_R2 < |v|² < rc2`` (v between wrapped positions, s the neighbour's image), by i,
+    stencil slot, bin order: torch operations, atoms batched to ``max_candidates`` candidates
+    (the path of CPUs and the reference of :func:`mdband.kernels.cell_pairs.cell_pairs`)."""
+    i64 = dict(dtype=torch.int64, device=wrapped.device)
+    n_t = grid.n_bins
     offsets = grid.offsets
     cand = b[:, None, :] + offsets[None, :, :]  # (N, K, 3) stencil bins
     img = torch.div(cand, n_t, rounding_mode="floor")
     valid = None
-    if not all(pbc):  # open directions: bins outside the box do not exist
+    if not bool(frame.all_periodic):  # open directions: bins outside the box do not exist
         open_dirs = ~frame.periodic
         valid = ~((img != 0) & open_dirs).any(-1)
         img = torch.where(open_dirs, torch.zeros_like(img), img)
@@ -217,7 +250,6 @@ def cell_list_edges(
         cnt = torch.where(valid, counts[nb_id], torch.zeros_like(nb_id))
 
     per_atom = cnt.sum(1).cpu().numpy()
-    rc2 = float(cutoff) ** 2
     # image vectors per (atom, stencil bin), (N·K, 3): formed before the gather to candidates,
     # where a K = 3 GEMM over every candidate pair (2.9 M at 4,096 atoms) took 0.33 ms on an H200
     img_vec = (img.reshape(-1, 3).to(torch.float64) @ frame.basis).reshape(img.shape)
@@ -236,11 +268,9 @@ def cell_list_edges(
         v = wrapped[j] - wrapped[i] + img_vec[a0:a1].reshape(-1, 3)[slot]
         d2 = (v * v).sum(1)
         keep = torch.nonzero((d2 < rc2) & (d2 > COINCIDENT_R2)).reshape(-1)
-        j, i, s = j[keep], i[keep], s[keep]
-        # back to the caller's (unwrapped) positions: r_j + S cell - r_i
-        shift = s + (image[i] - image[j]).to(torch.int64)
-        out.append((j, i, shift))
+        out.append((j[keep], i[keep], s[keep]))
     if not out:
+        empty = torch.zeros(0, **i64)
         return empty, empty, torch.zeros(0, 3, **i64)
     if len(out) == 1:
         return out[0]

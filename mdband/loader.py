@@ -80,7 +80,7 @@ def load_model(
         ``"on"``: ``torch.compile`` the SeZM model's torch code between its fused ops (the
         first call of each new size compiles, tens of seconds on a GPU); ``"off"`` (default).
     neighbour_list : {"auto", "cell_list", "vesin"}, optional
-        ``"auto"`` (default): the torch cell list on the GPU for CUDA models, vesin on the CPU
+        ``"auto"`` (default): the cell list on the GPU for CUDA models, vesin on the CPU
         for CPU models; ``"cell_list"`` / ``"vesin"`` force one.
     memory_budget : str or int, optional
         Bytes one evaluation may use: a size (``"8GB"``, ``"512MiB"``, a number of bytes),

@@ -5,7 +5,7 @@ for the potential's device:
 
 * :class:`HostNeighbourList` (CPU potentials): vesin on numpy arrays
   (:func:`mdband.graph.build_edge_graph`); edges are numpy arrays.
-* :class:`DeviceNeighbourList` (CUDA potentials): the torch cell list
+* :class:`DeviceNeighbourList` (CUDA potentials): the cell list
   (:func:`mdband.cell_list.cell_list_edges`) on the device; positions, reference positions and
   edges stay there, and the skin test costs one scalar copied back per call.
 

@@ -32,11 +32,13 @@ cuda_graphs        MDBAND_CUDA_GRAPHS       auto (default): on CUDA, pad the edg
                                             replay one captured CUDA graph per bucket
                                             from its second use | off: launch every
                                             kernel from Python, edges unpadded
-neighbour_list     MDBAND_NEIGHBOUR_LIST    auto (default): the torch cell list on the
-                                            model's device for CUDA models, vesin on
-                                            numpy for CPU models | cell_list: the torch
-                                            cell list on any device | vesin: vesin on
-                                            the CPU (a CUDA model copies the list over)
+neighbour_list     MDBAND_NEIGHBOUR_LIST    auto (default): mdband's cell list on the
+                                            model's device for CUDA models (its pairs
+                                            by Triton kernels), vesin on numpy for CPU
+                                            models | cell_list: the cell list on any
+                                            device (torch operations off CUDA) | vesin:
+                                            vesin on the CPU (a CUDA model copies the
+                                            list over)
 compile            MDBAND_COMPILE           off (default) | on: torch.compile the SeZM
                                             model's torch code between the fused ops
                                             (one compiled stretch between two ops;

@@ -46,7 +46,7 @@ _PS = 1000.0 * units.fs  # ASE time units per ps
 #: steps whose cost the summary also reports apart: step 1 runs the kernels' first calls (JIT,
 #: torch.compile), step 2 captures the CUDA graph, replays follow
 WARMUP_STEPS = 3
-_NEIGHBOUR_NAMES = {"cell_list": "torch cell list on the device", "vesin": "vesin on the CPU"}
+_NEIGHBOUR_NAMES = {"cell_list": "cell list on the device", "vesin": "vesin on the CPU"}
 
 
 @dataclass

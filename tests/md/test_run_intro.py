@@ -27,7 +27,7 @@ def test_intro_reports_cuda_graphs_on_cuda_only():
 
 
 def test_intro_names_the_neighbour_list():
-    assert intro("cuda", 1.0)[2] == "Neighbours: torch cell list on the device, skin 1 Å"
+    assert intro("cuda", 1.0)[2] == "Neighbours: cell list on the device, skin 1 Å"
     assert intro("cpu")[2] == "Neighbours: vesin on the CPU, rebuilt every step (skin 0)"
 
 
