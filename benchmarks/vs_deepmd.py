@@ -32,7 +32,6 @@ Usage (device; ``.whl`` from ``../shared/tools/deepmd-on-device fetch .whl``)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import gc
 import json
@@ -445,12 +444,14 @@ def cmd_neighbours(args) -> None:
         row = {"atoms": len(atoms)}
         row["cell_list_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
         src, dst, sh = cell_list_edges(pos, cell, True, 6.0)
-        with torch_pairs():  # the torch path the pair kernels replaced, and its result
+        # the torch path the pair kernels replaced, and its result
+        with kernel_switches({"cell_pairs": "torch"}):
             row["cell_list_torch_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
             ref = cell_list_edges(pos, cell, True, 6.0)
         row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip((src, dst, sh), ref))
         for launch in args.launches:  # "BWxWARPS": the pair kernels' launch, timed
-            with pair_launch(launch):
+            bw, warps = (int(v) for v in launch.split("x"))
+            with pair_launch(bw, warps):
                 ms = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
                 got = cell_list_edges(pos, cell, True, 6.0)
             same = all(torch.equal(a, b) for a, b in zip(got, ref))
@@ -478,31 +479,17 @@ def cmd_neighbours(args) -> None:
     Path(args.json).write_text(json.dumps(res))
 
 
-@contextlib.contextmanager
-def torch_pairs():
-    """The cell list's torch candidate path instead of its pair kernels, inside the block."""
+@contextmanager
+def pair_launch(bw: int, warps: int):
+    """The cell list's pair-kernel launch (candidates per slot and step, warps) in the block."""
     from mdband.kernels import cell_pairs
 
-    old = cell_pairs.KERNELS["fwd"]
-    cell_pairs.KERNELS["fwd"] = "torch"
+    saved = dict(cell_pairs.LAUNCH)
     try:
+        cell_pairs.LAUNCH.update(BW=bw, warps=warps)
         yield
     finally:
-        cell_pairs.KERNELS["fwd"] = old
-
-
-@contextlib.contextmanager
-def pair_launch(spec: str):
-    """The pair kernels' launch ``BWxWARPS`` inside the block."""
-    from mdband.kernels import cell_pairs
-
-    old = dict(cell_pairs.LAUNCH)
-    bw, warps = (int(v) for v in spec.split("x"))
-    cell_pairs.LAUNCH.update(BW=bw, warps=warps)
-    try:
-        yield
-    finally:
-        cell_pairs.LAUNCH.update(old)
+        cell_pairs.LAUNCH.update(saved)
 
 
 def neighbour_cases() -> dict:
@@ -532,7 +519,7 @@ def neighbour_cases() -> dict:
         got = cell_list_edges(pt, ct, pbc, 4.0)
         s, d, k = (t.cpu().numpy() for t in got)
         row = {"cell_list": bool(np.array_equal(key(s, d, k), want))}
-        with torch_pairs():
+        with kernel_switches({"cell_pairs": "torch"}):
             ref = cell_list_edges(pt, ct, pbc, 4.0)
         row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip(got, ref))
         try:

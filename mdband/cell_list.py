@@ -53,7 +53,6 @@ class _Frame(NamedTuple):
     inv: torch.Tensor  # its inverse: fractional coordinates t = r @ inv
     scale: np.ndarray  # (3,) fractional change per Å along each box row
     periodic: torch.Tensor  # (3,) bool
-    all_periodic: bool
 
 
 class _Grid(NamedTuple):
@@ -62,8 +61,7 @@ class _Grid(NamedTuple):
     stride: torch.Tensor  # (3,) bin id = b · stride
     offsets: torch.Tensor  # (K, 3) stencil
     total: int  # bins in all
-    sizes: tuple[int, int, int]  # n_bins as ints (the pair kernels' arguments)
-    strides: tuple[int, int, int]  # stride as ints
+    sizes: tuple[int, int, int]  # n_bins on the host (the pair kernels' arguments: no copy back)
 
 
 def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
@@ -120,7 +118,6 @@ def _frame(cell_key: bytes, pbc: tuple[bool, bool, bool], device: torch.device) 
         inv=torch.as_tensor(inv, device=device),
         scale=np.linalg.norm(inv, axis=0),  # |Δt_k| ≤ |Δr| · scale_k
         periodic=torch.tensor(pbc, device=device),
-        all_periodic=all(pbc),
     )
 
 
@@ -135,8 +132,7 @@ def _grid(scale: tuple, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: int, 
         list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
     )  # (K, 3)
     sizes = tuple(int(v) for v in n_bins)
-    strides = (sizes[1] * sizes[2], sizes[2], 1)
-    return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)), sizes, strides)
+    return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)), sizes)
 
 
 def _host_cell(cell) -> np.ndarray:
@@ -217,17 +213,18 @@ def cell_list_edges(
     rc2 = float(cutoff) ** 2
     if cell_pairs.applies(dev, grid.offsets.shape[0]):
         j, i, s = cell_pairs.cell_pairs(wrapped, b, order, starts, counts, grid.offsets,
-                                        grid.sizes, grid.strides, pbc, frame.basis, rc2,
+                                        grid.sizes, pbc, frame.basis, rc2,
                                         COINCIDENT_R2)  # fmt: skip
     else:
         j, i, s = candidate_pairs_reference(
-            b, wrapped, order, starts, counts, grid, frame, rc2, max_candidates
+            b, wrapped, order, starts, counts, grid, frame, pbc, rc2, max_candidates
         )
     # back to the caller's (unwrapped) positions: r_j + S cell - r_i
     return j, i, s + (image[i] - image[j]).to(torch.int64)
 
 
-def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, rc2, max_candidates):
+def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, pbc, rc2,
+                              max_candidates):  # fmt: skip
     """``(j, i, s)``: every candidate j of atom i in its stencil bins with
     ``COINCIDENT_R2 < |v|² < rc2`` (v between wrapped positions, s the neighbour's image), by i,
     stencil slot, bin order: torch operations, atoms batched to ``max_candidates`` candidates
@@ -238,7 +235,7 @@ def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, rc
     cand = b[:, None, :] + offsets[None, :, :]  # (N, K, 3) stencil bins
     img = torch.div(cand, n_t, rounding_mode="floor")
     valid = None
-    if not bool(frame.all_periodic):  # open directions: bins outside the box do not exist
+    if not all(pbc):  # open directions: bins outside the box do not exist
         open_dirs = ~frame.periodic
         valid = ~((img != 0) & open_dirs).any(-1)
         img = torch.where(open_dirs, torch.zeros_like(img), img)

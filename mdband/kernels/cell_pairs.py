@@ -8,7 +8,7 @@ Inputs (N atoms, K stencil bins, B bins; :func:`mdband.cell_list.cell_list_edges
     starts   (B,)   int64     bin k holds order[starts[k] : starts[k] + counts[k]]
     counts   (B,)   int64
     offsets  (K, 3) int64     the stencil (bin offsets one cutoff can span)
-    n_bins, stride (3,) ints; periodic (3,) bools; basis (3, 3) float64 (box rows)
+    n_bins (3,) ints; periodic (3,) bools; basis (3, 3) float64 (box rows)
 
 Output: ``(src, dst, shift)`` int64, every candidate j of atom i (the atoms of the bins
 ``bins[i] + offsets[k]``, wrapped along periodic rows, clipped along open ones) with
@@ -51,7 +51,7 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _atom_slots(i, bin_ptr, off_ptr, start_ptr, count_ptr, basis_ptr, K, nx, ny, nz,
-                    sx, sy, sz, KP: tl.constexpr, PX: tl.constexpr, PY: tl.constexpr,
+                    KP: tl.constexpr, PX: tl.constexpr, PY: tl.constexpr,
                     PZ: tl.constexpr):  # fmt: skip
         """Atom i's stencil slots (KP,): candidates per slot, the slot's first index into
         ``order``, its image (ix, iy, iz) and image vector (vx, vy, vz) = img @ basis; periodic
@@ -74,7 +74,7 @@ if cm.TRITON_AVAILABLE:
         if not PZ:
             valid = valid & (iz == 0)
             iz = iz * 0
-        nb = (cx - ix * nx) * sx + (cy - iy * ny) * sy + (cz - iz * nz) * sz
+        nb = ((cx - ix * nx) * ny + (cy - iy * ny)) * nz + (cz - iz * nz)  # bin id, z fastest
         nb = tl.where(valid, nb, 0)
         cnt = tl.where(valid, tl.load(count_ptr + nb, mask=valid, other=0), 0)
         first = tl.load(start_ptr + nb, mask=valid, other=0)
@@ -104,15 +104,15 @@ if cm.TRITON_AVAILABLE:
     @triton.jit
     def _pairs_kernel(pos_ptr, bin_ptr, order_ptr, start_ptr, count_ptr, off_ptr, basis_ptr,
                       row_ptr, n_ptr, src_ptr, dst_ptr, shift_ptr,
-                      K, nx, ny, nz, sx, sy, sz, rc2, r2_min,
+                      K, nx, ny, nz, rc2, r2_min,
                       FILL: tl.constexpr, KP: tl.constexpr, BW: tl.constexpr,
                       PX: tl.constexpr, PY: tl.constexpr, PZ: tl.constexpr):  # fmt: skip
         """FILL = 0: n[i] = atom i's pairs. FILL = 1: its pairs at rows row[i]... of src,
         dst, shift (row = exclusive cumulative sum of n), slot by slot in bin order."""
         i = tl.program_id(0).to(tl.int64)
         cnt, first, ix, iy, iz, vx, vy, vz = _atom_slots(
-            i, bin_ptr, off_ptr, start_ptr, count_ptr, basis_ptr, K, nx, ny, nz, sx, sy, sz,
-            KP, PX, PY, PZ)  # fmt: skip
+            i, bin_ptr, off_ptr, start_ptr, count_ptr, basis_ptr, K, nx, ny, nz, KP, PX, PY,
+            PZ)  # fmt: skip
         widest = tl.max(cnt, 0)
         per_slot = cnt * 0  # pairs per slot
         for w0 in range(0, widest, BW):
@@ -145,29 +145,31 @@ def applies(device, n_stencil: int) -> bool:
     return cm.select_backend(device, torch.float64) == "triton"
 
 
-def cell_pairs(wrapped, bins, order, starts, counts, offsets, n_bins, stride, periodic, basis,
+def cell_pairs(wrapped, bins, order, starts, counts, offsets, n_bins, periodic, basis,
                rc2: float, r2_min: float):  # fmt: skip
     """``(src, dst, shift)`` of the module docstring: the kernels' two passes (one host
-    synchronisation: the number of pairs). ``n_bins``, ``stride``: 3 ints; ``periodic``: 3
-    bools; tensors as in the module docstring, on one device."""
+    synchronisation: the number of pairs). ``n_bins``: 3 ints (bin id = (bx·ny + by)·nz + bz);
+    ``periodic``: 3 bools; tensors as in the module docstring, on one device."""
     dev = wrapped.device
     n = int(wrapped.shape[0])
     i64 = dict(dtype=torch.int64, device=dev)
     K = int(offsets.shape[0])
     args = (wrapped.contiguous(), bins.contiguous(), order.contiguous(), starts.contiguous(),
             counts.contiguous(), offsets.contiguous(), basis.contiguous())  # fmt: skip
-    scalars = (K, *(int(v) for v in n_bins), *(int(v) for v in stride), float(rc2), float(r2_min))
+    scalars = (K, *(int(v) for v in n_bins), float(rc2), float(r2_min))
     meta = dict(KP=cm.next_pow2(max(K, 2)), BW=LAUNCH["BW"], PX=bool(periodic[0]),
                 PY=bool(periodic[1]), PZ=bool(periodic[2]), num_warps=LAUNCH["warps"])  # fmt: skip
     per_atom = torch.empty(n, **i64)
     dummy = per_atom[:0]
-    kernel = _pairs_kernel  # not inside a triton_op: launched directly
-    kernel[(n,)](*args, dummy, per_atom, dummy, dummy, dummy, *scalars, FILL=False, **meta)
+    # not inside a triton_op: launched directly
+    _pairs_kernel[(n,)](*args, dummy, per_atom, dummy, dummy, dummy, *scalars, FILL=False, **meta)
     rows = torch.cumsum(per_atom, 0)
     total = int(rows[-1]) if n else 0  # the one synchronisation
     src, dst = torch.empty(total, **i64), torch.empty(total, **i64)
     shift = torch.empty(total, 3, **i64)
     if total:
         start_rows = rows - per_atom
-        kernel[(n,)](*args, start_rows, per_atom, src, dst, shift, *scalars, FILL=True, **meta)
+        _pairs_kernel[(n,)](
+            *args, start_rows, per_atom, src, dst, shift, *scalars, FILL=True, **meta
+        )
     return src, dst, shift
