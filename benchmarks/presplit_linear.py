@@ -1,0 +1,228 @@
+"""Experiment: the SO(2) linear kernel on x pre-split into fp16 hi/lo parts (times, errors).
+
+Not part of the product. The product's kernel (:mod:`mdband.kernels._stack_linear`) loads each
+fp32 x tile once per output row that reads it (4 times at m = 0, 6 at |m| = 1 for L = 3) and
+splits it in registers each time; its one-fp16-product mode still took 1.64 ms at the default
+shape (647,154 edges, L = 3, C = 64), against a tensor-core floor of ≈ 0.3 ms. The candidate here
+takes x already split, as its producer would write it: xh, xl fp16 (xl carries 2¹¹, as the
+packed weights' lo parts) and one power-of-two scale per edge (its largest |x| over all rows into
+[2¹³, 2¹⁴)), the same bytes as fp32 x plus 4 per edge. The kernel is then a plain fp16 GEMM with
+three products per tile from shared memory: hi·hi into one accumulator, the two cross products
+into another, the scales applied once at the end; NR output rows per program share each x tile
+(W tiles of NR·C output channels).
+
+``python benchmarks/presplit_linear.py [--edges E --lmax L --channels C]`` prints one JSON line
+per variant: the product's tf32x3 and fp16x3 kernels, the split pass alone (a Triton kernel:
+what fusing it into the producer would save), and the candidate per launch (ms, useful
+TFLOP/s, error against float64 relative to the largest output). Checked in the interpreter by
+``tests/benchmarks/test_presplit_variants.py``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import triton
+import triton.language as tl
+
+from mdband.kernels import _split_dots as sd
+from mdband.kernels import _stack_linear as sl
+from mdband.kernels import _stack_weights as sw
+from mdband.kernels import so2_stack as ss
+
+LO = sw.FP16_LO_SCALE
+
+
+@triton.jit
+def split_rows(x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.constexpr,
+               BE: tl.constexpr):  # fmt: skip
+    """Rows of x (N, R) fp32 -> xh, xl (N, R) fp16 and inv (N,): x = (xh + xl/2¹¹)·inv."""
+    rows = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
+    cols = tl.arange(0, RP)
+    m = (rows < N)[:, None] & (cols < R)[None, :]
+    off = rows[:, None] * R + cols[None, :]
+    x = tl.load(x_ptr + off, mask=m, other=0.0)
+    s, inv = sd.row_scales(x)
+    xs = x * s[:, None]
+    xh = xs.to(tl.float16)
+    xl = ((xs - xh.to(tl.float32)) * 2048.0).to(tl.float16)
+    tl.store(xh_ptr + off, xh, mask=m)
+    tl.store(xl_ptr + off, xl, mask=m)
+    tl.store(inv_ptr + rows, inv, mask=rows < N)
+
+
+@triton.jit
+def lin_f16pre(xh_d, xl_d, inv_ptr, res_d, wh_d, wl_d, y_d, w_inv, E,
+               L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, NR: tl.constexpr,
+               RES: tl.constexpr, RS: tl.constexpr = 0):  # fmt: skip
+    """Rows j0..j0+NR−1 of h = x·W (+ res) on BE edges of focus f (grid (P·cdiv(E, BE), F),
+    P = Dm / NR row blocks, NR dividing L + 1 and 2L). xh, xl (F, E, Dm·C) fp16 tiles [1, BE, C];
+    res, y (F, E, Dm·C) fp32 tiles [1, BE, NR·C]; wh, wl (F·P·2L·NR·C, C) fp16 tiles [NR·C, C]
+    (:func:`block_tiles`); inv (F·E,) the edges' scales (RS = 1: (F·E·Dm,), one per edge and
+    row, applied to each k-tile's products); w_inv the weights' 1/scale."""
+    DM: tl.constexpr = 3 * L + 1
+    NK: tl.constexpr = 2 * L
+    P: tl.constexpr = DM // NR
+    pid = tl.program_id(0)
+    blk = pid % P
+    f = tl.program_id(1)
+    e0 = (pid // P) * BE
+    j0 = blk * NR
+    m0 = j0 <= L
+    nk = tl.where(m0, L + 1, NK)
+    xr0 = tl.where(m0, 0, L + 1)
+    wrow = (f * P + blk) * (NK * NR * C)
+    acc_h = tl.zeros((BE, NR * C), tl.float32)
+    acc_l = tl.zeros((BE, NR * C), tl.float32)
+    e = e0 + tl.arange(0, BE)
+    for k in range(nk):
+        xc = (xr0 + k) * C
+        xh = xh_d.load([f, e0, xc]).reshape(BE, C)
+        xl = xl_d.load([f, e0, xc]).reshape(BE, C)
+        wr = wrow + k * (NR * C)
+        wh = wh_d.load([wr, 0])
+        wl = wl_d.load([wr, 0])
+        if RS:
+            ik = tl.load(inv_ptr + ((f * E + e) * DM + xr0 + k).to(tl.int64), mask=e < E,
+                         other=0.0)  # fmt: skip
+            part = tl.dot(xl, wh.T)
+            part = tl.dot(xh, wl.T, part)
+            acc_h += (tl.dot(xh, wh.T) + part * (1.0 / 2048.0)) * ik[:, None]
+        else:
+            acc_h = tl.dot(xh, wh.T, acc_h)
+            acc_l = tl.dot(xl, wh.T, acc_l)
+            acc_l = tl.dot(xh, wl.T, acc_l)
+    if RS:
+        y = acc_h * w_inv
+    else:
+        inv = tl.load(inv_ptr + (f * E + e).to(tl.int64), mask=e < E, other=0.0)
+        y = (acc_h + acc_l * (1.0 / 2048.0)) * (inv * w_inv)[:, None]
+    if RES:
+        y += res_d.load([f, e0, j0 * C]).reshape(BE, NR * C)
+    y_d.store([f, e0, j0 * C], y.reshape(1, BE, NR * C))
+
+
+def block_tiles(w0, wm, F, L, C, nr, transpose=False):
+    """The product's weight tiles regrouped [f, row block, k, NR·C out, C in] (fp32)."""
+    dm, nk = 3 * L + 1, 2 * L
+    t = sw.weight_tiles(w0, wm, F, L, C, transpose).view(F, dm // nr, nr, nk, C, C)
+    return t.permute(0, 1, 3, 2, 4, 5).reshape(-1, C).contiguous()
+
+
+def split_x(x, be=16, warps=4, per_row=False):
+    """(xh, xl, inv) of x (F, E, Dm, C) by :func:`split_rows` (one scale per edge, or per edge
+    and row)."""
+    F, E, dm, C = x.shape
+    n, r = (F * E * dm, C) if per_row else (F * E, dm * C)
+    xh = torch.empty(x.shape, dtype=torch.float16, device=x.device)
+    xl = torch.empty_like(xh)
+    inv = torch.empty(n, dtype=torch.float32, device=x.device)
+    split_rows[(triton.cdiv(n, be),)](x, xh, xl, inv, n, R=r, RP=triton.next_power_of_2(r), BE=be,
+                                      num_warps=warps)  # fmt: skip
+    return xh, xl, inv
+
+
+def packed(w0, wm, F, L, C, nr, transpose=False):
+    """(wh, wl, 1/scale) fp16 tiles of :func:`block_tiles` (lo parts carrying 2¹¹)."""
+    wh, wl, scale = sw.split_fp16(block_tiles(w0, wm, F, L, C, nr, transpose))
+    return wh, wl, 1.0 / scale
+
+
+def presplit_linear(parts, res, wpack, L, nr=1, be=128, warps=8, stages=2, per_row=False):
+    """x·W + res by :func:`lin_f16pre`; parts = :func:`split_x` (x), wpack = :func:`packed`."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    xh, xl, inv = parts
+    F, E, dm, C = xh.shape
+    y = torch.empty(xh.shape, dtype=torch.float32, device=xh.device)
+
+    def d(t, width):
+        return TensorDescriptor.from_tensor(t.view(F, E, dm * C), [1, be, width])
+
+    wh, wl, w_inv = wpack
+    wd = [TensorDescriptor.from_tensor(t, [nr * C, C]) for t in (wh, wl)]
+    res_t = y if res is None else res
+    lin_f16pre[((dm // nr) * triton.cdiv(E, be), F)](
+        d(xh, C), d(xl, C), inv, d(res_t, nr * C), *wd, d(y, nr * C), w_inv, E,
+        L=L, C=C, BE=be, NR=nr, RES=res is not None, RS=int(per_row), num_warps=warps,
+        num_stages=stages,
+    )  # fmt: skip
+    return y
+
+
+def row_blocks(L):
+    """NR values that divide both m-groups (L + 1 and 2L rows)."""
+    return [nr for nr in (1, 2, 4) if (L + 1) % nr == 0 and (2 * L) % nr == 0]
+
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edges", type=int, default=647154)
+    ap.add_argument("--lmax", type=int, default=3)
+    ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--scale", type=float, default=1.0, help="x's magnitude (range check)")
+    args = ap.parse_args()
+    L, C, F, E = args.lmax, args.channels, 1, args.edges
+    dm = 3 * L + 1
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x = (torch.randn(F, E, dm, C, generator=g) * args.scale).cuda()
+    w0 = (torch.randn((L + 1) * C, F * (L + 1) * C, generator=g) / 16).cuda()
+    wm = (torch.randn(L * C, F * 2 * L * C, generator=g) / 14).cuda()
+    ne = min(E, 20000)
+    x64 = x[:, :ne].double()
+    ref = ss.so2_linear(x64, w0.double(), wm.double(), L, False, gauss=False) + x64
+    flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F
+
+    def timed(fn, reps=20):
+        fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
+        a.record()
+        for _ in range(reps):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / reps
+
+    def report(name, fn, **extra):
+        try:
+            out = fn()
+            ms = timed(fn)
+        except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+            print(json.dumps({"variant": name, "error": str(exc)[:400]}), flush=True)
+            return None
+        row = {"variant": name, "ms": round(ms, 3), **extra}
+        if out is not None:
+            err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
+            row.update(useful_tflops=round(flop / ms / 1e9, 1), rel_err=err)
+        print(json.dumps(row), flush=True)
+        return ms
+
+    from torch._library.triton import set_wrap_triton_enabled
+
+    with set_wrap_triton_enabled(False):  # launches outside a triton_op (linear_variants.py)
+        for mode in ("tf32x3", "fp16x3"):
+            sl._WORKING.clear()
+            report(f"product {mode}", lambda mode=mode: ss._linear(x, x, w0, wm, L, False, mode))
+        for be, warps in [(16, 4), (32, 8), (8, 4)]:
+            report(
+                f"split {be}/{warps}", lambda be=be, warps=warps: (split_x(x, be, warps), None)[1]
+            )
+        launches = [(128, 8, 2), (128, 8, 3), (64, 4, 3), (64, 4, 4), (128, 4, 4)]
+        for per_row in (False, True):
+            parts = split_x(x, per_row=per_row)
+            for nr in row_blocks(L):
+                wpack = packed(w0, wm, F, L, C, nr)
+                for be, warps, stages in launches:
+                    report(f"presplit {'row' if per_row else 'edge'} nr={nr} {be}/{warps}/{stages}",
+                           lambda nr=nr, be=be, warps=warps, stages=stages, wpack=wpack,
+                           parts=parts, per_row=per_row:
+                           presplit_linear(parts, x, wpack, L, nr, be, warps, stages,
+                                           per_row))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
