@@ -135,11 +135,12 @@ _BOOL_MEANS = {
 
 
 #: measured force error of each ``stack_precision`` mode against float64 (max |ΔF|; one H200,
-#: 2026-12-01, BENCHMARKS.md and docs/precision.md), printed by ``mdband info``
+#: 2026-12-01 and 2026-12-04, BENCHMARKS.md and docs/precision.md), printed by ``mdband info``
 PRECISION_ACCURACY = {
     "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
-    "fp16x3": "forces within 2.9e-6 eV/Å of float64 (default DPA4 config), 1.2e-9 (DPA4-Mini); "
-    "each edge's inputs scaled by a power of two; 4 % slower than tf32x3 on an H200",
+    "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 1.2e-9 (DPA4-Mini); "
+    "each edge's inputs scaled by a power of two; on an H200 3 % faster than tf32x3 at 4,096 "
+    "atoms of the default config, 4 % slower at 512",
     "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
     "exploratory runs only",
     "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",

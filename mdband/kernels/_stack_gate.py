@@ -24,9 +24,11 @@ the gate weights (C·L·C·4 bytes) per program from L2; 4·L·C² FLOP per edge
 from __future__ import annotations
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _split_dots as sd
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
+    row_scales = sd.row_scales
 
     @triton.jit
     def gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
@@ -69,11 +71,26 @@ if cm.TRITON_AVAILABLE:
                 tl.store(y_ptr + off, xr + hr * gate, mask=em)
 
     @triton.jit
+    def _store_row(gh_ptr, ghl_ptr, inv_ptr, off, row, v, em, SPLIT: tl.constexpr):
+        """Row ``row`` of gh (BE, C) at ``off``: fp32, or (SPLIT) its fp16 parts and scale
+        (:class:`mdband.kernels._presplit_linear.SplitRows`; ``row`` the (BE, 1) flat row
+        index f·E·Dm + e·Dm + r)."""
+        if SPLIT:
+            s, inv = row_scales(v)
+            vs = v * s[:, None]
+            hi = vs.to(tl.float16)
+            tl.store(gh_ptr + off, hi, mask=em)
+            tl.store(ghl_ptr + off, ((vs - hi.to(tl.float32)) * 2048.0).to(tl.float16), mask=em)
+            tl.store(inv_ptr + row, inv[:, None], mask=em)
+        else:
+            tl.store(gh_ptr + off, v, mask=em)
+
+    @triton.jit
     def _gate_bwd_kernel(
-        gy_ptr, h_ptr, wg_ptr, gh_ptr, E, SG,
-        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr,
+        gy_ptr, h_ptr, wg_ptr, gh_ptr, ghl_ptr, inv_ptr, E, SG,
+        L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, SPLIT: tl.constexpr,
     ):  # fmt: skip
-        """gh = act'(h)ᵀ gy, one degree at a time."""
+        """gh = act'(h)ᵀ gy, one degree at a time (SPLIT: gh as fp16 parts, :func:`_store_row`)."""
         DM: tl.constexpr = 3 * L + 1
         f, em, idx, c, base = _edge_rows(E, BE, DM, C)
         h0 = tl.load(h_ptr + base, mask=em, other=0.0)
@@ -86,10 +103,11 @@ if cm.TRITON_AVAILABLE:
                 off = base + (lo + r * L) * C
                 gyr = tl.load(gy_ptr + off, mask=em, other=0.0)
                 gg += gyr * tl.load(h_ptr + off, mask=em, other=0.0)
-                tl.store(gh_ptr + off, gyr * gate, mask=em)
+                _store_row(gh_ptr, ghl_ptr, inv_ptr, off, idx * DM + (lo + r * L), gyr * gate, em,
+                           SPLIT)  # fmt: skip
             glg = gg * gate * (1.0 - gate)
             gh0 = tl.dot(glg, tl.trans(wl), gh0, input_precision="tf32x3")
-        tl.store(gh_ptr + base, gh0, mask=em)
+        _store_row(gh_ptr, ghl_ptr, inv_ptr, base, idx * DM, gh0, em, SPLIT)
 
 
 def gate_fwd(x, h, lg, y, L: int, BE: int, warps: int):
@@ -100,8 +118,11 @@ def gate_fwd(x, h, lg, y, L: int, BE: int, warps: int):
 
 
 def gate_bwd(gy, h, wg, gh, L: int, BE: int, warps: int):
-    """Launch the backward gate kernel into gh (inside a triton_op)."""
+    """Launch the backward gate kernel into gh (inside a triton_op): an fp32 tensor like gy, or
+    a :class:`mdband.kernels._presplit_linear.SplitRows` for the pre-split linear kernel."""
     F, E, _, C = gy.shape
-    cm.wrap(_gate_bwd_kernel)[(triton.cdiv(E, BE), F)](gy, h, wg, gh, E, wg.shape[1], L=L, C=C,
-                                                        BE=BE, num_warps=warps,
+    split = isinstance(gh, tuple)
+    outs = tuple(gh) if split else (gh, gh, gh)
+    cm.wrap(_gate_bwd_kernel)[(triton.cdiv(E, BE), F)](gy, h, wg, *outs, E, wg.shape[1], L=L,
+                                                        C=C, BE=BE, SPLIT=split, num_warps=warps,
                                                         num_stages=1)  # fmt: skip

@@ -91,10 +91,22 @@ def split_fp16(t):
     return hi, lo, scale
 
 
-def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
+def row_block_tiles(tiles, F, L, C, rows):
+    """:func:`weight_tiles` regrouped for ``rows`` output rows per program: tile (f, p, k) of
+    (rows·C, C) stacks the tiles (f, p·rows + i, k), i = 0..rows−1 (the pre-split kernel of
+    :mod:`mdband.kernels._presplit_linear`); ``rows`` divides 3L + 1 and no block crosses the
+    m-groups (the caller's :func:`~mdband.kernels._presplit_linear.rows_per_program`)."""
+    if rows == 1:
+        return tiles
+    t = tiles.view(F, (3 * L + 1) // rows, rows, 2 * L, C, C)
+    return t.permute(0, 1, 3, 2, 4, 5).reshape(-1, C).contiguous()
+
+
+def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3", rows=1):
     """The kernel's weights in ``mode``: (wh, wl, scale) with the tiles of :func:`weight_tiles`
-    as W·scale = wh + wl (tf32x3: scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused)."""
-    tiles = weight_tiles(w0, wm, F, L, C, transpose)
+    (regrouped by :func:`row_block_tiles` for ``rows`` > 1) as W·scale = wh + wl (tf32x3:
+    scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused)."""
+    tiles = row_block_tiles(weight_tiles(w0, wm, F, L, C, transpose), F, L, C, rows)
     if mode == "tf32x3":
         return (*split_tf32(tiles), 1.0)
     if mode == "fp16x3":
@@ -105,19 +117,19 @@ def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
     raise ValueError(f"so2_mix_layer: no split mode {mode!r} (one of {SPLIT_MODES})")
 
 
-_PACKED: dict = {}  # (id(w0), id(wm), transpose, mode) -> (ref w0, ref wm, versions, packed)
+_PACKED: dict = {}  # (id(w0), id(wm), transpose, mode, rows) -> (ref w0, ref wm, versions, packed)
 
 
-def packed_weights(w0, wm, F, L, C, transpose, mode="tf32x3"):
+def packed_weights(w0, wm, F, L, C, transpose, mode="tf32x3", rows=1):
     """:func:`pack_weights`, cached per weight pair while its data is unchanged (an MD run
     calls every layer with the same frozen weights; in-place edits bump ``_version``; an entry
     goes when either tensor is freed)."""
-    key = (id(w0), id(wm), transpose, mode)
+    key = (id(w0), id(wm), transpose, mode, rows)
     versions = (w0._version, wm._version, F, L, C)
     hit = _PACKED.get(key)
     if hit is not None and hit[0]() is w0 and hit[1]() is wm and hit[2] == versions:
         return hit[3]
-    packed = pack_weights(w0, wm, F, L, C, transpose, mode)
+    packed = pack_weights(w0, wm, F, L, C, transpose, mode, rows)
     drop = lambda _ref: _PACKED.pop(key, None)  # noqa: E731
     _PACKED[key] = (weakref.ref(w0, drop), weakref.ref(wm, drop), versions, packed)
     return packed

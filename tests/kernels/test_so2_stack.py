@@ -7,6 +7,7 @@ import torch
 from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
+from mdband.kernels import _presplit_linear as ps
 from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_linear as sl
 from mdband.kernels import so2_stack as ss
@@ -246,6 +247,8 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
     )
     monkeypatch.setattr(sl, "_WORKING", {})
     launch = {"BE": 16, "warps": 2, "stages": 1}
+    monkeypatch.setattr(ps, "_WORKING", {})
+    monkeypatch.setattr(ps, "LAUNCHES", ({**launch, "rows": 1},))  # the gated backward's kernel
     monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), {"linear-fp16x3": launch,
                                                    "gate": {"BE": 16, "fwd_warps": 2,
                                                             "bwd_warps": 1}})  # fmt: skip

@@ -88,7 +88,7 @@ def test_unknown_split_mode():
 def test_packed_weights_released_with_the_weights():
     w0, wm, _ = (t.float() for t in _weights(1, 16))
     sw.packed_weights(w0, wm, 1, 1, 16, False)
-    key = (id(w0), id(wm), False, "tf32x3")
+    key = (id(w0), id(wm), False, "tf32x3", 1)
     assert key in sw._PACKED
     del w0
     assert key not in sw._PACKED
