@@ -164,7 +164,14 @@ def main():
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--scale", type=float, default=1.0, help="x's magnitude (range check)")
+    ap.add_argument(
+        "--gate-split",
+        action="store_true",
+        help="only the gate backward kernel per launch, writing gh in fp32 and split",
+    )
     args = ap.parse_args()
+    if args.gate_split:
+        return gate_split_sweep(args.edges, args.lmax, args.channels)
     L, C, F, E = args.lmax, args.channels, 1, args.edges
     dm = 3 * L + 1
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -222,6 +229,50 @@ def main():
                            parts=parts, per_row=per_row:
                            presplit_linear(parts, x, wpack, L, nr, be, warps, stages,
                                            per_row))  # fmt: skip
+
+
+def gate_split_sweep(E, L, C):
+    """The gate backward kernel (``_stack_gate.gate_bwd``) per launch, gh in fp32 and split
+    (:class:`mdband.kernels._presplit_linear.SplitRows`): ms, and the split's worst element
+    against the fp32 output relative to its row's largest."""
+    from torch._library.triton import set_wrap_triton_enabled
+
+    from mdband.kernels import _presplit_linear as ps
+    from mdband.kernels import _stack_gate as sg
+
+    g = torch.Generator(device="cpu").manual_seed(1)
+    dm = 3 * L + 1
+    gy = torch.randn(1, E, dm, C, generator=g).cuda()
+    h = torch.randn(1, E, dm, C, generator=g).cuda()
+    wg = (torch.randn(C, L * C, generator=g) / C**0.5).cuda()
+    full, parts = torch.empty_like(gy), ps.SplitRows.empty_like(gy)
+    with set_wrap_triton_enabled(False):
+        for be, warps in [(32, 8), (16, 4), (32, 4), (64, 4), (64, 8), (16, 2), (128, 8)]:
+            row = {"variant": f"gate bwd {be}/{warps}"}
+            for name, out in (("fp32", full), ("split", parts)):
+                try:
+
+                    def fn(out=out, be=be, warps=warps):
+                        sg.gate_bwd(gy, h, wg, out, L, be, warps)
+
+                    fn()
+                    torch.cuda.synchronize()
+                    a, b = torch.cuda.Event(True), torch.cuda.Event(True)
+                    a.record()
+                    for _ in range(20):
+                        fn()
+                    b.record()
+                    torch.cuda.synchronize()
+                    row[f"{name}_ms"] = round(a.elapsed_time(b) / 20, 3)
+                except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+                    row[f"{name}_error"] = str(exc)[:200]
+            if "split_ms" in row and "fp32_ms" in row:
+                ref = full.double()
+                err = (parts.value() - ref).abs() / ref.abs().amax(-1, keepdim=True).clamp_min(
+                    1e-30
+                )
+                row["split_rel_err"] = float(err.max())
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
