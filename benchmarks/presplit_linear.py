@@ -1,15 +1,17 @@
 """Experiment: the SO(2) linear kernel on x pre-split into fp16 hi/lo parts (times, errors).
 
-Not part of the product. The product's kernel (:mod:`mdband.kernels._stack_linear`) loads each
-fp32 x tile once per output row that reads it (4 times at m = 0, 6 at |m| = 1 for L = 3) and
-splits it in registers each time; its one-fp16-product mode still took 1.64 ms at the default
-shape (647,154 edges, L = 3, C = 64), against a tensor-core floor of ≈ 0.3 ms. The candidate here
-takes x already split, as its producer would write it: xh, xl fp16 (xl carries 2¹¹, as the
-packed weights' lo parts) and one power-of-two scale per edge (its largest |x| over all rows into
-[2¹³, 2¹⁴)), the same bytes as fp32 x plus 4 per edge. The kernel is then a plain fp16 GEMM with
-three products per tile from shared memory: hi·hi into one accumulator, the two cross products
-into another, the scales applied once at the end; NR output rows per program share each x tile
-(W tiles of NR·C output channels).
+Not part of the product: the exploration behind :mod:`mdband.kernels._presplit_linear`. The
+in-register kernel (:mod:`mdband.kernels._stack_linear`) loads each fp32 x tile once per output
+row that reads it (4 times at m = 0, 6 at |m| = 1 for L = 3) and splits it in registers each
+time; its one-fp16-product mode still took 1.64 ms at the default shape (647,154 edges, L = 3,
+C = 64), against a tensor-core floor of ≈ 0.3 ms. The candidates take x already split, as its
+producer would write it: xh, xl fp16 (xl carries 2¹¹, as the packed weights' lo parts) and
+power-of-two scales that put the largest |x| into [2¹³, 2¹⁴), either one per edge over all its
+rows (:func:`lin_f16pre`: hi·hi and the cross products in two accumulators, the scales applied
+once at the end) or one per edge and row (the product's kernel, which scales each k-tile's
+products); NR output rows per program share each x tile (W tiles of NR·C output channels).
+``--gate-split`` times the producer the product uses, the gate backward kernel, writing fp32
+or split.
 
 ``python benchmarks/presplit_linear.py [--edges E --lmax L --channels C]`` prints one JSON line
 per variant: the product's tf32x3 and fp16x3 kernels, the split pass alone (a Triton kernel:
@@ -25,7 +27,9 @@ import json
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 
+from mdband.kernels import _presplit_linear as ps
 from mdband.kernels import _split_dots as sd
 from mdband.kernels import _stack_linear as sl
 from mdband.kernels import _stack_weights as sw
@@ -54,13 +58,12 @@ def split_rows(x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.conste
 
 @triton.jit
 def lin_f16pre(xh_d, xl_d, inv_ptr, res_d, wh_d, wl_d, y_d, w_inv, E,
-               L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, NR: tl.constexpr,
-               RES: tl.constexpr, RS: tl.constexpr = 0):  # fmt: skip
-    """Rows j0..j0+NR−1 of h = x·W (+ res) on BE edges of focus f (grid (P·cdiv(E, BE), F),
-    P = Dm / NR row blocks, NR dividing L + 1 and 2L). xh, xl (F, E, Dm·C) fp16 tiles [1, BE, C];
-    res, y (F, E, Dm·C) fp32 tiles [1, BE, NR·C]; wh, wl (F·P·2L·NR·C, C) fp16 tiles [NR·C, C]
-    (:func:`block_tiles`); inv (F·E,) the edges' scales (RS = 1: (F·E·Dm,), one per edge and
-    row, applied to each k-tile's products); w_inv the weights' 1/scale."""
+               L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, NR: tl.constexpr):  # fmt: skip
+    """The product's pre-split kernel (:func:`mdband.kernels._presplit_linear.presplit_kernel`,
+    same grid and tiles) with one scale per edge (inv (F·E,)) instead of one per edge and row:
+    the k-tiles' products accumulate in two fp32 accumulators inside the tensor-core chain
+    (hi·hi; the cross products) and the scales apply once at the end."""
+    # the index code of the product's kernel, kept here so the product's stays as timed
     DM: tl.constexpr = 3 * L + 1
     NK: tl.constexpr = 2 * L
     P: tl.constexpr = DM // NR
@@ -75,39 +78,20 @@ def lin_f16pre(xh_d, xl_d, inv_ptr, res_d, wh_d, wl_d, y_d, w_inv, E,
     wrow = (f * P + blk) * (NK * NR * C)
     acc_h = tl.zeros((BE, NR * C), tl.float32)
     acc_l = tl.zeros((BE, NR * C), tl.float32)
-    e = e0 + tl.arange(0, BE)
     for k in range(nk):
         xc = (xr0 + k) * C
         xh = xh_d.load([f, e0, xc]).reshape(BE, C)
         xl = xl_d.load([f, e0, xc]).reshape(BE, C)
         wr = wrow + k * (NR * C)
         wh = wh_d.load([wr, 0])
-        wl = wl_d.load([wr, 0])
-        if RS:
-            ik = tl.load(inv_ptr + ((f * E + e) * DM + xr0 + k).to(tl.int64), mask=e < E,
-                         other=0.0)  # fmt: skip
-            part = tl.dot(xl, wh.T)
-            part = tl.dot(xh, wl.T, part)
-            acc_h += (tl.dot(xh, wh.T) + part * (1.0 / 2048.0)) * ik[:, None]
-        else:
-            acc_h = tl.dot(xh, wh.T, acc_h)
-            acc_l = tl.dot(xl, wh.T, acc_l)
-            acc_l = tl.dot(xh, wl.T, acc_l)
-    if RS:
-        y = acc_h * w_inv
-    else:
-        inv = tl.load(inv_ptr + (f * E + e).to(tl.int64), mask=e < E, other=0.0)
-        y = (acc_h + acc_l * (1.0 / 2048.0)) * (inv * w_inv)[:, None]
-    if RES:
-        y += res_d.load([f, e0, j0 * C]).reshape(BE, NR * C)
+        acc_h = tl.dot(xh, wh.T, acc_h)
+        acc_l = tl.dot(xl, wh.T, acc_l)
+        acc_l = tl.dot(xh, wl_d.load([wr, 0]).T, acc_l)
+    e = e0 + tl.arange(0, BE)
+    inv = tl.load(inv_ptr + (f * E + e).to(tl.int64), mask=e < E, other=0.0)
+    y = (acc_h + acc_l * (1.0 / 2048.0)) * (inv * w_inv)[:, None]
+    y += res_d.load([f, e0, j0 * C]).reshape(BE, NR * C)
     y_d.store([f, e0, j0 * C], y.reshape(1, BE, NR * C))
-
-
-def block_tiles(w0, wm, F, L, C, nr, transpose=False):
-    """The product's weight tiles regrouped [f, row block, k, NR·C out, C in] (fp32)."""
-    dm, nk = 3 * L + 1, 2 * L
-    t = sw.weight_tiles(w0, wm, F, L, C, transpose).view(F, dm // nr, nr, nk, C, C)
-    return t.permute(0, 1, 3, 2, 4, 5).reshape(-1, C).contiguous()
 
 
 def split_x(x, be=16, warps=4, per_row=False):
@@ -123,30 +107,34 @@ def split_x(x, be=16, warps=4, per_row=False):
     return xh, xl, inv
 
 
-def packed(w0, wm, F, L, C, nr, transpose=False):
-    """(wh, wl, 1/scale) fp16 tiles of :func:`block_tiles` (lo parts carrying 2¹¹)."""
-    wh, wl, scale = sw.split_fp16(block_tiles(w0, wm, F, L, C, nr, transpose))
-    return wh, wl, 1.0 / scale
-
-
-def presplit_linear(parts, res, wpack, L, nr=1, be=128, warps=8, stages=2, per_row=False):
-    """x·W + res by :func:`lin_f16pre`; parts = :func:`split_x` (x), wpack = :func:`packed`."""
+def presplit_linear(parts, res, w0, wm, L, nr=1, be=128, warps=8, stages=2, per_row=False,
+                    transpose=False):  # fmt: skip
+    """x·W + res (x·Wᵀ + res) from ``parts`` = :func:`split_x` (x): one scale per edge by
+    :func:`lin_f16pre`, per edge and row (``per_row``) by the product's
+    :func:`mdband.kernels._presplit_linear.linear` at this launch (weights packed once per
+    weight pair, as in the product)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     xh, xl, inv = parts
     F, E, dm, C = xh.shape
+    if per_row:
+        ps._WORKING.clear()
+        launch = {"BE": be, "warps": warps, "stages": stages, "rows": nr}
+        saved, ps.LAUNCHES = ps.LAUNCHES, (launch,)
+        try:
+            return ps.linear(ps.SplitRows(xh, xl, inv.view(F, E, dm)), res, w0, wm, L, transpose)
+        finally:
+            ps.LAUNCHES = saved
     y = torch.empty(xh.shape, dtype=torch.float32, device=xh.device)
 
     def d(t, width):
         return TensorDescriptor.from_tensor(t.view(F, E, dm * C), [1, be, width])
 
-    wh, wl, w_inv = wpack
+    wh, wl, scale = sw.packed_weights(w0, wm, F, L, C, transpose, "fp16x3", rows=nr)
     wd = [TensorDescriptor.from_tensor(t, [nr * C, C]) for t in (wh, wl)]
-    res_t = y if res is None else res
     lin_f16pre[((dm // nr) * triton.cdiv(E, be), F)](
-        d(xh, C), d(xl, C), inv, d(res_t, nr * C), *wd, d(y, nr * C), w_inv, E,
-        L=L, C=C, BE=be, NR=nr, RES=res is not None, RS=int(per_row), num_warps=warps,
-        num_stages=stages,
+        d(xh, C), d(xl, C), inv, d(res, nr * C), *wd, d(y, nr * C), 1.0 / scale, E,
+        L=L, C=C, BE=be, NR=nr, num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return y
 
@@ -183,21 +171,10 @@ def main():
     ref = ss.so2_linear(x64, w0.double(), wm.double(), L, False, gauss=False) + x64
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F
 
-    def timed(fn, reps=20):
-        fn()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        return a.elapsed_time(b) / reps
-
     def report(name, fn, **extra):
         try:
             out = fn()
-            ms = timed(fn)
+            ms = triton.testing.do_bench(fn, warmup=5, rep=60)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
             print(json.dumps({"variant": name, "error": str(exc)[:400]}), flush=True)
             return None
@@ -222,12 +199,11 @@ def main():
         for per_row in (False, True):
             parts = split_x(x, per_row=per_row)
             for nr in row_blocks(L):
-                wpack = packed(w0, wm, F, L, C, nr)
                 for be, warps, stages in launches:
                     report(f"presplit {'row' if per_row else 'edge'} nr={nr} {be}/{warps}/{stages}",
-                           lambda nr=nr, be=be, warps=warps, stages=stages, wpack=wpack,
-                           parts=parts, per_row=per_row:
-                           presplit_linear(parts, x, wpack, L, nr, be, warps, stages,
+                           lambda nr=nr, be=be, warps=warps, stages=stages, parts=parts,
+                           per_row=per_row:
+                           presplit_linear(parts, x, w0, wm, L, nr, be, warps, stages,
                                            per_row))  # fmt: skip
 
 
@@ -237,7 +213,6 @@ def gate_split_sweep(E, L, C):
     against the fp32 output relative to its row's largest."""
     from torch._library.triton import set_wrap_triton_enabled
 
-    from mdband.kernels import _presplit_linear as ps
     from mdband.kernels import _stack_gate as sg
 
     g = torch.Generator(device="cpu").manual_seed(1)
@@ -255,15 +230,7 @@ def gate_split_sweep(E, L, C):
                     def fn(out=out, be=be, warps=warps):
                         sg.gate_bwd(gy, h, wg, out, L, be, warps)
 
-                    fn()
-                    torch.cuda.synchronize()
-                    a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-                    a.record()
-                    for _ in range(20):
-                        fn()
-                    b.record()
-                    torch.cuda.synchronize()
-                    row[f"{name}_ms"] = round(a.elapsed_time(b) / 20, 3)
+                    row[f"{name}_ms"] = round(triton.testing.do_bench(fn, warmup=5, rep=60), 3)
                 except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
                     row[f"{name}_error"] = str(exc)[:200]
             if "split_ms" in row and "fp32_ms" in row:

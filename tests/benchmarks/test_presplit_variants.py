@@ -42,8 +42,8 @@ def test_presplit_kernel_equals_the_reference(L, C, F, E, nr, transpose, magnitu
     inv = parts[2].double().view(F, E, -1, 1)
     back = (parts[0].double() + parts[1].double() / pl.LO) * inv
     assert float((back - x.double()).abs().max() / x.double().abs().max()) < 2**-21
-    wpack = pl.packed(w0, wm, F, L, C, nr, transpose)
-    got = pl.presplit_linear(parts, res, wpack, L, nr, be=32, warps=4, stages=2, per_row=per_row)
+    got = pl.presplit_linear(parts, res, w0, wm, L, nr, be=32, warps=4, stages=2, per_row=per_row,
+                             transpose=transpose)  # fmt: skip
     assert float((got.double() - want).abs().max() / want.abs().max()) < 2e-6
     assert torch.equal(got[:, 3], res[:, 3])
 
