@@ -28,7 +28,7 @@ from mdband.kernels import _split_dots as sd
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
-    row_scales = sd.row_scales
+    split_x = sd.split_x
 
     @triton.jit
     def gate_tile(wg_ptr, f, lo, c, SG, L: tl.constexpr, C: tl.constexpr):
@@ -76,11 +76,9 @@ if cm.TRITON_AVAILABLE:
         (:class:`mdband.kernels._presplit_linear.SplitRows`; ``row`` the (BE, 1) flat row
         index f·E·Dm + e·Dm + r)."""
         if SPLIT:
-            s, inv = row_scales(v)
-            vs = v * s[:, None]
-            hi = vs.to(tl.float16)
+            hi, lo, inv = split_x(v, 1)  # fp16x3's split of an x tile
             tl.store(gh_ptr + off, hi, mask=em)
-            tl.store(ghl_ptr + off, ((vs - hi.to(tl.float32)) * 2048.0).to(tl.float16), mask=em)
+            tl.store(ghl_ptr + off, lo, mask=em)
             tl.store(inv_ptr + row, inv[:, None], mask=em)
         else:
             tl.store(gh_ptr + off, v, mask=em)

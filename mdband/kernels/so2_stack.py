@@ -255,9 +255,8 @@ def _mix_bwd_op(
     gh = gy
     if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
         gc = gate_config(lmax, C)
-        if precision == "fp16x3" and _tma_capable(
-            gy.device
-        ):  # gh written split, as fp16x3 reads it
+        # fp16x3: gh written split, as its product reads it
+        if precision == "fp16x3" and _tma_capable(gy.device):
             gh = ps.SplitRows.empty_like(gy)
             sg.gate_bwd(gy, h, wg, gh, lmax, gc["BE"], gc["bwd_warps"])
             return ps.linear(gh, gy, w0, wm, lmax, True)
