@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers, chemical_symbols
 
+from mdband import host_memory as _host_memory
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -47,6 +48,8 @@ class Potential:
     neighbour_list : {"auto", "cell_list", "vesin"}, optional
         Neighbour-list backend for models without engine settings (the model's
         ``settings.neighbour_list`` wins; see :class:`mdband.settings.EngineSettings`).
+    host_memory : {"auto", "keep", "system"}, optional
+        The ``host_memory`` setting for models without engine settings (likewise).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class Potential:
         device: str | torch.device | None = "auto",
         dtype: str | torch.dtype = "float32",
         neighbour_list: str | None = None,
+        host_memory: str | bool | None = None,
     ) -> None:
         self.kind = kind
         self.type_map = list(type_map)
@@ -80,9 +84,13 @@ class Potential:
         self._steps = None
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
-            settings = EngineSettings.resolve(neighbour_list=neighbour_list)
+            settings = EngineSettings.resolve(
+                neighbour_list=neighbour_list, host_memory=host_memory
+            )
         #: "cell_list" (torch, on the device) or "vesin" (numpy): see :meth:`neighbour_list`
         self.neighbour_backend = settings.neighbour_backend(self.device)
+        #: what the ``host_memory`` setting did for this process, one line (mdband.host_memory)
+        self.host_memory = _host_memory.apply(settings.host_memory, self.device)
         if getattr(self.model, "zero_beyond_cutoff", False) and self.device.type == "cuda":
             if settings.cuda_graphs == "auto":
                 from mdband.step_graph import StepGraphs

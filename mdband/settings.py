@@ -52,6 +52,14 @@ memory_budget      MDBAND_MEMORY_BUDGET     auto (default): on CUDA 90 % of the 
                                             or bytes): evaluations whose estimated
                                             memory exceeds it run in chunks of
                                             destination atoms (same numbers)
+host_memory        MDBAND_HOST_MEMORY       auto (default): once a model is loaded for
+                                            the CPU, freed host memory stays in the
+                                            process for the next call (glibc: no mmap
+                                            per large block, no heap trim; 15-35 %
+                                            faster CPU calls; the process keeps its
+                                            peak memory) | keep: the same for any
+                                            device | system: the C library's own
+                                            (mdband.host_memory)
 =================  =======================  ==========================================
 """
 
@@ -60,6 +68,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass
+
+from mdband import host_memory
 
 ENV = {
     "rotation_layout": "MDBAND_ROTATION_LAYOUT",
@@ -70,6 +80,7 @@ ENV = {
     "compile": "MDBAND_COMPILE",
     "neighbour_list": "MDBAND_NEIGHBOUR_LIST",
     "memory_budget": "MDBAND_MEMORY_BUDGET",
+    "host_memory": "MDBAND_HOST_MEMORY",
 }
 _CHOICES = {
     "rotation_layout": ("auto", "band", "dense"),
@@ -79,6 +90,7 @@ _CHOICES = {
     "cuda_graphs": ("auto", "off"),
     "compile": ("off", "on"),
     "neighbour_list": ("auto", "cell_list", "vesin"),
+    "host_memory": host_memory.CHOICES,
 }
 _BOOL = {
     "1": True,
@@ -131,6 +143,7 @@ _BOOL_MEANS = {
     "recompute": {True: "all", False: "off"},
     "cuda_graphs": {True: "auto", False: "off"},
     "compile": {True: "on", False: "off"},
+    "host_memory": {True: "keep", False: "system"},
 }
 
 
@@ -157,6 +170,7 @@ class EngineSettings:
     compile: str = "off"
     neighbour_list: str = "auto"
     memory_budget: str = "auto"
+    host_memory: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "memory_budget", check_budget(self.memory_budget))

@@ -41,6 +41,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "cuda_graphs": pot.cuda_graphs,
         "neighbour_list": pot.neighbour_backend,
         "memory_budget": pot.memory_budget,
+        "host_memory": pot.host_memory,
         "stack_precision_accuracy": PRECISION_ACCURACY[settings.stack_precision],
         "model_hash": pot.model_hash,
         "metadata": pot.metadata,
@@ -62,6 +63,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"cuda graphs      {info['cuda_graphs']}")
     click.echo(f"neighbour list   {info['neighbour_list']}")
     click.echo(f"memory budget    {info['memory_budget']} (${ENV['memory_budget']})")
+    click.echo(f"host memory      {info['host_memory']} (${ENV['host_memory']})")
     click.echo(
         f"SO(2) products   {settings.stack_precision} (${ENV['stack_precision']}): "
         f"{info['stack_precision_accuracy']}"

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mdband import host_memory
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.fit.checkpoint import (
     check_outputs,
@@ -45,6 +46,7 @@ from mdband.fit.loss import (
 from mdband.fit.report import Reporter, format_metrics
 from mdband.fit.start import energy_shift, start_model
 from mdband.potential import Potential, resolve_device
+from mdband.settings import EngineSettings
 
 __all__ = ["FitResult", "TrainingDivergedError", "fit", "lr_at"]
 
@@ -191,6 +193,7 @@ def fit(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
+    host_memory.apply(EngineSettings.resolve().host_memory, device)  # CPU training: no refaults
     dtype = torch.float32 if cfg.dtype == "float32" else torch.float64
 
     frames = read_dataset(

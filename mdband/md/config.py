@@ -154,6 +154,14 @@ class RunConfig:
         metavar="SIZE",
         default_text="auto or $MDBAND_MEMORY_BUDGET",
     )
+    host_memory: str | None = setting(
+        None,
+        "Host memory freed by a call: auto (kept in the process for the next call when the "
+        "model runs on the CPU: fewer page faults, 15-35 % faster CPU steps; the process keeps "
+        "its peak memory), keep (also for CUDA models) or system (the C library's own).",
+        choices=("auto", "keep", "system"),
+        default_text="auto or $MDBAND_HOST_MEMORY",
+    )
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
     log: str | None = setting(
         None,

@@ -259,6 +259,8 @@ class _Run:
             + (f", skin {c.skin:g} Å" if c.skin > 0 else ", rebuilt every step (skin 0)"),
         ]
         lines.append(f"Memory budget: {pot.memory_budget}")
+        if pot.device.type == "cpu":
+            lines.append(f"Host memory: {pot.host_memory}")
         settings = getattr(pot.model, "settings", None)
         if settings is not None and pot.device.type == "cuda":
             lines.append(f"Engine: SO(2) products {settings.stack_precision}, "

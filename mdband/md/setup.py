@@ -126,6 +126,8 @@ def model_options(config: RunConfig, start: int = 0) -> dict:
                    compile=compile_for(config, start))  # fmt: skip
     if config.memory_budget is not None:  # else $MDBAND_MEMORY_BUDGET or the default
         options["memory_budget"] = config.memory_budget
+    if config.host_memory is not None:  # else $MDBAND_HOST_MEMORY or the default
+        options["host_memory"] = config.host_memory
     return options
 
 

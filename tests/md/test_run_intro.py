@@ -15,6 +15,7 @@ def intro(device: str, skin: float = 0.0, settings=None) -> list[str]:
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
                           dtype=torch.float32, cuda_graphs="on",
                           neighbour_backend=backend, memory_budget="8 GB (8gb)",
+                          host_memory="auto: freed memory kept",
                           model=SimpleNamespace(settings=settings))  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
@@ -33,6 +34,11 @@ def test_intro_names_the_neighbour_list():
 
 def test_intro_reports_the_memory_budget():
     assert intro("cpu")[3] == "Memory budget: 8 GB (8gb)"
+
+
+def test_intro_reports_host_memory_on_cpu_only():
+    assert intro("cpu")[4] == "Host memory: auto: freed memory kept"
+    assert not any(line.startswith("Host memory:") for line in intro("cuda"))
 
 
 def test_intro_reports_precision_and_compile_on_cuda():
