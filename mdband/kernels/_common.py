@@ -213,18 +213,9 @@ def kernel_tables(code: int, rot_lmax: int, lmax: int, device) -> dict:
 
 
 def row_matrix(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
-    """W (E, Dm, D) with W[e, r(l,m), l²+j] = D[e, l²+l+m, l²+j], zero off the band (reference).
-
-    Differentiable in ``rot``; band and dense storages give the same W exactly.
-    """
-    layout = layout_of(code)
-    t = st.entry_table(layout, rot_lmax, lmax, rot.device)
-    E = rot.shape[0]
-    dm, d = st.reduced_dim(lmax), st.dim_of(lmax)
-    vals = rot.reshape(E, -1)[:, t["pos"]]
-    w = rot.new_zeros(E, dm * d)
-    w = w.index_copy(1, t["row"] * d + t["col"], vals)
-    return w.view(E, dm, d)
+    """W (E, Dm, D) of a storage's data ``rot`` (:func:`mdband.so3.storage.row_matrix`;
+    differentiable in ``rot``; band and dense storages give the same W exactly)."""
+    return st.row_matrix(st.RotationStorage(layout_of(code), rot_lmax, rot), lmax)
 
 
 def rot_grad_from_matrix(gw: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:

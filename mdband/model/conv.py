@@ -223,7 +223,7 @@ class SO2Convolution(nn.Module):
             rad_logits = self._radial_logits(radl[:, 0])
         if self.aggregate_op and self.settings.ops_on(xl):
             return xl, rad_logits  # local frame: the fused aggregation rotates back
-        msg = st.rotate_back(ec.rotations, xl, L) * self._rho.to(xl.dtype)[:, None]
+        msg = st.rotate_back(ec.rotations, xl, L, scale=self._rho.to(xl.dtype))
         return msg, rad_logits
 
     def _radial_logits(self, rad0: torch.Tensor) -> torch.Tensor:

@@ -340,7 +340,9 @@ print((status("VmHWM:") - base) * 1024, r.chunks, repr(r.energy))
 
 
 def _peak(budget: str):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
+    # glibc's own allocator (host_memory=system): freed tensors leave the resident set
+    env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536",
+               MDBAND_HOST_MEMORY="system")  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          env.get("PYTHONPATH", "")])  # fmt: skip
     proc = subprocess.run([sys.executable, "-c", _PEAK, budget], capture_output=True, text=True,
