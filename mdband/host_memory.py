@@ -3,14 +3,14 @@
 A CPU evaluation allocates and frees tensors of tens to hundreds of MB per call (the per-edge
 activations, E × rows × C × 4 B). glibc's malloc serves every block above its mmap threshold
 (32 MB at most) with a fresh ``mmap`` and gives it back on free, so each call faults its whole
-working set in again and the kernel zeroes every page. Measured on a 2-core x86-64 VM, DPA4-Mini
-on rattled diamond, one thread: 216 atoms 1.92 s per call with 153,000 minor page faults and
-0.26 s of system time per call; 512 atoms 6.31 s with 1.49 M faults and 2.4 s of system time.
+working set in again and the kernel zeroes every page.
 
 ``keep`` tells glibc (``mallopt``) to serve large blocks from its heap (``M_MMAP_MAX = 0``) and
 never to trim the heap (``M_TRIM_THRESHOLD = −1``): the next call reuses the blocks the last one
-freed, with no page faults (the same runs: 1.63 s and 4.07 s per call). The process then keeps
-its peak memory until it exits (on those runs the peak grew by 0–20 % through fragmentation).
+freed. Measured on a 2-core x86-64 VM, DPA4-Mini on rattled diamond, one thread, ``system``
+against ``keep``: 216 atoms 1.60 → 1.07 s per call (145,000 → 0 minor page faults per call),
+512 atoms 4.65 → 2.48 s (1.03 M → 2,500 faults). The process then keeps its peak memory until
+it exits, and fragmentation adds to it (2,995 → 3,580 MB at 512 atoms; BENCHMARKS.md).
 It is process-wide and one-way: the first model that applies it sets it for every later one.
 Blocks larger than 64 MB that a non-main thread allocates still come from ``mmap`` (glibc's
 fallback); torch allocates from the calling thread. Other C libraries (musl, macOS) are left as

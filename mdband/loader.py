@@ -93,7 +93,7 @@ def load_model(
     host_memory : {"auto", "keep", "system"} or bool, optional
         ``"auto"`` (default): a model loaded for the CPU keeps freed host memory in the
         process for the next call (glibc, process-wide: no page faults on each call's large
-        tensors, 15–35 % faster CPU calls; the process keeps its peak memory until it exits);
+        tensors, 20–45 % faster CPU calls; the process keeps its peak memory until it exits);
         ``"keep"`` does so for any device, ``"system"`` never (:mod:`mdband.host_memory`).
         See :class:`mdband.settings.EngineSettings` for the environment overrides.
     """

@@ -55,7 +55,7 @@ memory_budget      MDBAND_MEMORY_BUDGET     auto (default): on CUDA 90 % of the 
 host_memory        MDBAND_HOST_MEMORY       auto (default): once a model is loaded for
                                             the CPU, freed host memory stays in the
                                             process for the next call (glibc: no mmap
-                                            per large block, no heap trim; 15-35 %
+                                            per large block, no heap trim; 20-45 %
                                             faster CPU calls; the process keeps its
                                             peak memory) | keep: the same for any
                                             device | system: the C library's own

@@ -157,7 +157,7 @@ class RunConfig:
     host_memory: str | None = setting(
         None,
         "Host memory freed by a call: auto (kept in the process for the next call when the "
-        "model runs on the CPU: fewer page faults, 15-35 % faster CPU steps; the process keeps "
+        "model runs on the CPU: fewer page faults, 20-45 % faster CPU steps; the process keeps "
         "its peak memory), keep (also for CUDA models) or system (the C library's own).",
         choices=("auto", "keep", "system"),
         default_text="auto or $MDBAND_HOST_MEMORY",
