@@ -13,14 +13,16 @@ Each (engine, model, cell, threads) runs in a fresh process, so its peak RSS is 
         [--models default mini water] [--sizes 2 3] [--threads 1 2] [--repeat 5]
 
 ``--deepmd-python`` is an interpreter with deepmd-kit 3.2 (``../shared/tools/deepmd-reference``
-builds one; ``--no-deepmd`` times mdband alone). Prints one JSON line per run, then a table of
-median ms and the ratio mdband / deepmd-kit.
+builds one; ``--no-deepmd`` times mdband alone; ``--env NAME=VALUE …`` sets mdband's
+environment, e.g. ``MDBAND_HOST_MEMORY=system``). Prints one JSON line per run (with minor page
+faults per call), then a table of median ms and the ratio mdband / deepmd-kit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -58,17 +60,22 @@ else:
 t0 = time.perf_counter(); call(); first = time.perf_counter() - t0
 call()
 ts = []
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(int(repeat)):
     t0 = time.perf_counter(); call(); ts.append(time.perf_counter() - t0)
+usage = resource.getrusage(resource.RUSAGE_SELF)
 print("RESULT", json.dumps({"median_ms": 1e3 * float(np.median(ts)), "first_s": first,
-      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-      "atoms": len(symbols)}))
+      "peak_rss_mb": usage.ru_maxrss / 1024.0, "atoms": len(symbols),
+      "minor_faults_per_call": (usage.ru_minflt - faults) / int(repeat)}))
 """
 
 
 def run(python: str, engine: str, model: str, cell: str, threads: int, args) -> dict:
     cmd = [python, "-c", WORKER, engine, model, cell, str(threads), str(args.repeat), args.dtype]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    if engine == "mdband":
+        env.update(kv.split("=", 1) for kv in args.env)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
     if out.returncode or not lines:
         return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}
@@ -98,6 +105,10 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument(
+        "--env", nargs="*", default=[], metavar="NAME=VALUE",
+        help="environment of the mdband runs, e.g. MDBAND_HOST_MEMORY=system",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if not args.no_deepmd and not args.deepmd_python:
         ap.error("--deepmd-python is needed (or --no-deepmd)")

@@ -129,7 +129,7 @@ class RadialDegreeMixer(nn.Module):
         """The three |m| blocks as one block-diagonal (E, Dm·R', Dm) product (R' = 1 for
         "degree", the rank for "degree_channel"), rows (l_out, r), then the channel basis
         (see :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; forward + backward at 34,128 edges,
-        one CPU thread: L = 2, C = 32 166 → 39 ms; L = 3, C = 64 353 → 255 ms)."""
+        one CPU thread: L = 2, C = 32 140 → 36 ms; L = 3, C = 64 185 → 108 ms)."""
         E, dm = xl.shape[0], xl.shape[1]
         r = 1 if self.mode == "degree" else k.shape[-1]
         src, dst = _block_map(self.lmax, r, str(xl.device))
