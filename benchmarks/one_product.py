@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import torch
+from vs_deepmd import median_ms  # one timing rule for the benchmarks (CUDA synchronised)
 
 from mdband import host_memory
 from mdband.model.so2 import RadialDegreeMixer
@@ -25,22 +25,6 @@ from mdband.so3 import storage as st
 from mdband.so3.wigner import rotation_storage
 
 SHAPES = {"default": (3, 64), "mini": (2, 32)}
-
-
-def median_ms(fn, device, repeat: int) -> float:
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    fn()
-    times = []
-    for _ in range(repeat):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * sorted(times)[len(times) // 2]
 
 
 def cases(L: int, C: int, E: int, device, dtype):
@@ -97,12 +81,12 @@ def main(argv=None) -> None:
                 for form, devices in (("one_product", {device.type}), ("per_block", set())):
                     st.ONE_PRODUCT_DEVICES = frozenset(devices)
                     outs[form] = fwd().detach()
-                    row[f"{form}_fwd_ms"] = round(median_ms(fwd, device, args.repeat), 3)
+                    row[f"{form}_fwd_ms"] = round(median_ms(fwd, args.repeat), 3)
 
                     def both(fwd=fwd, inputs=inputs, gy=gy):
                         return torch.autograd.grad(fwd(), inputs, gy)
 
-                    row[f"{form}_fwd_bwd_ms"] = round(median_ms(both, device, args.repeat), 3)
+                    row[f"{form}_fwd_bwd_ms"] = round(median_ms(both, args.repeat), 3)
                 err = (outs["one_product"] - outs["per_block"]).abs().max().item()
                 row["max_abs_difference"] = err
                 print(json.dumps(row), flush=True)
