@@ -14,6 +14,7 @@ import secrets
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from mdband.host_memory import CHOICES as HOST_MEMORY
 from mdband.io.h5md import FORCE_UNITS
 from mdband.io.run_files import default_final
 from mdband.md.errors import ConfigError
@@ -159,7 +160,7 @@ class RunConfig:
         "Host memory freed by a call: auto (kept in the process for the next call when the "
         "model runs on the CPU: fewer page faults, 20-45 % faster CPU steps; the process keeps "
         "its peak memory), keep (also for CUDA models) or system (the C library's own).",
-        choices=("auto", "keep", "system"),
+        choices=HOST_MEMORY,
         default_text="auto or $MDBAND_HOST_MEMORY",
     )
     head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
