@@ -17,8 +17,9 @@ from mdband.settings import EngineSettings
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 needs_glibc = pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's (this C library is not)")
 
-# Load a model (or not), then allocate, touch and free a 64 MB block twice: the page faults of
-# the second round say whether the freed block came back from the heap or from a fresh mmap.
+# Load a model (or not), then allocate, touch and free a 64 MB block eight times: the page
+# faults of the last four rounds say whether freed blocks come back from the heap or from fresh
+# mmaps (the heap's first rounds may still grow it while small allocations split a free block).
 PROBE = r"""
 import json, resource, sys
 import torch
@@ -32,9 +33,11 @@ else:
 def touch_and_free():
     t = torch.ones(16 * 2**20)  # 64 MB, every page written
     del t
-touch_and_free()
+for _ in range(4):
+    touch_and_free()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-touch_and_free()
+for _ in range(4):
+    touch_and_free()
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 print(json.dumps({"kept": host_memory.is_kept(), "line": line, "faults": faults}))
 """
@@ -51,11 +54,11 @@ def probe(load: str, setting: str | None) -> dict:
 
 @needs_glibc
 def test_a_cpu_model_keeps_freed_memory_by_default():
-    # 64 MB is 16,384 pages of 4 kB: a fresh mmap faults them all in again
+    # 64 MB is 16,384 pages of 4 kB: a fresh mmap faults them all in again, four times
     plain = probe("none", None)
-    assert not plain["kept"] and plain["faults"] > 8000
+    assert not plain["kept"] and plain["faults"] > 4 * 8000
     kept = probe("cpu", None)
-    assert kept["kept"] and kept["faults"] < 500, kept
+    assert kept["kept"] and kept["faults"] < 2000, kept
     assert kept["line"].startswith("auto: freed memory kept in the process")
 
 
@@ -63,7 +66,7 @@ def test_a_cpu_model_keeps_freed_memory_by_default():
 @pytest.mark.parametrize("setting", ["system", "0"])
 def test_system_leaves_the_allocator_alone(setting):
     got = probe("cpu", setting)
-    assert not got["kept"] and got["faults"] > 8000
+    assert not got["kept"] and got["faults"] > 4 * 8000
     assert got["line"] == "system: the C library's own (as asked)"
 
 
