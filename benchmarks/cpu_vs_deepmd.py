@@ -9,7 +9,7 @@ Each (engine, model, cell, threads) runs in a fresh process, so its peak RSS is 
 * ``water``: the trained smoke checkpoint ``dpa4-water-smoke/pretrained.pt`` on the first frame
   of ``deepmd-water/data_0`` (192 atoms).
 
-    python benchmarks/cpu_vs_deepmd.py --deepmd-python /tmp/mdband-deepmd-ref/bin/python \
+    python benchmarks/cpu_vs_deepmd.py --deepmd-python <deepmd-kit venv>/bin/python \
         [--models default mini water] [--sizes 2 3] [--threads 1 2] [--repeat 5]
 
 ``--deepmd-python`` is an interpreter with deepmd-kit 3.2 (``../shared/tools/deepmd-reference``
