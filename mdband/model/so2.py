@@ -7,11 +7,10 @@ Reduced layout of a degree-L edge feature: rows ``[(l,0) l=0..L] + [(l,−1) l=1
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 from torch import nn
 
+from mdband.kernels._mixer import mixer_matrix
 from mdband.kernels.so2_stack import so2_linear
 from mdband.so3 import storage as st
 
@@ -127,39 +126,18 @@ class RadialDegreeMixer(nn.Module):
 
     def _one_product(self, k: torch.Tensor, xl: torch.Tensor) -> torch.Tensor:
         """The three |m| blocks as one block-diagonal (E, Dm·R', Dm) product (R' = 1 for
-        "degree", the rank for "degree_channel"), rows (l_out, r), then the channel basis
-        (see :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; forward + backward at 34,128 edges,
-        one CPU thread: L = 2, C = 32 140 → 36 ms; L = 3, C = 64 185 → 108 ms)."""
+        "degree", the rank for "degree_channel"; rows (l_out, r), the matrix of
+        :func:`mdband.kernels._mixer.mixer_matrix`), then the channel basis (see
+        :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; forward + backward at 34,128 edges,
+        one CPU thread: L = 2, C = 32 143 → 39 ms; L = 3, C = 64 189 → 115 ms)."""
         E, dm = xl.shape[0], xl.shape[1]
         r = 1 if self.mode == "degree" else k.shape[-1]
-        src, dst = _block_map(self.lmax, r, str(xl.device))
-        vals = k[..., :r].reshape(E, k.shape[1] * r)[:, src]
-        a = k.new_zeros(E, dm * r * dm).index_copy(1, dst, vals).view(E, dm * r, dm)
-        y = torch.bmm(a, xl)
+        a = mixer_matrix(k[..., :r], self.lmax)  # (E, out, in, r)
+        if r > 1:
+            a = a.transpose(2, 3).contiguous()
+        y = torch.bmm(a.view(E, dm * r, dm), xl)
         if self.mode == "degree":
             return y
         if r == 1:
             return y * self.channel_basis[0]
         return (y.view(E, dm, r, -1) * self.channel_basis).sum(2)
-
-
-@lru_cache(maxsize=32)
-def _block_map(L: int, r: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(src, dst): entry ``src`` of the compact kernel (E, K·r) goes to entry ``dst`` of the
-    block-diagonal (E, Dm·r·Dm) matrix of :meth:`RadialDegreeMixer._one_product`, whose row
-    (o, q) and column i are reduced rows (same m) of l_out and l_in; inside block |m| the
-    kernel's entry is (l_in − |m|)(L − |m| + 1) + (l_out − |m|) (after the (L+1)² of m = 0)."""
-    rows = [(l, 0) for l in range(L + 1)] + [(l, m) for m in (-1, 1) for l in range(1, L + 1)]
-    dm = len(rows)
-    src, dst = [], []
-    for o, (lo, mo) in enumerate(rows):
-        for i, (li, mi) in enumerate(rows):
-            if mi != mo:
-                continue
-            am = abs(mo)
-            entry = (0 if am == 0 else (L + 1) ** 2) + (li - am) * (L - am + 1) + (lo - am)
-            for q in range(r):
-                src.append(entry * r + q)
-                dst.append((o * r + q) * dm + i)
-    dev = torch.device(device)
-    return torch.tensor(src, device=dev), torch.tensor(dst, device=dev)
