@@ -60,6 +60,8 @@ def command(ctx, **params):
         err.exit_code = 130
         raise err from None
     if not quiet:
+        for note in res.notes:
+            click.echo(note)
         line = f"Energy {res.energy:.6f} eV, max force {res.max_force:.4g} eV/Å"
         if res.max_stress is not None:
             line += f", max stress {res.max_stress:.4g} GPa, volume {res.volume:.3f} Å^3"

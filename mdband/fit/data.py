@@ -1,7 +1,8 @@
 """Training data for ``mdband fit``: batches of labelled frames.
 
-Frames are read by :mod:`mdband.io.labelled` (ASE files, ASE databases, deepmd npy), whose
-names are re-exported here.
+Frames are read by :func:`mdband.io.systems.read_systems` (every format it knows: deepmd-kit
+systems, LAMMPS, VASP, extxyz and other ASE files, ASE databases); the names a fit needs are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -12,18 +13,15 @@ import numpy as np
 import torch
 
 from mdband.graph import build_edge_graph
-from mdband.io.labelled import (  # noqa: F401  (re-exported: the fit API reads frames here)
+from mdband.io.ase_frames import (  # noqa: F401  (re-exported: the fit API reads frames here)
     ENERGY_KEYS,
     FORCES_KEYS,
     STRESS_KEYS,
     VIRIAL_KEYS,
-    DatasetError,
-    Frame,
-    elements_of,
     frame_from_atoms,
-    read_dataset,
-    read_frames,
 )
+from mdband.io.frames import DatasetError, Frame, elements_of  # noqa: F401
+from mdband.io.systems import read_dataset, read_frames  # noqa: F401
 
 
 def split_indices(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:

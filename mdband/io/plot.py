@@ -10,13 +10,12 @@ volume against time in one 2×2 figure with matplotlib, an optional dependency
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from mdband.errors import MdbandError
+from mdband.io.atomic import atomic_path
 
 SERIES = (
     "time_ps",
@@ -156,14 +155,10 @@ def plot_thermo(series: dict, out, title: str | None = None) -> Path:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        # the mode follows the umask; the name of the temporary file does not tell the format
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, format=out.suffix.lstrip(".").lower() or None)
     finally:
         plt.close(fig)
     return out

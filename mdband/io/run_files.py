@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import csv
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from ase import Atoms
+
+from mdband.io.atomic import atomic_path
 
 FINAL_SUFFIX = ".final.xyz"
 # CSV column -> key of :func:`mdband.md.thermo.observables` (None: step and time)
@@ -76,16 +76,8 @@ def write_final(path, atoms: Atoms) -> None:
     kept = {k: results[k] for k in ("energy", "forces", "stress") if k in results}
     if kept:
         out.calc = SinglePointCalculator(out, **kept)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:  # the mode follows the umask, as open() gives it
         write(tmp, out, format=final_format(path))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def drift_line(drift: float, source: str | None) -> str:

@@ -1,64 +1,34 @@
-"""Starting structures: anything ASE reads, LAMMPS data files and deepmd-kit npy systems.
+"""Starting structures of ``mdband run`` and ``relax``: one image of any file mdband reads.
 
-LAMMPS data files (``.lmp``, ``.data`` or ``format="lammps-data"``, metal units) carry type
-numbers, not elements. They are mapped, in this order, by
-
-1. ``type_map`` — deepmd-kit's term: LAMMPS type k is element ``type_map[k-1]`` (what
-   ``pair_coeff * * O H`` says in LAMMPS);
-2. an ``Atom Type Labels`` section whose labels are all element symbols;
-3. the ``Masses`` section, when every mass is within :data:`MASS_TOLERANCE` of exactly one
-   element's standard atomic mass;
-4. ``default_type_map`` (``mdband run`` passes the model's type map: deepmd-kit's order for a
-   ``pair_coeff * *`` without names), only when the file has neither labels nor masses.
-
-Anything else is a :class:`~mdband.errors.StructureError` that asks for ``type_map``.
-deepmd-kit npy systems (a directory with ``type.raw``, ``type_map.raw`` and
-``set.*/{coord,box}.npy``) are read by :func:`mdband.io.labelled.read_frames`, the reader of
-``mdband fit``.
+The formats and the type map are those of :func:`mdband.io.systems.read_systems`. Files ASE
+reads (extxyz, ASE trajectories, mdband H5MD through its ASE plugin, POSCAR, ...) come back as
+ASE reads them, velocities and constraints included; LAMMPS data files through
+:mod:`mdband.io.lammps_data` (velocities and masses kept); the formats of dpdata
+(``deepmd/npy``, ``deepmd/npy/mixed``, ``deepmd/hdf5``, ``deepmd/raw``, ``lammps/dump``,
+``vasp/outcar``, ``vasp/xml``) through dpdata.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import numpy as np
 from ase import Atoms
-from ase.data import atomic_masses, atomic_numbers, chemical_symbols
 
 from mdband.errors import StructureError
+from mdband.io.dpdata_io import READ_FORMATS
+from mdband.io.frames import DatasetError
+from mdband.io.lammps_data import parse_type_map, read_lammps_data
+from mdband.io.systems import detect_format, read_systems
 
-DEEPMD_FORMAT = "deepmd/npy"
-LAMMPS_FORMAT = "lammps-data"
-LAMMPS_SUFFIXES = (".lmp", ".data")
-MASS_TOLERANCE = 0.1  # u: a type's mass names an element when exactly one is this close
-# atom styles ase.io.lammpsdata reads, and the column counts (without image flags) of each
-_STYLE_COLUMNS = {"atomic": 5, "charge": 6, "molecular": 6, "bond": 6, "angle": 6, "full": 7}
-
-
-def parse_type_map(text) -> list[str]:
-    """``"O,H"``, ``"O H"`` or ``["O", "H"]`` as a list of element symbols (ValueError if bad)."""
-    items = text if isinstance(text, (list, tuple)) else re.split(r"[,\s]+", str(text).strip())
-    symbols = [str(s).strip() for s in items if str(s).strip()]
-    if not symbols:
-        raise ValueError("type_map is empty; give elements like O,H")
-    unknown = [s for s in symbols if s not in atomic_numbers or s == "X"]
-    if unknown:
-        raise ValueError(f"type_map names unknown element(s) {', '.join(unknown)}")
-    return symbols
+__all__ = ["parse_type_map", "read_structure", "structure_format"]
 
 
 def structure_format(path, fmt: str | None = None) -> str | None:
-    """The reader for ``path``: ``"deepmd/npy"``, ``"lammps-data"`` or an ASE format (None:
-    let ASE guess from the name and contents)."""
-    if fmt:
-        return fmt
-    p = Path(path)
-    if p.is_dir():
-        return DEEPMD_FORMAT
-    if p.suffix.lower() in LAMMPS_SUFFIXES:
-        return LAMMPS_FORMAT
-    return None
+    """The format :func:`read_structure` reads ``path`` as (None: ASE's guess)."""
+    try:
+        return detect_format(path, fmt)
+    except DatasetError as exc:
+        raise StructureError(str(exc)) from None
 
 
 def read_structure(
@@ -75,38 +45,48 @@ def read_structure(
     Parameters
     ----------
     path : path
-        A file, or a deepmd-kit npy system directory.
+        A file, or a deepmd-kit system directory.
     frame : int
         Which image (default: the last).
     format : str, optional
-        ``"lammps-data"``, ``"deepmd/npy"`` or any :func:`ase.io.read` format name.
+        A format name of :data:`mdband.io.systems.FORMATS` (``lammps-data`` is
+        ``lammps/lmp``) or of :func:`ase.io.read`; found from the path when None.
     type_map : str or list of str, optional
-        Element of each LAMMPS type (LAMMPS data files only).
+        Elements of numbered types (``"O,H"``: type 0, LAMMPS type 1, is O); files that name
+        their elements keep them.
     default_type_map : list of str, optional
-        Used for a LAMMPS data file with neither type labels nor masses.
+        Used instead of ``type_map`` when it is None (the model's type map).
     notes : list of str, optional
-        Receives a line saying how LAMMPS types became elements.
+        Receives lines saying how numbered types became elements.
 
     Raises
     ------
     StructureError
-        The file is missing or unreadable, the frame does not exist, or the elements of a
-        LAMMPS data file cannot be told.
+        The file is missing or unreadable, the frame does not exist, or the elements of
+        numbered types cannot be told.
     """
     path = Path(path)
-    fmt = structure_format(path, format)
     if not path.exists():
         raise StructureError(f"structure file {path} does not exist")
-    if type_map is not None and fmt != LAMMPS_FORMAT:
-        raise StructureError("type_map applies to LAMMPS data files only (.lmp, .data)")
-    if fmt == DEEPMD_FORMAT:
-        atoms = _read_deepmd(path, frame)
-    elif path.is_dir():
-        raise StructureError(f"structure {path} is a directory, not a deepmd npy system")
-    elif fmt == LAMMPS_FORMAT:
-        atoms = _read_lammps_data(path, frame, type_map, default_type_map, notes)
+    fmt = structure_format(path, format)
+    if type_map is not None:
+        try:
+            type_map = parse_type_map(type_map)
+        except ValueError as exc:
+            raise StructureError(str(exc)) from None
+    if path.is_dir() and fmt is None:
+        raise StructureError(
+            f"{path} is not a deepmd-kit system (no type.raw); give one system directory"
+        )
+    if fmt == "lammps/lmp":
+        atoms = read_lammps_data(path, frame, type_map, default_type_map, notes)
+    elif fmt in READ_FORMATS:
+        atoms = _read_frames(path, frame, fmt, type_map, default_type_map, notes)
     else:
-        atoms = _read_ase(path, frame, fmt)
+        if type_map is not None and notes is not None:
+            notes.append(f"{path} names its elements; the type map is not needed")
+        ase_fmt = {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
+        atoms = _read_ase(path, frame, ase_fmt)
     if len(atoms) == 0:
         raise StructureError(f"structure {path} has no atoms")
     return atoms
@@ -129,141 +109,12 @@ def _read_ase(path: Path, frame: int, fmt: str | None) -> Atoms:
     return atoms
 
 
-def _read_deepmd(path: Path, frame: int) -> Atoms:
-    from mdband.io.labelled import DatasetError, read_frames
-
-    if not (path / "type.raw").is_file():
-        raise StructureError(
-            f"{path} is not a deepmd npy system (no type.raw); give one system directory"
-        )
+def _read_frames(path: Path, frame: int, fmt: str, type_map, default_type_map, notes) -> Atoms:
     try:
-        frames = read_frames(path)
+        frames = read_systems(path, fmt, type_map, default_type_map=default_type_map, notes=notes)
     except DatasetError as exc:
-        raise StructureError(f"cannot read deepmd system {path}: {_first_line(exc)}") from None
+        raise StructureError(f"cannot read {path}: {_first_line(exc)}") from None
     if not -len(frames) <= frame < len(frames):
-        raise StructureError(f"deepmd system {path} has {len(frames)} frames; no frame {frame}")
+        raise StructureError(f"{path} has {len(frames)} frames; no frame {frame}")
     f = frames[frame]
     return Atoms(symbols=f.species, positions=f.positions, cell=f.cell, pbc=f.pbc)
-
-
-# ---------------------------------------------------------------------------- LAMMPS data
-def _scan_lammps(path: Path) -> dict:
-    """Header facts ASE does not expose: type count, Masses, labels, the Atoms style."""
-    info: dict = {"ntypes": None, "masses": {}, "labels": {}, "style": None, "columns": None}
-    section = None
-    with open(path, errors="replace") as fh:
-        next(fh, None)  # the first line is a comment
-        for raw in fh:
-            comment = raw.split("#", 1)[1].strip() if "#" in raw else ""
-            line = raw.split("#", 1)[0].strip()
-            if not line:
-                continue
-            m = re.match(r"(\d+)\s+atom\s+types\b", line)
-            if m and section is None:
-                info["ntypes"] = int(m.group(1))
-                continue
-            if re.fullmatch(r"[A-Z][A-Za-z0-9 ]*[a-z]", line):  # a section name
-                section = " ".join(line.split())
-                if section == "Atoms":
-                    info["style"] = comment or None
-                continue
-            fields = line.split()
-            if section == "Masses" and len(fields) >= 2 and fields[0].isdigit():
-                info["masses"][int(fields[0])] = float(fields[1])
-            elif section == "Atom Type Labels" and len(fields) >= 2 and fields[0].isdigit():
-                info["labels"][int(fields[0])] = fields[1]
-            elif section == "Atoms":
-                info["columns"] = len(fields)
-                break  # everything needed comes before the first atom line
-    return info
-
-
-def _atom_style(path: Path, info: dict) -> str:
-    """The style named after ``Atoms #``, else the one the column count allows."""
-    style, columns = info["style"], info["columns"]
-    if style in _STYLE_COLUMNS:
-        return style
-    guesses = [s for s, n in _STYLE_COLUMNS.items() if columns in (n, n + 3)]
-    if len(guesses) == 1:
-        return guesses[0]
-    raise StructureError(
-        f"cannot tell the atom style of {path} ({columns} columns per atom"
-        + (f", 'Atoms # {style}' is not a style ASE reads" if style else "")
-        + "); write it after the section name, e.g. 'Atoms # atomic'"
-    )
-
-
-def _element_of_mass(mass: float) -> int | None:
-    close = np.flatnonzero(np.abs(atomic_masses[1:] - mass) <= MASS_TOLERANCE) + 1
-    return int(close[0]) if len(close) == 1 else None
-
-
-def _z_of_type(path: Path, info: dict, used: list[int], type_map, default_type_map):
-    """Atomic number of every LAMMPS type, and a note saying where it came from."""
-    ntypes = info["ntypes"] or max(used)
-    if type_map is not None:
-        symbols = parse_type_map(type_map)
-        if len(symbols) != ntypes:
-            raise StructureError(
-                f"type_map lists {len(symbols)} element(s) but {path} has {ntypes} atom types"
-            )
-        return {t: atomic_numbers[s] for t, s in enumerate(symbols, 1)}, "type map"
-    labels = info["labels"]
-    if labels and all(labels.get(t) in atomic_numbers for t in range(1, ntypes + 1)):
-        return {t: atomic_numbers[labels[t]] for t in range(1, ntypes + 1)}, "Atom Type Labels"
-    masses = info["masses"]
-    if masses:
-        z = {t: _element_of_mass(m) for t, m in masses.items()}
-        bad = [t for t in sorted(z) if z[t] is None]
-        if bad:
-            raise StructureError(
-                f"cannot tell the element of LAMMPS type {bad[0]} of {path} (mass "
-                f"{masses[bad[0]]}); give the elements with --type-map, e.g. --type-map O,H"
-            )
-        return z, "Masses"
-    if default_type_map is not None and len(default_type_map) >= ntypes:
-        symbols = list(default_type_map)[:ntypes]
-        return {t: atomic_numbers[s] for t, s in enumerate(symbols, 1)}, "model type map"
-    raise StructureError(
-        f"{path} has no Masses section to tell its {ntypes} atom type(s) apart; "
-        "give the elements with --type-map, e.g. --type-map O,H"
-    )
-
-
-def _read_lammps_data(path: Path, frame: int, type_map, default_type_map, notes) -> Atoms:
-    import ase.io
-
-    if frame not in (0, -1):
-        raise StructureError(f"a LAMMPS data file holds one structure; frame {frame} is not 0")
-    try:
-        info = _scan_lammps(path)
-    except (OSError, ValueError) as exc:
-        raise StructureError(f"cannot read LAMMPS data file {path}: {_first_line(exc)}") from None
-    if info["columns"] is None:
-        raise StructureError(f"LAMMPS data file {path} has no Atoms section")
-    style = _atom_style(path, info)
-    lacking = [t for t in range(1, (info["ntypes"] or 0) + 1) if t not in info["masses"]]
-    if info["masses"] and lacking:
-        raise StructureError(f"the Masses section of {path} has no mass for type {lacking[0]}")
-    try:
-        raw = ase.io.read(path, format=LAMMPS_FORMAT, atom_style=style, units="metal")
-    except Exception as exc:  # noqa: BLE001 - ASE's reader raises many kinds
-        raise StructureError(f"cannot read LAMMPS data file {path}: {_first_line(exc)}") from None
-    types = np.asarray(raw.arrays["type"], dtype=np.int64)
-    z, source = _z_of_type(path, info, sorted(set(types.tolist())), type_map, default_type_map)
-    missing = sorted(set(types.tolist()) - set(z))
-    if missing:
-        raise StructureError(f"{path} uses atom type {missing[0]} beyond its declared types")
-    atoms = Atoms(
-        numbers=[z[t] for t in types],
-        positions=raw.get_positions(),
-        cell=raw.get_cell(),
-        pbc=True,
-        masses=raw.get_masses() if info["masses"] else None,
-    )
-    if raw.has("momenta"):
-        atoms.set_velocities(raw.get_velocities())
-    if notes is not None:
-        pairs = ", ".join(f"{t}={chemical_symbols[z[t]]}" for t in sorted(z))
-        notes.append(f"LAMMPS types: {pairs} (from the {source})")
-    return atoms

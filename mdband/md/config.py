@@ -62,21 +62,24 @@ class RunConfig:
 
     structure: str | None = setting(
         None,
-        "Starting structure: any ase.io.read file, a LAMMPS data file (.lmp, .data) or a "
-        "deepmd-kit npy system directory.",
+        "Starting structure: a deepmd-kit system (npy, npy/mixed, hdf5, raw), a LAMMPS data "
+        "file or dump, a VASP OUTCAR or vasprun.xml, or any ase.io.read file (extxyz, ...).",
         metavar="FILE",
     )
     format: str | None = setting(
         None,
-        "Reader of --structure: lammps-data, deepmd/npy or an ASE format name.",
+        "Format of --structure, named as dpdata names it (deepmd/npy, deepmd/npy/mixed, "
+        "deepmd/hdf5, deepmd/raw, lammps/lmp, lammps/dump, vasp/outcar, vasp/xml), h5md, or "
+        "an ASE format name.",
         metavar="FORMAT",
         default_text="from the file name",
     )
     type_map: str | None = setting(
         None,
-        "Elements of the LAMMPS types, e.g. O,H (type 1 is O, type 2 is H).",
+        "Type map: the element of each type number, e.g. O,H (type 0, LAMMPS type 1, is O), "
+        "for files that number their types (LAMMPS, deepmd-kit without type_map.raw).",
         metavar="EL,EL",
-        default_text="the data file's Masses, else the model's type map",
+        default_text="names in the file, LAMMPS Masses, else the model's type map",
     )
     model: str | None = setting(
         None,
@@ -362,15 +365,16 @@ def _runaway_settings(c: RunConfig) -> None:
 
 def _validate_io(c: RunConfig) -> None:
     """``format``, ``type_map`` and ``final`` (see :mod:`mdband.io.structure`)."""
+    from mdband.io.frames import DatasetError
     from mdband.io.run_files import final_format
-    from mdband.io.structure import DEEPMD_FORMAT, parse_type_map
+    from mdband.io.structure import parse_type_map
+    from mdband.io.systems import format_name
 
     if c.format is not None:
-        from ase.io.formats import ioformats
-
-        fmt = ioformats.get(c.format)
-        if c.format != DEEPMD_FORMAT and (fmt is None or not fmt.can_read):
-            raise ConfigError(f"format {c.format!r} is not {DEEPMD_FORMAT!r} or a format ASE reads")
+        try:
+            format_name(c.format)
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
     if c.type_map is not None:
         try:
             parse_type_map(c.type_map)

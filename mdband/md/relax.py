@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,24 @@ class RelaxConfig:
     """Settings of one ``mdband relax`` (each is a flag: ``fmax`` is ``--fmax``)."""
 
     structure: str | None = setting(
-        None, "Structure to relax (any ase.io.read format).", metavar="FILE"
+        None,
+        "Structure to relax: a deepmd-kit system, a LAMMPS data file or dump, a VASP OUTCAR or "
+        "vasprun.xml, or any ase.io.read file.",
+        metavar="FILE",
+    )
+    format: str | None = setting(
+        None,
+        "Format of --structure as dpdata names it (deepmd/npy, lammps/dump, ...), h5md, or an "
+        "ASE format name.",
+        metavar="FORMAT",
+        default_text="from the file name",
+    )
+    type_map: str | None = setting(
+        None,
+        "Type map: the element of each type number, e.g. O,H (type 0, LAMMPS type 1, is O), "
+        "for files that number their types.",
+        metavar="EL,EL",
+        default_text="names in the file, LAMMPS Masses, else the model's type map",
     )
     frame: int = setting(-1, "Image of the structure file.", default_text="last")
     model: str | None = setting(
@@ -80,9 +97,23 @@ class RelaxConfig:
                 raise ConfigError(f"no {name} given ({flag})")
         if not self.output:
             raise ConfigError("no output given (--output FILE)")
+        _check_format_and_type_map(self)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_format_and_type_map(c: RelaxConfig) -> None:
+    from mdband.io.frames import DatasetError
+    from mdband.io.structure import parse_type_map
+    from mdband.io.systems import format_name
+
+    try:
+        format_name(c.format)
+        if c.type_map is not None:
+            parse_type_map(c.type_map)
+    except (DatasetError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 if RelaxConfig.__doc__:  # None under python -OO
@@ -100,6 +131,7 @@ class RelaxResult:
     max_force: float  # largest atomic force (constraints applied)
     max_stress: float | None  # largest |stress component| (periodic cells)
     volume: float | None
+    notes: list[str] = field(default_factory=list)  # how numbered types became elements
 
 
 def output_format(path, what: str = "output") -> str:
@@ -207,7 +239,15 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         potential = load_model(
             config.model, device=config.device, dtype=config.dtype, head=config.head
         )
-    atoms = read_structure(config.structure, config.frame)
+    notes: list[str] = []
+    atoms = read_structure(
+        config.structure,
+        config.frame,
+        format=config.format,
+        type_map=config.type_map,
+        default_type_map=potential.type_map,
+        notes=notes,
+    )
     check_structure(atoms, potential, config.min_distance)
     if config.cell and not np.all(atoms.get_pbc()):
         raise StructureError("--cell needs a structure periodic in all three directions")
@@ -223,6 +263,7 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         if writer is not None:
             writer.close()
     result = _result(atoms, converged, optimizer.nsteps)
+    result.notes = notes
     with atomic_path(config.output, replace=config.overwrite) as tmp:
         ase.io.write(tmp, _snapshot(atoms), format=fmt)
     logger.info(

@@ -107,7 +107,7 @@ def test_bad_paths_and_empty(tmp_path):
     with pytest.raises(DatasetError, match="does not exist"):
         read_frames(tmp_path / "nope.xyz")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DatasetError, match="without deepmd systems"):
+    with pytest.raises(DatasetError, match="without deepmd-kit systems"):
         read_frames(tmp_path / "empty")
     db = tmp_path / "empty.db"
     ase.db.connect(str(db)).count()

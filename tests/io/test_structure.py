@@ -130,18 +130,21 @@ def test_deepmd_system_frames():
     np.testing.assert_array_equal(read_structure(DEEPMD).positions, coord[-1])
     with pytest.raises(StructureError, match=f"has {len(coord)} frames"):
         read_structure(DEEPMD, frame=len(coord))
-    with pytest.raises(StructureError, match="not a deepmd npy system"):
+    with pytest.raises(StructureError, match="not a deepmd-kit system"):
         read_structure(DEEPMD.parent)  # a folder of systems: pick one
-    with pytest.raises(StructureError, match="LAMMPS data files only"):
-        read_structure(DEEPMD, type_map="O,H")
+    notes = []  # the system names its types: a type map is not needed, and not used
+    atoms = read_structure(DEEPMD, type_map="H,O", notes=notes)
+    assert atoms.get_chemical_symbols() == [tmap[t] for t in types]
+    assert notes == [f"{DEEPMD} names its elements; the type map is not needed"]
 
 
 def test_ase_files_as_before(tmp_path):
     path = tmp_path / "cu.extxyz"
     ase.io.write(path, [bulk("Cu", a=3.6 + 0.1 * k) for k in range(3)])
     assert read_structure(path, 1).cell.lengths()[0] == pytest.approx(3.7 / np.sqrt(2))
-    with pytest.raises(StructureError, match="LAMMPS data files only"):
-        read_structure(path, type_map="Cu")
+    notes = []
+    assert read_structure(path, type_map="Ni", notes=notes).get_chemical_symbols() == ["Cu"]
+    assert notes == [f"{path} names its elements; the type map is not needed"]
     with pytest.raises(StructureError, match="does not exist"):
         read_structure(tmp_path / "none.lmp")
 
