@@ -17,7 +17,23 @@ from mdband.cli.common import fail_on_user_error, user_error
     "-s",
     metavar="FILE",
     required=True,
-    help="Frames to evaluate: any ase.io.read format (all images) or an mdband H5MD trajectory.",
+    help="Frames to evaluate: a deepmd-kit system (npy, npy/mixed, hdf5, raw), a LAMMPS dump, "
+    "an mdband H5MD trajectory, VASP OUTCAR/vasprun.xml, extxyz or any ase.io.read file.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    metavar="FMT",
+    default=None,
+    help="Format of --structure as dpdata names it (deepmd/npy, lammps/dump, ...), h5md or an "
+    "ASE format  [from the path]",
+)
+@click.option(
+    "--type-map",
+    metavar="EL,EL",
+    default=None,
+    help="Type map: the element of each type number (O,H: type 0, LAMMPS type 1, is O) for "
+    "files that number their types  [the first model's type map]",
 )
 @click.option(
     "--output",
@@ -34,7 +50,8 @@ from mdband.cli.common import fail_on_user_error, user_error
     default=1,
     show_default=True,
     metavar="N",
-    help="MD steps between the frames: frame k is step k*N (H5MD files use their own steps).",
+    help="MD steps between the frames: frame k is step k*N (files that record steps, H5MD "
+    "trajectories, LAMMPS dumps, mdband's extxyz exports, keep theirs).",
 )
 @click.option("--atomic", is_flag=True, help="Append the per-atom force deviations to each row.")
 @click.option("--device", default="auto", show_default=True, help="cpu, cuda or auto.")
@@ -48,7 +65,9 @@ from mdband.cli.common import fail_on_user_error, user_error
 @click.option("--head", default=None, help="Head of multi-task deepmd-kit checkpoints.")
 @click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")
 @fail_on_user_error
-def command(models, structure, output, every, atomic, device, dtype, head, overwrite):
+def command(
+    models, structure, fmt, type_map, output, every, atomic, device, dtype, head, overwrite
+):
     """Evaluate a committee of MODELS (at least two; deepmd-kit SeZM checkpoints, mdband files or
     builtin:NAME) on every frame of --structure and write the model deviations in the layout of
     pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable)."""
@@ -64,10 +83,13 @@ def command(models, structure, output, every, atomic, device, dtype, head, overw
         user_error(f"{out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
         user_error(f"directory of {out} does not exist")
-    frames, steps = read_frames(structure)
-    if not frames:
-        user_error(f"{structure} holds no frames")
     committee = Committee.load(models, device=device, dtype=dtype, head=head)
+    notes: list[str] = []
+    frames, steps = read_frames(
+        structure, fmt, type_map, default_type_map=committee.potentials[0].type_map, notes=notes
+    )
+    for note in notes:
+        click.echo(note, err=True)
     rows = model_devi_frames(
         committee, frames, out, every=every, steps=steps, atomic=atomic, overwrite=overwrite
     )

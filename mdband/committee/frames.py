@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 import numpy as np
 
@@ -12,26 +11,21 @@ from mdband.committee.devi_file import ModelDeviWriter
 from mdband.committee.deviation import ModelDeviation
 
 
-def read_frames(path) -> tuple[list, list[int] | None]:
-    """Every frame of ``path`` as ASE atoms, and the recorded MD steps when the file has them
-    (an mdband H5MD trajectory); anything else is read with ``ase.io.read(path, ":")``."""
-    import h5py
+def read_frames(
+    path, fmt: str | None = None, type_map=None, default_type_map=None, notes=None
+) -> tuple[list, list[int] | None]:
+    """Every frame of ``path`` as ASE atoms, and the MD step of every frame when the file
+    records them (H5MD steps, LAMMPS dump timesteps, ``info["step"]`` of extxyz), else None.
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"structure file {path} does not exist")
-    if h5py.is_hdf5(path):
-        from mdband.io.h5md import H5MDReader
+    Any format :func:`mdband.io.systems.read_systems` reads (``fmt``, ``type_map`` and
+    ``default_type_map`` as there); its :class:`~mdband.io.frames.DatasetError` propagates.
+    """
+    from mdband.io.systems import read_systems
 
-        with H5MDReader(path) as r:
-            return [r.to_atoms(i) for i in range(r.n_frames)], [int(s) for s in r.steps]
-    import ase.io
-
-    try:
-        frames = ase.io.read(path, index=":")
-    except Exception as exc:  # noqa: BLE001 - ASE raises many kinds for unreadable files
-        raise ValueError(f"cannot read structure file {path}: {exc}") from None
-    return (frames if isinstance(frames, list) else [frames]), None
+    frames = read_systems(path, fmt, type_map, default_type_map=default_type_map, notes=notes)
+    steps = [f.step for f in frames]
+    atoms = [f.to_atoms() for f in frames]
+    return atoms, (None if any(s is None for s in steps) else [int(s) for s in steps])
 
 
 def model_devi_frames(
