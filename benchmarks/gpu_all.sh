@@ -68,8 +68,8 @@ fi
 if has run; then
     python3 -c "from mdband.model.factory import random_potential; from mdband.config import \
 SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain=0.02).save(\
-'/tmp/mdband-default.pt')" && OUT=$OUT timeout 125 python3 benchmarks/vs_deepmd.py mdband \
-        --name default --checkpoint /tmp/mdband-default.pt --sizes 4 --md-size 4 \
+'/tmp/mdband-default.mdband')" && OUT=$OUT timeout 125 python3 benchmarks/vs_deepmd.py mdband \
+        --name default --checkpoint /tmp/mdband-default.mdband --sizes 4 --md-size 4 \
         --run-steps ${RUN_STEPS:-2000} --json "$OUT/run.json" >"$OUT/run.log" 2>&1 || status=1
     grep -E '^\{"(default|mdband_run)' "$OUT/run.log"
 fi

@@ -125,7 +125,7 @@ from mdband.model.factory import random_potential
 
 cfg = SeZMConfig(type_map=("Si", "C"), rcut=5.0, channels=16, n_radial=8, l_schedule=(2, 2),
                  mixing_layers=2)
-random_potential(cfg.to_dict(), seed=1, gain=0.7).save("model.pt")
+random_potential(cfg.to_dict(), seed=1, gain=0.7).save("model.mdband")
 n = int(os.environ["CELLS"])
 atoms = bulk("SiC", "zincblende", a=4.36, cubic=True).repeat((n, n, n))
 atoms.rattle(0.05, seed=1)
@@ -137,7 +137,7 @@ lines += ["", "Masses", "", "1 28.085", "2 12.011", "", "Atoms # atomic", ""]
 lines += [f"{i + 1} {t} " + " ".join(repr(float(x)) for x in p) for i, (t, p) in
           enumerate(zip(types, atoms.positions))]
 open("sic.data", "w").write("\n".join(lines) + "\n")
-pot = load_model("model.pt", device="cpu", dtype="float64")
+pot = load_model("model.mdband", device="cpu", dtype="float64")
 t = time.perf_counter()
 ref = pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
 print(f"{len(atoms)} atoms; CPU float64 reference E = {ref.energy:.10f} eV, "
@@ -154,13 +154,13 @@ neighbor 1.0 bin
 thermo_style custom step pe ke etotal
 thermo_modify format float %.10f
 
-pair_style mdband model.pt dtype float64 device $DEVICE
+pair_style mdband model.mdband dtype float64 device $DEVICE
 pair_coeff * * Si C
 run 0
 print "RESULT pe64 \$(pe:%.17g)"
 write_dump all custom f64.dump id fx fy fz modify sort id format float %.17g
 
-pair_style mdband model.pt dtype float32 device $DEVICE
+pair_style mdband model.mdband dtype float32 device $DEVICE
 pair_coeff * * Si C
 run 0
 print "RESULT pe32 \$(pe:%.17g)"
@@ -179,7 +179,7 @@ MDBAND_TIMING=1 lmp -in in.gpu -log lmp.log -nocite | tee lmp.out
 
 say "mdband run --engine lammps on $DEVICE (float32 NVE)"
 # random weights heat the atoms up: a timing run, so the runaway guard is off
-"$PY" -m mdband.cli run --engine lammps --structure sic.xyz --model model.pt --device "$DEVICE" \
+"$PY" -m mdband.cli run --engine lammps --structure sic.xyz --model model.mdband --device "$DEVICE" \
   --dtype float32 --steps "$STEPS" --temperature 600 --timestep 0.5 --seed 3 --no-progress \
   --max-temperature 0 \
   --traj-every "$STEPS" --trajectory run.h5 --overwrite | tee run.out

@@ -1,7 +1,7 @@
 """A long `mdband run --device cuda` of a large cell, in two device calls joined by a restart.
 
 Model: deepmd-kit's default DPA4 config (random weights, seed 0, float32, written to
-``STATE/model.pt`` identically in both phases); system: rattled diamond, 8·n³ atoms (n = 24:
+``STATE/model.mdband`` identically in both phases); system: rattled diamond, 8·n³ atoms (n = 24:
 110,592 atoms, chunked under the memory budget). One call cannot hold 100 steps of that cell
 (about 7 s per step on an H200 against a 10-minute limit), so:
 
@@ -56,7 +56,7 @@ KEEP = ("run.ckpt", "run.h5", "run.log")  # what comes back and travels (no lock
 def main_run(args, resume: bool) -> dict:
     """``mdband run`` of the big cell into STATE; its own ms/step summary, and wall time."""
     cmd = [sys.executable, "-m", "mdband.cli", "run", "--structure", str(STATE / "start.xyz"),
-           "--model", str(STATE / "model.pt"), "--device", args.device, "--ensemble",
+           "--model", str(STATE / "model.mdband"), "--device", args.device, "--ensemble",
            "nvt-langevin", "--temperature", "300", "--seed", "7", "--timestep", "0.5",
            "--steps", str(args.steps if resume else args.split),
            "--traj-every", str(args.traj_every), "--checkpoint-every", str(args.split),
@@ -119,7 +119,7 @@ def start(args) -> dict:
     STATE.mkdir()
     gpu_md.DEVICE = args.device
     pot = random_potential(gpu_md.CFG, seed=0, gain=0.5)
-    pot.save(str(STATE / "model.pt"))
+    pot.save(str(STATE / "model.mdband"))
     gpu_md.structure(args.size, STATE / "start.xyz")
     out = {"atoms": 8 * args.size**3}
     with tempfile.TemporaryDirectory() as d:
@@ -141,7 +141,7 @@ def start(args) -> dict:
 def finish(args) -> dict:
     out = {"atoms": 8 * args.size**3}
     gpu_md.structure(args.size, STATE / "start.xyz")  # same bytes as in the first call
-    random_potential(gpu_md.CFG, seed=0, gain=0.5).save(str(STATE / "model.pt"))
+    random_potential(gpu_md.CFG, seed=0, gain=0.5).save(str(STATE / "model.mdband"))
     out["run"] = main_run(args, resume=True)
     print("run", out["run"], flush=True)
     out["trajectory"] = frames_complete(STATE / "run.h5", args.steps, args.traj_every)

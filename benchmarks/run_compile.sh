@@ -13,11 +13,11 @@ from ase.io import write
 from gpu_profile import config
 from vs_deepmd import diamond
 from mdband.model.factory import random_potential
-random_potential(config("mini"), seed=0, gain=0.5).save(f"{sys.argv[1]}/mini.pt")
+random_potential(config("mini"), seed=0, gain=0.5).save(f"{sys.argv[1]}/mini.mdband")
 write(f"{sys.argv[1]}/d8.extxyz", diamond(8), format="extxyz")
 PY
 for c in ${COMPILES:-off on}; do
-    timeout 200 python3 -m mdband.cli run --structure "$work/d8.extxyz" --model "$work/mini.pt" \
+    timeout 200 python3 -m mdband.cli run --structure "$work/d8.extxyz" --model "$work/mini.mdband" \
         --device cuda --ensemble nvt-langevin --temperature 300 --steps "${STEPS:-1000}" \
         --traj-every 100 --trajectory "$work/t-$c.h5" --log "$work/run-$c.log" --no-progress \
         --seed 1 --guard-distance 0 --max-temperature 0 --compile "$c" >"$work/out-$c.txt" 2>&1

@@ -448,10 +448,22 @@ class Potential:
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:
-        """Write mdband's own versioned model file (see :mod:`mdband.io.modelfile`)."""
+        """Write mdband's own versioned model file (see :mod:`mdband.io.modelfile`); its name
+        ends in ``.mdband`` by convention and never in deepmd-kit's ``.pt``/``.pth``/``.pt2``
+        (:class:`~mdband.errors.ModelFileError`)."""
+        from mdband.io.model_output import check_mdband_name
         from mdband.io.modelfile import save_model_file
 
+        check_mdband_name(path)
         save_model_file(self, path)
+
+    def save_deepmd(self, path, precision: str | None = None) -> None:
+        """Write a deepmd-kit 3.2 training checkpoint (``.pt``) of this SeZM model, which
+        deepmd-kit's ``DeepPot``, ``dp --pt test`` and ``dp --pt freeze`` read with the same
+        numbers (see :mod:`mdband.io.deepmd_export`); ``precision`` defaults to the weights'."""
+        from mdband.io.deepmd_export import save_deepmd_checkpoint
+
+        save_deepmd_checkpoint(self, path, precision)
 
     def __repr__(self) -> str:
         return (

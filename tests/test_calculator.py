@@ -117,7 +117,7 @@ def test_unknown_element_is_named(lj):
 
 
 def test_model_path_and_dtype(lj, tmp_path):
-    path = tmp_path / "lj.pt"
+    path = tmp_path / "lj.mdband"
     lj.save(path)
     calc = Calculator(str(path), device="cpu", dtype="float64")
     assert calc.potential.dtype == torch.float64

@@ -107,6 +107,6 @@ def test_run_flag_reaches_the_model(monkeypatch):
     from mdband.md.setup import model_options
 
     monkeypatch.delenv("MDBAND_HOST_MEMORY", raising=False)
-    cfg = RunConfig(structure="s.xyz", model="m.pt", device="cpu", host_memory="system")
+    cfg = RunConfig(structure="s.xyz", model="m.mdband", device="cpu", host_memory="system")
     assert model_options(cfg)["host_memory"] == "system"
-    assert "host_memory" not in model_options(RunConfig(structure="s.xyz", model="m.pt"))
+    assert "host_memory" not in model_options(RunConfig(structure="s.xyz", model="m.mdband"))

@@ -129,14 +129,14 @@ def test_child_process_finds_test_kinds_only_through_the_setting(tmp_path):
     """A fresh process (as ``mdband run`` or LAMMPS start) loads product models without
     importing mdband.testing, refuses an lj file with the one-line hint, and loads it once
     ``MDBAND_PLUGINS`` names the module."""
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     code = """
         import sys
         import mdband
         from mdband.cli import main
         mdband.load_model("builtin:emt-cuni")
         assert not [m for m in sys.modules if m.startswith("mdband.testing")], "testing imported"
-        main(["info", "lj.pt"])
+        main(["info", "lj.mdband"])
     """
     bare = _child(code, None, tmp_path)
     assert bare.returncode == 2, bare.stderr

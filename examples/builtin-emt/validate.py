@@ -14,7 +14,7 @@
 Usage::
 
     python validate.py                               # the shipped builtin:emt-cuni
-    python validate.py --model emt-cuni.pt --nvt-ps 2 --nve-ps 1   # a quick check
+    python validate.py --model emt-cuni.mdband --nvt-ps 2 --nve-ps 1   # a quick check
 Writes ``validation.json`` next to the script's working directory and prints a summary.
 """
 

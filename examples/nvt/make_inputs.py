@@ -18,8 +18,8 @@ def main(directory: Path) -> None:
     atoms.rattle(0.02, seed=0)
     ase.io.write(directory / "argon.xyz", atoms)
     # argon-like LJ (epsilon 0.0104 eV, sigma 3.4 Å), switched smoothly to zero at 8.5 Å
-    lennard_jones_potential(type_map=("Ar",)).save(directory / "lj-argon.pt")
-    print(f"wrote {directory / 'argon.xyz'} and {directory / 'lj-argon.pt'}")
+    lennard_jones_potential(type_map=("Ar",)).save(directory / "lj-argon.mdband")
+    print(f"wrote {directory / 'argon.xyz'} and {directory / 'lj-argon.mdband'}")
 
 
 if __name__ == "__main__":

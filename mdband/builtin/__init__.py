@@ -1,6 +1,6 @@
 """Models shipped inside the package, loadable as ``builtin:NAME``.
 
-Each built-in model is an mdband model file ``NAME.pt`` in this folder with its model card
+Each built-in model is an mdband model file ``NAME.mdband`` in this folder with its model card
 ``NAME.md`` beside it (training data, sizes, validation errors, valid range).
 """
 
@@ -15,12 +15,12 @@ _HERE = Path(__file__).resolve().parent
 
 def builtin_models() -> list[str]:
     """Names of the built-in models (``load_model("builtin:NAME")``)."""
-    return sorted(p.stem for p in _HERE.glob("*.pt"))
+    return sorted(p.stem for p in _HERE.glob("*.mdband"))
 
 
 def builtin_path(name: str) -> Path:
     """Path of the built-in model ``name``; :class:`ModelFileError` for an unknown name."""
-    path = _HERE / f"{name}.pt"
+    path = _HERE / f"{name}.mdband"
     if not name or "/" in name or "\\" in name or not path.is_file():
         known = ", ".join(builtin_models()) or "none"
         raise ModelFileError(f"unknown built-in model {name!r} (available: {known})")

@@ -1,4 +1,5 @@
-"""``mdband convert IN OUT``: deepmd-kit SeZM checkpoint → mdband model file."""
+"""``mdband convert IN OUT``: a model (deepmd-kit SeZM checkpoint, mdband file, builtin:NAME) to
+an mdband model file (``OUT.mdband``) or a deepmd-kit training checkpoint (``OUT.pt``)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,47 @@ from mdband.cli.common import fail_on_user_error, user_error
 @click.command("convert")
 @click.argument("src")
 @click.argument("dst")
+@click.option(
+    "--to",
+    "fmt",
+    type=click.Choice(["mdband", "deepmd"]),
+    default=None,
+    help="Format of DST: mdband (a .mdband file) or deepmd (a deepmd-kit 3.2 training "
+    "checkpoint, .pt)  [from DST's name]",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["float32", "float64"]),
+    default=None,
+    help="deepmd: precision of the checkpoint's weights and computation [float64].",
+)
 @click.option("--head", default=None, help="Head of a multi-task deepmd-kit checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @click.option(
     "--device", default="auto", show_default=True, help="auto (CUDA when available), cpu, cuda."
 )
 @fail_on_user_error
-def command(src, dst, head, overwrite, device):
-    """Convert a deepmd-kit SeZM checkpoint (or mdband file) SRC into an mdband model file DST."""
+def command(src, dst, fmt, precision, head, overwrite, device):
+    """Convert the model SRC into DST: an mdband model file (DST.mdband, or --to mdband) or a
+    deepmd-kit training checkpoint (DST.pt, or --to deepmd) that deepmd-kit's DeepPot,
+    `dp --pt test` and `dp --pt freeze` read with the same numbers. A DST named .pt is always
+    a deepmd-kit checkpoint."""
+    from mdband.io.model_output import output_model_format
     from mdband.loader import load_model
 
+    fmt = output_model_format(dst, fmt)
+    if precision is not None and fmt != "deepmd":
+        user_error("--precision applies to deepmd-kit checkpoints (--to deepmd)")
     if Path(dst).exists() and not overwrite:
         user_error(f"{dst} exists; pass --overwrite to replace it")
     pot = load_model(src, head=head, dtype="float64", device=device)
-    pot.save(dst)
+    if fmt == "deepmd":
+        pot.save_deepmd(dst, precision=precision or "float64")
+        what = f"deepmd-kit checkpoint ({precision or 'float64'})"
+    else:
+        pot.save(dst)
+        what = "mdband model file"
     click.echo(
-        f"wrote {dst}: {pot.kind}, type map {' '.join(pot.type_map)}, hash {pot.model_hash[:16]}"
+        f"wrote {dst}: {what}, {pot.kind}, type map {' '.join(pot.type_map)}, "
+        f"hash {pot.model_hash[:16]}"
     )

@@ -66,6 +66,8 @@ _TRAIN_FLAGS = (
     "threads",
     "log",
     "head",
+    "data_format",
+    "format",
 )
 # flag -> [model] option (architecture of a model trained from scratch)
 _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_layers")
@@ -73,7 +75,24 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 
 @click.command("fit", cls=_OneLineCommand)
 @click.argument("data", nargs=-1, type=click.Path())
-@click.option("-o", "--output", type=click.Path(), help="mdband model file to write.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(),
+    help="Model to write: NAME.mdband (mdband's file) or NAME.pt (deepmd-kit checkpoint).",
+)
+@click.option(
+    "--format",
+    type=click.Choice(["mdband", "deepmd"]),
+    help="Format of --output: mdband, or deepmd (a deepmd-kit 3.2 training checkpoint that "
+    "DeepPot, dp --pt test and dp --pt freeze read) [from the output's name].",
+)
+@click.option(
+    "--data-format",
+    metavar="FMT",
+    help="Format of DATA as dpdata names it (deepmd/npy, deepmd/npy/mixed, deepmd/hdf5, "
+    "deepmd/raw, lammps/dump, vasp/outcar, vasp/xml, extxyz, ...) [from each path].",
+)
 @click.option("--init", default=None, help="Model to fine-tune (checkpoint, mdband file).")
 @click.option("--config", "config_file", type=click.Path(), help="TOML file with the settings.")
 @click.option("--epochs", type=int, help="Passes over the training set [50].")
@@ -93,7 +112,11 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 @click.option("--energy-key", help="info key of the energy (default: calculator / 'energy').")
 @click.option("--forces-key", help="arrays key of the forces (default: calculator / 'forces').")
 @click.option("--virial-key", help="info key of the virial (default: 'virial' or stress).")
-@click.option("--type-map", help="Elements of a new model, e.g. Cu,Ni (default: from data).")
+@click.option(
+    "--type-map",
+    help="Type map of a new model, e.g. Cu,Ni: its types in order, which also name the numbered "
+    "types of the data (type 0, LAMMPS type 1, is Cu) [elements of the data].",
+)
 @click.option("--channels", type=int, help="New model: channels [16].")
 @click.option("--lmax", type=int, help="New model: maximum degree [1].")
 @click.option("--n-blocks", type=int, help="New model: interaction blocks [1].")
@@ -114,11 +137,12 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 @click.pass_context
 @fail_on_user_error
 def command(ctx, data, output, init, config_file, quiet, type_map, l_schedule, **flags):
-    """Train a SeZM model on DATA (extxyz/ASE files, .db, deepmd npy systems).
+    """Train a SeZM model on DATA: deepmd-kit systems (npy, npy/mixed, hdf5, raw), LAMMPS
+    dumps with --type-map, VASP OUTCAR/vasprun.xml, extxyz and other ASE files, ASE .db.
 
     From scratch (architecture from [model] in --config or the model flags), or fine-tune
-    --init MODEL keeping its type map. Writes an mdband model file with the averaged weights
-    and prints the validation errors.
+    --init MODEL keeping its type map. Writes the averaged weights as an mdband model file
+    (-o NAME.mdband) or a deepmd-kit checkpoint (-o NAME.pt) and prints the validation errors.
     """
     from rich.console import Console
 

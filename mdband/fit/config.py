@@ -51,7 +51,9 @@ class FitConfig:
     """Settings of one training run (see ``mdband fit --help`` for each)."""
 
     data: list[str] = field(default_factory=list)
+    data_format: str | None = None
     output: str | None = None
+    format: str | None = None
     init: str | None = None
     head: str | None = None
     model: dict = field(default_factory=dict)
@@ -194,11 +196,30 @@ class FitConfig:
         if self.init is not None and self.model:
             bad("model options configure a model trained from scratch; drop them with --init")
         if self.init is not None and self.type_map is not None:
-            bad("type_map is taken from the --init model; drop it")
+            bad("type_map is taken from the --init model (it also names numbered types); drop it")
+        self._check_formats(bad)
         if self.type_map is not None and (not isinstance(self.type_map, list) or not self.type_map):
             bad("type_map must be a non-empty list of element symbols")
         if self.resume and self.overwrite:
             bad("--resume continues the checkpointed run; it cannot be combined with --overwrite")
+
+    def _check_formats(self, bad) -> None:
+        from mdband.errors import ModelFileError
+        from mdband.io.frames import DatasetError
+        from mdband.io.model_output import output_model_format
+        from mdband.io.systems import format_name
+
+        try:
+            format_name(self.data_format)
+        except DatasetError as exc:
+            bad(f"data_format: {exc}")
+        if self.output is not None:
+            try:
+                output_model_format(self.output, self.format)
+            except ModelFileError as exc:
+                bad(str(exc))
+        elif self.format not in (None, "mdband", "deepmd"):
+            bad(f"format must be mdband or deepmd, got {self.format!r}")
 
 
 def read_toml(path) -> dict:

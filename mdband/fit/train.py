@@ -45,6 +45,7 @@ from mdband.fit.loss import (
 )
 from mdband.fit.report import Reporter, format_metrics
 from mdband.fit.start import energy_shift, start_model
+from mdband.io.model_output import write_model
 from mdband.potential import Potential, resolve_device
 from mdband.settings import EngineSettings
 
@@ -196,8 +197,16 @@ def fit(
     host_memory.apply(EngineSettings.resolve().host_memory, device)  # CPU training: no refaults
     dtype = torch.float32 if cfg.dtype == "float32" else torch.float64
 
+    # a resumed or fine-tuned model's type map also names the data's numbered types (dp train)
+    start = start_model(cfg, ck, None) if (ck is not None or cfg.init is not None) else None
     frames = read_dataset(
-        cfg.data, energy_key=cfg.energy_key, forces_key=cfg.forces_key, virial_key=cfg.virial_key
+        cfg.data,
+        cfg.data_format,
+        cfg.type_map,
+        default_type_map=None if start is None else start.type_map,
+        energy_key=cfg.energy_key,
+        forces_key=cfg.forces_key,
+        virial_key=cfg.virial_key,
     )
     if cfg.max_frames is not None and len(frames) > cfg.max_frames:
         keep = np.random.default_rng(cfg.seed).choice(len(frames), cfg.max_frames, replace=False)
@@ -207,7 +216,7 @@ def fit(
         check_resume(ck, cfg, fingerprint)
 
     # ---- model and data split
-    start = start_model(cfg, ck, frames)
+    start = start or start_model(cfg, ck, frames)
     kind, type_map, model_cfg, model = start.kind, start.type_map, start.config, start.model
     missing = [e for e in elements_of(frames) if e not in type_map]
     if missing:
@@ -313,7 +322,7 @@ def fit(
     out = None
     if cfg.output is not None:
         out = Path(cfg.output)
-        pot.save(out)
+        write_model(pot, out, cfg.format)
     return FitResult(
         potential=pot,
         output=out,

@@ -31,7 +31,7 @@ def work(tmp_path, monkeypatch):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(tmp_path / "ar.xyz", atoms)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     return tmp_path
 
 
@@ -39,7 +39,7 @@ def cli(*args):
     return CliRunner().invoke(main, list(map(str, args)))
 
 
-RUN = ("--structure", "ar.xyz", "--model", "lj.pt", "--steps", 4, "--traj-every", 2)
+RUN = ("--structure", "ar.xyz", "--model", "lj.mdband", "--steps", 4, "--traj-every", 2)
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])
@@ -70,7 +70,7 @@ def test_verbose_logs_model_load_and_checkpoints(work):
     res = cli("-v", "run", *RUN, "--no-progress", "--checkpoint", "c.ckpt")
     assert res.exit_code == 0, res.output
     err = " ".join(res.stderr.split())
-    assert "INFO" in err and "loaded model lj.pt" in err and "checkpoint written" in err
+    assert "INFO" in err and "loaded model lj.mdband" in err and "checkpoint written" in err
     assert "DEBUG" not in err and "Step" in res.stdout  # logs on stderr, table on stdout
 
 
@@ -146,8 +146,8 @@ def test_calculator_and_info_follow_the_rule(work, monkeypatch):
     from mdband.calculator import Calculator
     from mdband.potential import resolve_device
 
-    calc = Calculator(str(work / "lj.pt"))
+    calc = Calculator(str(work / "lj.mdband"))
     assert calc.potential.device == resolve_device("auto")
-    res = cli("info", "lj.pt", "--json")
+    res = cli("info", "lj.mdband", "--json")
     assert res.exit_code == 0, res.output
     assert f'"device": "{resolve_device("auto")}"' in res.stdout

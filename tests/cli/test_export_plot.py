@@ -21,8 +21,8 @@ def run_dir(tmp_path_factory):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(d / "ar.xyz", atoms)
-    lennard_jones_potential().save(d / "lj.pt")
-    common = ["run", "--structure", str(d / "ar.xyz"), "--model", str(d / "lj.pt")]
+    lennard_jones_potential().save(d / "lj.mdband")
+    common = ["run", "--structure", str(d / "ar.xyz"), "--model", str(d / "lj.mdband")]
     common += ["--ensemble", "npt-mtk", "--temperature", "80", "--pressure", "0.1"]
     common += ["--timestep", "5", "--steps", "60", "--traj-every", "3", "--seed", "1"]
     common += ["--no-progress", "--threads", "1"]

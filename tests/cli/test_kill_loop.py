@@ -28,7 +28,7 @@ from mdband.testing.lj import lennard_jones_potential
 STEPS, TRAJ_EVERY, CKPT_EVERY, KILLS = 400, 5, 20, 20
 ARGS = [
     "run",
-    "--structure", "ar.xyz", "--model", "lj.pt", "--ensemble", "nvt-langevin",
+    "--structure", "ar.xyz", "--model", "lj.mdband", "--ensemble", "nvt-langevin",
     "--temperature", "80", "--timestep", "5", "--steps", str(STEPS), "--seed", "13",
     "--traj-every", str(TRAJ_EVERY), "--checkpoint-every", str(CKPT_EVERY),
     "--trajectory", "t.h5", "--checkpoint", "c.ckpt", "--log", "r.log",
@@ -127,7 +127,7 @@ def work(tmp_path):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(tmp_path / "ar.xyz", atoms)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield tmp_path
@@ -186,7 +186,7 @@ def test_kills_inside_writes_then_resume_is_exact(work):
 
     # the same run without interruption
     cfg = RunConfig(
-        structure=str(work / "ar.xyz"), model=str(work / "lj.pt"), ensemble="nvt-langevin",
+        structure=str(work / "ar.xyz"), model=str(work / "lj.mdband"), ensemble="nvt-langevin",
         temperature=80.0, timestep=5.0, steps=STEPS, seed=13, traj_every=TRAJ_EVERY,
         checkpoint_every=CKPT_EVERY, trajectory=str(work / "ref.h5"),
         checkpoint=str(work / "ref.ckpt"), dtype="float64", progress=False,

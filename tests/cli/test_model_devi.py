@@ -22,7 +22,7 @@ def models(tmp_path):
     ]
     paths = []
     for k, pot in enumerate(pots):
-        paths.append(tmp_path / f"m{k}.pt")
+        paths.append(tmp_path / f"m{k}.mdband")
         pot.save(paths[-1])
     return pots, [str(p) for p in paths]
 
@@ -70,7 +70,7 @@ def test_model_devi_refusals(tmp_path, models, frames):
     res = CliRunner().invoke(main, ["model-devi", *paths, "-s", str(path), "-o", str(out)])
     assert res.exit_code == 2 and "exists" in res.output
     assert out.read_text() == "keep me\n"
-    kr = tmp_path / "kr.pt"
+    kr = tmp_path / "kr.mdband"
     lennard_jones_potential(type_map=("Kr",)).save(kr)
     res = CliRunner().invoke(
         main, ["model-devi", paths[0], str(kr), "-s", str(path), "-o", str(out), "--overwrite"]

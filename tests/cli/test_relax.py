@@ -23,7 +23,7 @@ def work(tmp_path, monkeypatch):
     strained.rattle(0.02, seed=3)
     ase.io.write(tmp_path / "strained.xyz", strained)
     Atoms("Ar2", positions=[[0, 0, 0], [3.6, 0, 0]]).write(tmp_path / "gas.xyz")
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     return tmp_path
 
 
@@ -35,7 +35,7 @@ def snapshot(directory):
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-BASE = ("--structure", "rattled.xyz", "--model", "lj.pt", "--output", "out.xyz")
+BASE = ("--structure", "rattled.xyz", "--model", "lj.mdband", "--output", "out.xyz")
 
 
 def test_relax_prints_progress_and_the_result(work):
@@ -51,7 +51,7 @@ def test_relax_prints_progress_and_the_result(work):
 
 def test_cell_relaxation_with_bfgs_and_a_trajectory(work):
     res = relax(
-        "--structure", "strained.xyz", "--model", "lj.pt", "--output", "out.extxyz",
+        "--structure", "strained.xyz", "--model", "lj.mdband", "--output", "out.extxyz",
         "--cell", "--optimizer", "bfgs", "--trajectory", "path.traj",
     )  # fmt: skip
     assert res.exit_code == 0, res.output

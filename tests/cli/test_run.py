@@ -23,9 +23,9 @@ def work(tmp_path, monkeypatch):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(tmp_path / "ar.xyz", atoms)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     (tmp_path / "run.toml").write_text(
-        'structure = "ar.xyz"\nmodel = "lj.pt"\nensemble = "nvt-bussi"\ntemperature = 80\n'
+        'structure = "ar.xyz"\nmodel = "lj.mdband"\nensemble = "nvt-bussi"\ntemperature = 80\n'
         "timestep = 5.0\nsteps = 40\nseed = 3\ntraj-every = 10\ncheckpoint_every = 10\n"
         'dtype = "float64"\nprogress = false\n'
     )
@@ -95,7 +95,7 @@ def test_float32_model_and_frame_choice(work):
         "--frame",
         0,
         "--model",
-        "lj.pt",
+        "lj.mdband",
         "--steps",
         5,
         "--dtype",
@@ -141,14 +141,14 @@ def _garbage(work):
 
 
 def _text_model(work):
-    (work / "notes.pt").write_text("I am not a model")
-    return "notes.pt"
+    (work / "notes.mdband").write_text("I am not a model")
+    return "notes.mdband"
 
 
 def _truncated_model(work):
-    data = (work / "lj.pt").read_bytes()
-    (work / "cut.pt").write_bytes(data[: len(data) // 2])
-    return "cut.pt"
+    data = (work / "lj.mdband").read_bytes()
+    (work / "cut.mdband").write_bytes(data[: len(data) // 2])
+    return "cut.mdband"
 
 
 BAD_INPUTS = {
@@ -159,8 +159,8 @@ BAD_INPUTS = {
     "nan coordinates": (["--structure", _nan], "positions contain NaN or inf"),
     "flat periodic cell": (["--structure", _flat], "zero volume"),
     "missing model": (["--model", "none.pt"], "model file none.pt does not exist"),
-    "not a model": (["--model", _text_model], "cannot read model file notes.pt"),
-    "corrupt model": (["--model", _truncated_model], "cannot read model file cut.pt"),
+    "not a model": (["--model", _text_model], "cannot read model file notes.mdband"),
+    "corrupt model": (["--model", _truncated_model], "cannot read model file cut.mdband"),
     "zero timestep": (["--timestep", "0"], "timestep must be positive"),
     "negative timestep": (["--timestep", "-1"], "timestep must be positive"),
     "zero steps": (["--steps", "0"], "steps must be positive"),
@@ -239,13 +239,13 @@ def _existing_outputs(work):
         (["--trajectory", "new.h5"], "checkpoint file c.ckpt exists; use --overwrite"),
         (["--resume", "--timestep", "2"], "cannot resume with changed settings: timestep 5.0"),
         (["--resume", "--ensemble", "nve"], "ensemble 'nvt-bussi' -> 'nve'"),
-        (["--resume", "--model", "other.pt"], "was written with model"),
+        (["--resume", "--model", "other.mdband"], "was written with model"),
         (["--resume", "--steps", "10"], "steps 10 is below the checkpoint's step 20"),
         (["--resume", "--overwrite"], "exclude each other"),
     ],
 )
 def test_refusals_with_existing_outputs(work, args, message):
-    lennard_jones_potential(epsilon=0.0105).save(work / "other.pt")
+    lennard_jones_potential(epsilon=0.0105).save(work / "other.mdband")
     before = _existing_outputs(work)
     res = invoke(
         "--config",

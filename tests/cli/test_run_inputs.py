@@ -27,7 +27,7 @@ def work(tmp_path, monkeypatch):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(tmp_path / "ar.xyz", atoms)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     return tmp_path
 
 
@@ -78,7 +78,7 @@ def test_deepmd_system_as_structure(tmp_path, monkeypatch):
 
 def test_final_and_csv_log(work):
     res = invoke(
-        *("--structure", "ar.xyz", "--model", "lj.pt", "--steps", 6, "--traj-every", 2),
+        *("--structure", "ar.xyz", "--model", "lj.mdband", "--steps", 6, "--traj-every", 2),
         *("--ensemble", "nvt-bussi", "--seed", 2, "--no-progress", "--log", "thermo.csv"),
     )
     assert res.exit_code == 0, res.output
@@ -92,7 +92,7 @@ def test_final_and_csv_log(work):
     assert final.has("momenta") and len(final) == 32
     assert float(rows[-1]["potential_energy_eV"]) == pytest.approx(final.get_potential_energy())
     # an explicit --final in another ASE format; rerun needs --overwrite for the CSV log
-    again = ("--structure", "thermo.final.xyz", "--model", "lj.pt", "--steps", 2)
+    again = ("--structure", "thermo.final.xyz", "--model", "lj.mdband", "--steps", 2)
     res = invoke(*again, "--no-progress", "--final", "end.traj", "--log", "thermo.csv")
     assert res.exit_code == 2 and "thermo.csv exists" in res.stderr
     res = invoke(*again, "--no-progress", "--final", "end.traj")
@@ -116,7 +116,7 @@ def test_final_and_csv_log(work):
 )
 def test_bad_new_flags_are_one_line(work, args, message):
     before = sorted(p.name for p in work.iterdir())
-    res = invoke("--structure", "ar.xyz", "--model", "lj.pt", "--steps", 2, *args)
+    res = invoke("--structure", "ar.xyz", "--model", "lj.mdband", "--steps", 2, *args)
     assert res.exit_code == 2, res.output
     assert message in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert sorted(p.name for p in work.iterdir()) == before
@@ -124,6 +124,6 @@ def test_bad_new_flags_are_one_line(work, args, message):
 
 def test_default_final_refuses_to_overwrite(work):
     (work / "t.final.xyz").write_text("keep me")
-    res = invoke("--structure", "ar.xyz", "--model", "lj.pt", "--trajectory", "t.h5")
+    res = invoke("--structure", "ar.xyz", "--model", "lj.mdband", "--trajectory", "t.h5")
     assert res.exit_code == 2 and "final file t.final.xyz exists" in res.stderr
     assert (work / "t.final.xyz").read_text() == "keep me"

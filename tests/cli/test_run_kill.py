@@ -26,7 +26,7 @@ ARGS = [
     "--structure",
     "ar.xyz",
     "--model",
-    "lj.pt",
+    "lj.mdband",
     "--ensemble",
     "nvt-langevin",
     "--temperature",
@@ -75,7 +75,7 @@ def work(tmp_path):
     atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     atoms.rattle(0.05, seed=1)
     ase.io.write(tmp_path / "ar.xyz", atoms)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     return tmp_path
 
 
@@ -112,7 +112,7 @@ def test_sigkill_then_resume(work):
     try:
         cfg = RunConfig(
             structure=str(work / "ar.xyz"),
-            model=str(work / "lj.pt"),
+            model=str(work / "lj.mdband"),
             ensemble="nvt-langevin",
             temperature=80.0,
             timestep=5.0,

@@ -49,7 +49,7 @@ def test_help_documents_the_exit_codes_and_guards(work):
         (["--max-temperature", "-3"], "max_temperature must be >= 0"),
         (["--log", "run.toml", "--overwrite"], "log file run.toml is the config file"),
         (["--trajectory", "ar.xyz", "--overwrite"], "trajectory file ar.xyz is the structure"),
-        (["--log", "lj.pt", "--overwrite"], "log file lj.pt is the model"),
+        (["--log", "lj.mdband", "--overwrite"], "log file lj.mdband is the model"),
     ],
 )
 def test_refused_before_anything_is_written(work, args, message):

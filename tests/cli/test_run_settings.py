@@ -30,7 +30,7 @@ SPECIAL = {
 }
 OWN_TEST = {"resume"}
 # settings valid only together with another one
-COMPANIONS = {"committee": {"model_devi": "devi.out"}, "model_devi": {"committee": ["b.pt"]}}
+COMPANIONS = {"committee": {"model_devi": "devi.out"}, "model_devi": {"committee": ["b.mdband"]}}
 
 
 def sample(spec):
@@ -69,7 +69,7 @@ def invoke(*args):
     return CliRunner().invoke(main, ["run", *map(str, args)])
 
 
-BASE = {"structure": "s.xyz", "model": "m.pt", "seed": 1}
+BASE = {"structure": "s.xyz", "model": "m.mdband", "seed": 1}
 
 
 def printed(*args):
@@ -119,7 +119,7 @@ def test_flag_and_toml_key_round_trip(tmp_path, monkeypatch, name):
 
 def test_hyphenated_toml_keys(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "a.toml").write_text('structure = "s.xyz"\nmodel = "m.pt"\ntraj-every = 7\n')
+    (tmp_path / "a.toml").write_text('structure = "s.xyz"\nmodel = "m.mdband"\ntraj-every = 7\n')
     assert tomllib.loads(printed("--config", "a.toml"))["traj_every"] == 7
 
 
@@ -129,8 +129,8 @@ def test_print_config_of_a_resume(tmp_path, monkeypatch):
     from ase.io import write
 
     write(tmp_path / "ar.xyz", bulk("Ar", "fcc", a=5.26, cubic=True))
-    lennard_jones_potential().save(tmp_path / "lj.pt")
-    first = ["--structure", "ar.xyz", "--model", "lj.pt", "--steps", 4, "--seed", 9]
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
+    first = ["--structure", "ar.xyz", "--model", "lj.mdband", "--steps", 4, "--seed", 9]
     res = invoke(*first, "--checkpoint", "c.ckpt", "--no-progress", "--temperature", 40)
     assert res.exit_code == 0, res.output
     text = printed("--resume", "--checkpoint", "c.ckpt", "--steps", 8)
@@ -183,7 +183,7 @@ BAD_FLAGS = {
 def test_bad_values_of_new_flags_are_one_line(tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)
     args, message = BAD_FLAGS[case]
-    res = invoke("--structure", "s.xyz", "--model", "m.pt", *args, "--print-config")
+    res = invoke("--structure", "s.xyz", "--model", "m.mdband", *args, "--print-config")
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mdband: error: ") and message in lines[0]

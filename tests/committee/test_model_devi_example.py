@@ -31,7 +31,7 @@ def test_model_devi_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     script(tmp_path, monkeypatch, "make_data.py", "--frames", "4")
     for seed in (1, 2):
-        cli("fit", "finetune.extxyz", "--init", "builtin:emt-cuni", "-o", f"ft-{seed}.pt",
+        cli("fit", "finetune.extxyz", "--init", "builtin:emt-cuni", "-o", f"ft-{seed}.mdband",
             "--seed", str(seed), "--epochs", "1", "--threads", "1", "-q")  # fmt: skip
     script(tmp_path, monkeypatch, "make_structure.py", "--reps", "2", "--output", "cuni-256.xyz")
     out = cli("run", "--config", "run.toml", "--steps", "20", "--threads", "1", "--no-progress")
@@ -42,7 +42,7 @@ def test_model_devi_example_runs(tmp_path, monkeypatch):
     with H5MDReader("cuni.h5") as r:
         np.testing.assert_allclose(r.observable("max_devi_f"), rows[:, 4], rtol=6e-7)
     script(tmp_path, monkeypatch, "select_frames.py", "--lo", "0", "--hi", "10")
-    cli("model-devi", "builtin:emt-cuni", "ft-1.pt", "ft-2.pt", "-s", "candidates.extxyz",
+    cli("model-devi", "builtin:emt-cuni", "ft-1.mdband", "ft-2.mdband", "-s", "candidates.extxyz",
         "-o", "check.out", "--every", "10")  # fmt: skip
     check = np.loadtxt("check.out")
     np.testing.assert_allclose(check[:, 1:], rows[:, 1:], rtol=1e-4, atol=1e-5)  # float32

@@ -31,7 +31,7 @@ def test_finetune_improves_held_out_forces(tmp_path):
     _subset(WATER_DATA / "data_0", tmp_path / "train", [0, 1, 2])
     held_out = read_frames(WATER_DATA / "data_3")[0]  # another system, never trained on
     before = _force_rmse(mdband.load_model(WATER_CKPT, dtype="float64"), held_out)
-    out = tmp_path / "water-ft.pt"
+    out = tmp_path / "water-ft.mdband"
     res = mdband.fit(
         tmp_path / "train",
         out,

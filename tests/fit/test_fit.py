@@ -79,7 +79,7 @@ def test_loss_gradient_through_forces_matches_finite_difference(tmp_path):
 
 
 def test_fit_reduces_validation_loss_and_writes_model(cu_xyz, tmp_path):
-    out = tmp_path / "cu.pt"
+    out = tmp_path / "cu.mdband"
     res = mdband.fit(cu_xyz, out, epochs=6, model=TINY, **FAST)
     assert res.n_train == 12 and res.n_val == 4
     first, last = res.history[0]["val"], res.history[-1]["val"]
@@ -97,12 +97,12 @@ def test_fit_reduces_validation_loss_and_writes_model(cu_xyz, tmp_path):
     assert r.energy == pytest.approx(r2.energy, abs=1e-10)
     assert pot.metadata["source"] == "mdband fit"
     assert pot.metadata["fit"]["validation"]["force_rmse"] == pytest.approx(res.metrics.force_rmse)
-    assert out.with_name("cu.pt.ckpt").exists()
+    assert out.with_name("cu.mdband.ckpt").exists()
 
 
 def test_resume_continues_bit_for_bit(cu_xyz, tmp_path, monkeypatch):
-    full = mdband.fit(cu_xyz, tmp_path / "full.pt", epochs=4, model=TINY, **FAST)
-    part = tmp_path / "part.pt"
+    full = mdband.fit(cu_xyz, tmp_path / "full.mdband", epochs=4, model=TINY, **FAST)
+    part = tmp_path / "part.mdband"
     import mdband.fit.train as train
 
     real, calls = train.evaluate_metrics, []
@@ -117,7 +117,7 @@ def test_resume_continues_bit_for_bit(cu_xyz, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         mdband.fit(cu_xyz, part, epochs=4, model=TINY, checkpoint_every=1, **FAST)
     monkeypatch.setattr(train, "evaluate_metrics", real)
-    assert not part.exists() and part.with_name("part.pt.ckpt").exists()
+    assert not part.exists() and part.with_name("part.mdband.ckpt").exists()
     with pytest.raises(OutputExistsError, match="resume"):
         mdband.fit(cu_xyz, part, epochs=4, model=TINY, **FAST)
     with pytest.raises(CheckpointMismatchError, match="lr"):
@@ -137,11 +137,11 @@ def test_resume_continues_bit_for_bit(cu_xyz, tmp_path, monkeypatch):
 def test_finetune_keeps_type_map_and_refits_shift(tmp_path):
     data = tmp_path / "cuni.extxyz"
     ase.io.write(data, emt_frames(8, seed=3, symbols=("Cu", "Ni"), reps=(2, 1, 1)), format="extxyz")
-    base = tmp_path / "base.pt"
+    base = tmp_path / "base.mdband"
     mdband.fit(data, base, epochs=4, model=TINY, type_map=["Ni", "Cu", "Ag"], **FAST)
     pot0 = mdband.load_model(base, dtype="float64")
     assert pot0.type_map == ["Ni", "Cu", "Ag"]
-    out = tmp_path / "ft.pt"
+    out = tmp_path / "ft.mdband"
     res = mdband.fit(data, out, init=base, epochs=2, **{**FAST, "lr": 2e-4})
     pot = mdband.load_model(out, dtype="float64")
     assert pot.type_map == ["Ni", "Cu", "Ag"] and pot.config == pot0.config
@@ -163,12 +163,12 @@ def test_finetune_keeps_type_map_and_refits_shift(tmp_path):
 
 
 def test_unknown_element_and_bad_settings(tmp_path, cu_xyz):
-    base = tmp_path / "cu.pt"
+    base = tmp_path / "cu.mdband"
     mdband.fit(cu_xyz, base, epochs=1, model=TINY, **FAST)
     ni = tmp_path / "ni.extxyz"
     ase.io.write(ni, emt_frames(2, seed=4, symbols=("Ni",)), format="extxyz")
     with pytest.raises(UnknownElementError, match="Ni"):
-        mdband.fit(ni, tmp_path / "x.pt", init=base, epochs=1, **FAST)
+        mdband.fit(ni, tmp_path / "x.mdband", init=base, epochs=1, **FAST)
     with pytest.raises(UnknownElementError):
         mdband.fit(ni, None, type_map=["Cu"], epochs=1, model=TINY, **FAST)
     with pytest.raises(OutputExistsError, match="overwrite"):
@@ -188,7 +188,7 @@ def test_unknown_element_and_bad_settings(tmp_path, cu_xyz):
     with pytest.raises(DatasetError, match="empty"):
         mdband.fit([], None)
     with pytest.raises(FitConfigError, match="resume"):
-        mdband.fit(cu_xyz, tmp_path / "new.pt", resume=True)
+        mdband.fit(cu_xyz, tmp_path / "new.mdband", resume=True)
 
 
 def test_training_runs_on_the_torch_path_whatever_the_kernel_setting(cu_xyz, tmp_path, monkeypatch):
@@ -196,9 +196,9 @@ def test_training_runs_on_the_torch_path_whatever_the_kernel_setting(cu_xyz, tmp
     MDBAND_KERNELS asks for the fused ops (whose closed-form backward ops are not), and the
     returned potential uses the engine settings of the environment."""
     kw = dict(epochs=1, model=TINY, **FAST)
-    ref = mdband.fit(cu_xyz, tmp_path / "a.pt", **kw)
+    ref = mdband.fit(cu_xyz, tmp_path / "a.mdband", **kw)
     monkeypatch.setenv("MDBAND_KERNELS", "ops")
-    got = mdband.fit(cu_xyz, tmp_path / "b.pt", **kw)
+    got = mdband.fit(cu_xyz, tmp_path / "b.mdband", **kw)
     assert got.history[-1]["train_loss"] == ref.history[-1]["train_loss"]
     assert got.metrics.force_rmse == ref.metrics.force_rmse
     assert got.potential.model.settings.kernels == "ops"

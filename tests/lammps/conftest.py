@@ -21,7 +21,7 @@ def models(tmp_path_factory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("models")
     lj = lennard_jones_potential(type_map=ELEMENTS, cutoff=6.5, r_on=5.5)
     mp2 = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
-    paths = {"lj": d / "lj.pt", "mp2": d / "mp2.pt"}
+    paths = {"lj": d / "lj.mdband", "mp2": d / "mp2.mdband"}
     lj.save(paths["lj"])
     mp2.save(paths["mp2"])
     return paths

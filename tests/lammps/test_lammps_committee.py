@@ -1,4 +1,4 @@
-"""``pair_style mdband a.pt b.pt c.pt out_freq N out_file F``: model deviation from LAMMPS.
+"""``pair_style mdband a.mdband b.mdband c.mdband out_freq N out_file F``: model deviation from LAMMPS.
 
 The committee is the LJ model (the dynamics), the two-layer message-passing mp2 (its ghost
 features cross ranks; smaller cutoff) and another LJ; float64. The model_devi.out of ``run 0``
@@ -33,7 +33,7 @@ CELLS = {"tri": dict(grid=(5, 5, 6), tilt=(0.2, -0.15, 0.1), seed=2),
 
 @pytest.fixture(scope="module")
 def committee_files(models, tmp_path_factory):
-    lj2 = tmp_path_factory.mktemp("committee") / "lj2.pt"
+    lj2 = tmp_path_factory.mktemp("committee") / "lj2.mdband"
     lennard_jones_potential(type_map=ELEMENTS, cutoff=6.5, r_on=5.5, sigma=3.5).save(lj2)
     return [str(models["lj"]), str(models["mp2"]), str(lj2)]
 
@@ -152,7 +152,7 @@ def test_existing_file_append_and_overwrite(frames, committee_files, tmp_path):
     ],
 )
 def test_committee_errors(style, expected, frames, committee_files, tmp_path):
-    kr = tmp_path / "kr.pt"
+    kr = tmp_path / "kr.mdband"
     lennard_jones_potential(type_map=("Kr",)).save(kr)
     line = "pair_style mdband " + style.format(lj=committee_files[0], kr=kr)
     script = f"units metal\natom_style atomic\nread_data {frames['tri'][1]}\n{line}\n"

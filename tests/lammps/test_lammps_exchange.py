@@ -130,8 +130,8 @@ def test_select_device(monkeypatch):
 
 def test_mp2_model_file_roundtrip(tmp_path):
     pot = message_passing_potential(type_map=ELEMENTS, seed=3)
-    pot.save(tmp_path / "mp2.pt")
-    back = bridge.load_potential(str(tmp_path / "mp2.pt"), torch.device("cpu"), "float64", None)
+    pot.save(tmp_path / "mp2.mdband")
+    back = bridge.load_potential(str(tmp_path / "mp2.mdband"), torch.device("cpu"), "float64", None)
     assert back.kind == "mp2" and back.model_hash == pot.model_hash
     f = make_frame(grid=(3, 3, 3), seed=4)
     e1 = pot.evaluate(f.positions, f.cell, True, f.species).energy

@@ -105,7 +105,7 @@ def work(tmp_path_factory, models):
 
 
 def nve(*extra):
-    return ("--structure", "mix.xyz", "--model", "mp2.pt", "--engine", "lammps", *extra)
+    return ("--structure", "mix.xyz", "--model", "mp2.mdband", "--engine", "lammps", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_resume_on_two_ranks(work, nve_np1):
 @pytest.mark.parametrize("ensemble", ["nvt-nhc", "nvt-bussi"])
 def test_thermostat_resume_is_exact(work, ensemble):
     """fix nvt's chains and fix temp/csvr's random state travel in LAMMPS' restart file."""
-    args = ("--structure", "mix.xyz", "--model", "mp2.pt", "--engine", "lammps")
+    args = ("--structure", "mix.xyz", "--model", "mp2.mdband", "--engine", "lammps")
     args += ("--ensemble", ensemble)
     a, b = f"{ensemble}-a", f"{ensemble}-b"
     mdband_run(work, *args, "--steps", 20, "--trajectory", f"{a}.h5", "--checkpoint", f"{a}.ck")
@@ -197,7 +197,7 @@ def test_thermostat_resume_is_exact(work, ensemble):
 
 @pytest.fixture(scope="module")
 def lj_runs(work):
-    args = ("--structure", "ar.xyz", "--model", "lj.pt", "--steps", 20, "--timestep", 5)
+    args = ("--structure", "ar.xyz", "--model", "lj.mdband", "--steps", 20, "--timestep", 5)
     out = {}
     for engine in ("ase", "lammps"):
         mdband_run(
@@ -270,7 +270,7 @@ def test_trajectory_has_the_ase_engine_layout(lj_runs):
 def test_bad_input_under_mpirun_is_one_line(work):
     Atoms("Ar2", positions=[[0, 0, 0], [3.8, 0, 0]]).write(work / "gas.xyz")
     proc = mdband_run(
-        work, "--structure", "gas.xyz", "--model", "lj.pt", "--engine", "lammps",
+        work, "--structure", "gas.xyz", "--model", "lj.mdband", "--engine", "lammps",
         "--trajectory", "gas.h5", nprocs=2, check=False,
     )  # fmt: skip
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -292,7 +292,7 @@ def cli_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ar = ase.build.bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
     ase.io.write(tmp_path / "ar.xyz", ar)
-    lennard_jones_potential().save(tmp_path / "lj.pt")
+    lennard_jones_potential().save(tmp_path / "lj.mdband")
     return tmp_path
 
 
@@ -301,7 +301,7 @@ def test_engine_without_plugin_is_one_line_exit_2(cli_dir, monkeypatch):
 
     monkeypatch.setattr(mdband.lammps, "plugin_installed", lambda: False)
     res = invoke(
-        "--structure", "ar.xyz", "--model", "lj.pt", "--engine", "lammps", "--steps", 5,
+        "--structure", "ar.xyz", "--model", "lj.mdband", "--engine", "lammps", "--steps", 5,
         "--trajectory", "t.h5",
     )  # fmt: skip
     assert res.exit_code == 2, res.output
@@ -312,9 +312,9 @@ def test_engine_without_plugin_is_one_line_exit_2(cli_dir, monkeypatch):
 
 
 def test_engine_choice_and_resume_mismatch(cli_dir, monkeypatch):
-    res = invoke("--structure", "ar.xyz", "--model", "lj.pt", "--engine", "gromacs")
+    res = invoke("--structure", "ar.xyz", "--model", "lj.mdband", "--engine", "gromacs")
     assert res.exit_code == 2 and "gromacs" in res.stderr and len(res.stderr.splitlines()) == 1
-    common = ("--structure", "ar.xyz", "--model", "lj.pt", "--no-progress", "--seed", 1)
+    common = ("--structure", "ar.xyz", "--model", "lj.mdband", "--no-progress", "--seed", 1)
     res = invoke(*common, "--steps", 4, "--checkpoint", "a.ck")
     assert res.exit_code == 0, res.output
     res = invoke("--resume", "--checkpoint", "a.ck", "--steps", 8, "--engine", "lammps")

@@ -34,6 +34,6 @@ def argon_xyz(tmp_path):
 
 @pytest.fixture
 def lj_file(tmp_path, lj):
-    path = tmp_path / "lj.pt"
+    path = tmp_path / "lj.mdband"
     lj.save(path)
     return path

@@ -21,7 +21,7 @@ def members(tmp_path):
         lennard_jones_potential(epsilon=0.0110),
         lennard_jones_potential(sigma=3.45, cutoff=8.0, r_on=6.8),
     ]
-    paths = [tmp_path / "m1.pt", tmp_path / "m2.pt"]
+    paths = [tmp_path / "m1.mdband", tmp_path / "m2.mdband"]
     for pot, path in zip(pots, paths):
         pot.save(path)
     return pots, [str(p) for p in paths]
@@ -108,15 +108,15 @@ def test_committee_settings(tmp_path, argon_xyz, lj_file, members):
     c = config(tmp_path, argon_xyz, lj_file, "c", 5, paths)
     assert c.model == str(lj_file) and list(c.committee) == list(paths)
     assert RunConfig(**c.to_dict()) == c  # what a checkpoint records reads back
-    data = normalise_mapping({"model": ["a.pt", "builtin:emt-cuni"], "model-devi": "d.out"}, "/x")
-    assert data["model"] == "/x/a.pt" and data["committee"] == ("builtin:emt-cuni",)
+    data = normalise_mapping({"model": ["a.mdband", "builtin:emt-cuni"], "model-devi": "d.out"}, "/x")
+    assert data["model"] == "/x/a.mdband" and data["committee"] == ("builtin:emt-cuni",)
     assert data["model_devi"] == "/x/d.out"
     bad = [
         ({"model_devi": None}, "needs a model deviation file"),
         ({"model": str(lj_file)}, "model_devi needs a committee"),
         ({"engine": "lammps"}, "not available with engine lammps"),
         ({"model_devi_every": 0}, "model_devi_every must be positive"),
-        ({"committee": ("x.pt",)}, "either as a list of models or as committee"),
+        ({"committee": ("x.mdband",)}, "either as a list of models or as committee"),
     ]
     for kw, message in bad:
         with pytest.raises(ConfigError, match=message):
@@ -130,7 +130,7 @@ def test_existing_model_devi_refused_and_unknown_element(tmp_path, argon_xyz, lj
     with pytest.raises(OutputExistsError, match="model_devi file"):
         run(config(tmp_path, argon_xyz, lj_file, "x", 5, paths, model_devi=str(out)))
     assert out.read_text() == "keep\n" and not (tmp_path / "x.h5").exists()
-    kr = tmp_path / "kr.pt"
+    kr = tmp_path / "kr.mdband"
     lennard_jones_potential(type_map=("Kr",)).save(kr)
     with pytest.raises(UnknownElementError, match="committee model 2: element"):
         run(config(tmp_path, argon_xyz, lj_file, "y", 5, [str(kr)]))
@@ -162,5 +162,5 @@ def test_model_devi_is_locked_recorded_and_never_an_input(
     run(c, potential=lj)
     ck = read_checkpoint(c.checkpoint)
     assert ck.outputs["model_devi"] == {"path": str((tmp_path / "l.out").resolve())}
-    assert ck.config["committee"] == [str(tmp_path / "m1.pt"), str(tmp_path / "m2.pt")]
+    assert ck.config["committee"] == [str(tmp_path / "m1.mdband"), str(tmp_path / "m2.mdband")]
     assert not any(p.name.endswith(".lock") for p in tmp_path.iterdir())

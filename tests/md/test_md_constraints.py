@@ -149,7 +149,7 @@ def test_other_constraints_are_refused_with_the_reason(tmp_path, lj_file, constr
     path, _ = argon([constraint], "other.traj", tmp_path)
     with pytest.raises(StructureError, match=reason):
         run(settings(tmp_path, path, lj_file, "other", 5))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["other.traj", "lj.pt"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["other.traj", "lj.mdband"])
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_other_constraints_are_refused_with_the_reason(tmp_path, lj_file, constr
     ],
 )
 def test_ensembles_and_engines_that_cannot_honour_constraints(tmp_path, kw, reason):
-    config = RunConfig(structure="s.xyz", model="m.pt", **kw)
+    config = RunConfig(structure="s.xyz", model="m.mdband", **kw)
     with pytest.raises(StructureError, match=reason):
         carried_constraints([FixAtoms([0])], config, "s.xyz")
     assert carried_constraints([], config, "s.xyz") == []
@@ -178,7 +178,7 @@ def test_cli_refusal_is_one_line_and_writes_nothing(tmp_path, lj_file, monkeypat
             "--structure",
             path.name,
             "--model",
-            "lj.pt",
+            "lj.mdband",
             "--ensemble",
             "nvt-nhc",
             "--trajectory",

@@ -18,7 +18,7 @@ def test_nvt_example_runs(tmp_path, monkeypatch):
         shutil.copy(EXAMPLE / name, tmp_path / name)
     monkeypatch.setattr("sys.argv", ["make_inputs.py", str(tmp_path)])
     runpy.run_path(str(tmp_path / "make_inputs.py"), run_name="__main__")
-    assert (tmp_path / "argon.xyz").is_file() and (tmp_path / "lj-argon.pt").is_file()
+    assert (tmp_path / "argon.xyz").is_file() and (tmp_path / "lj-argon.mdband").is_file()
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(
         main, ["run", "--config", "run.toml", "--steps", "40", "--traj-every", "10"]

@@ -53,7 +53,7 @@ def test_default_guards_leave_normal_runs_alone(tmp_path, argon_xyz, lj_file, lj
 )
 def test_max_temperature_default(temperature, max_temperature, limit):
     c = RunConfig(
-        structure="x.xyz", model="m.pt", temperature=temperature, max_temperature=max_temperature
+        structure="x.xyz", model="m.mdband", temperature=temperature, max_temperature=max_temperature
     )
     assert RunawayGuard.from_config(c).max_temperature == limit
 
@@ -61,8 +61,8 @@ def test_max_temperature_default(temperature, max_temperature, limit):
 @pytest.mark.parametrize("timestep", [1e12, 200.0, 20.0, 0.01, 1e-300])
 def test_absurd_timesteps_are_refused(timestep):
     with pytest.raises(ConfigError, match="outside 0.01-20 fs.*allow_unusual_timestep"):
-        RunConfig(structure="x.xyz", model="m.pt", timestep=timestep)
-    RunConfig(structure="x.xyz", model="m.pt", timestep=timestep, allow_unusual_timestep=True)
+        RunConfig(structure="x.xyz", model="m.mdband", timestep=timestep)
+    RunConfig(structure="x.xyz", model="m.mdband", timestep=timestep, allow_unusual_timestep=True)
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # ASE's integrators divide by ~0
@@ -86,4 +86,4 @@ def test_tiny_timestep_gives_one_line_not_a_traceback(tmp_path, argon_xyz, lj_fi
 )
 def test_guard_settings_are_validated(setting, value, message):
     with pytest.raises(ConfigError, match=message):
-        RunConfig(structure="x.xyz", model="m.pt", **{setting: value})
+        RunConfig(structure="x.xyz", model="m.mdband", **{setting: value})

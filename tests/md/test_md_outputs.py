@@ -32,7 +32,7 @@ def test_a_second_writer_is_refused(tmp_path, argon_xyz, lj_file, lj, overwrite,
     with OutputLock(tmp_path / name, what):  # as another run holds it
         with pytest.raises(OutputLockedError, match=f"{what} .*{name} .*PID {os.getpid()}"):
             run(c, potential=lj)
-    assert files(tmp_path) == ["ar.xyz", "lj.pt"]  # nothing created, no lock left
+    assert files(tmp_path) == ["ar.xyz", "lj.mdband"]  # nothing created, no lock left
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_unwritable_checkpoint_directory_creates_nothing(tmp_path, argon_xyz, lj
             run(c, potential=lj)
     finally:
         sub.chmod(0o755)
-    assert files(tmp_path) == ["ar.xyz", "lj.pt", "ro"]  # no trajectory, no log
+    assert files(tmp_path) == ["ar.xyz", "lj.mdband", "ro"]  # no trajectory, no log
 
 
 def test_unwritable_directory_as_root(tmp_path, argon_xyz, lj_file, lj, monkeypatch):
@@ -80,7 +80,7 @@ def test_unwritable_directory_as_root(tmp_path, argon_xyz, lj_file, lj, monkeypa
     c = config(tmp_path, argon_xyz, lj_file, checkpoint=str(tmp_path / "locked-dir" / "c.ckpt"))
     with pytest.raises(MdbandError, match="cannot write checkpoint .*Permission denied"):
         run(c, potential=lj)
-    assert files(tmp_path) == ["ar.xyz", "lj.pt", "locked-dir"]
+    assert files(tmp_path) == ["ar.xyz", "lj.mdband", "locked-dir"]
 
 
 def test_checkpoint_records_absolute_outputs(tmp_path, argon_xyz, lj_file, lj, monkeypatch):

@@ -78,7 +78,7 @@ def test_nan_stops_and_keeps_last_good_outputs(tmp_path, argon_xyz, lj_file):
 def test_nan_at_start_writes_nothing(tmp_path, argon_xyz, lj_file):
     with pytest.raises(SimulationDivergedError, match="step 0.*no checkpoint"):
         run(config(tmp_path, argon_xyz, lj_file, "bad"), potential=potential(after=1))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ar.xyz", "lj.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ar.xyz", "lj.mdband"]
 
 
 def test_sigterm_checkpoints_then_resume_is_exact(tmp_path, argon_xyz, lj_file):

@@ -129,7 +129,7 @@ def test_cli_velocities_file_without_velocities_is_one_line(
             "--structure",
             "ar.xyz",
             "--model",
-            "lj.pt",
+            "lj.mdband",
             "--velocities",
             "file",
             "--trajectory",

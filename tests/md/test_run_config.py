@@ -5,7 +5,7 @@ import pytest
 from mdband.md import ENSEMBLES, ConfigError, RunConfig
 from mdband.md.config import merge_for_resume, normalise_mapping
 
-BASE = {"structure": "s.xyz", "model": "m.pt"}
+BASE = {"structure": "s.xyz", "model": "m.mdband"}
 
 
 def make(**kw):
@@ -56,11 +56,11 @@ def test_bad_settings_are_named(kw, message):
 
 
 def test_mapping_keys_and_relative_paths(tmp_path):
-    data = {"traj-every": 10, "structure": "in/a.xyz", "model": "/abs/m.pt", "temperature": 300}
+    data = {"traj-every": 10, "structure": "in/a.xyz", "model": "/abs/m.mdband", "temperature": 300}
     out = normalise_mapping(data, base_dir=tmp_path)
     assert out["traj_every"] == 10
     assert out["structure"] == str(tmp_path / "in" / "a.xyz")
-    assert out["model"] == "/abs/m.pt"
+    assert out["model"] == "/abs/m.mdband"
     c = RunConfig.from_mapping(data, base_dir=tmp_path)
     assert c.temperature == 300.0 and isinstance(c.temperature, float)
     with pytest.raises(ConfigError, match="unknown setting 'temprature'"):

@@ -56,7 +56,7 @@ def test_compile_auto_only_for_long_cuda_runs(monkeypatch):
     monkeypatch.delenv("MDBAND_COMPILE", raising=False)
 
     def cfg(**kw):
-        return RunConfig(structure="s.xyz", model="m.pt", **kw)
+        return RunConfig(structure="s.xyz", model="m.mdband", **kw)
 
     assert compile_for(cfg(device="cuda", steps=COMPILE_AUTO_STEPS)) == "on"
     assert compile_for(cfg(device="cuda:1", steps=COMPILE_AUTO_STEPS - 1)) == "off"
@@ -92,7 +92,7 @@ def test_memory_budget_of_a_run(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MDBAND_MEMORY_BUDGET", raising=False)
-    assert "memory_budget" not in model_options(RunConfig(structure="s.xyz", model="m.pt"))
+    assert "memory_budget" not in model_options(RunConfig(structure="s.xyz", model="m.mdband"))
     atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat(3)
     atoms.symbols[::4] = "Ni"
     ase.io.write("cuni.xyz", atoms)
