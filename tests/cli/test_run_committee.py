@@ -19,7 +19,8 @@ def work(tmp_path, monkeypatch):
     for k, eps in enumerate((0.0104, 0.0110, 0.0098)):
         lennard_jones_potential(epsilon=eps).save(tmp_path / f"m{k}.mdband")
     (tmp_path / "run.toml").write_text(
-        'structure = "ar.xyz"\nmodel = ["m0.mdband", "m1.mdband", "m2.mdband"]\nmodel-devi = "toml.out"\n'
+        'structure = "ar.xyz"\nmodel = ["m0.mdband", "m1.mdband", "m2.mdband"]\n'
+        'model-devi = "toml.out"\n'
         "model_devi_every = 5\ntemperature = 80\ntimestep = 5.0\nsteps = 10\nseed = 3\n"
         'dtype = "float64"\nprogress = false\n'
     )
@@ -34,7 +35,8 @@ def test_toml_list_and_repeated_flags_give_the_same_file(work):
     res = invoke("--config", "run.toml")
     assert res.exit_code == 0, res.output
     assert "Model deviation: 3 models, every 5 steps" in res.output
-    flags = ["--model", "m0.mdband", "--model", "m1.mdband", "--model", "m2.mdband", "--model-devi", "cli.out"]
+    flags = ["--model", "m0.mdband", "--model", "m1.mdband", "--model", "m2.mdband"]
+    flags += ["--model-devi", "cli.out"]
     res = invoke("--config", "run.toml", *flags)
     assert res.exit_code == 0, res.output
     assert (work / "cli.out").read_text() == (work / "toml.out").read_text()
@@ -45,6 +47,7 @@ def test_toml_list_and_repeated_flags_give_the_same_file(work):
 def test_one_flag_model_replaces_the_toml_committee(work):
     res = invoke("--config", "run.toml", "--model", "m0.mdband")
     assert res.exit_code == 2 and "model_devi needs a committee" in res.output
-    res = invoke("--config", "run.toml", "--model", "m0.mdband", "--model", "m2.mdband", "--overwrite")
+    two = ("--model", "m0.mdband", "--model", "m2.mdband")
+    res = invoke("--config", "run.toml", *two, "--overwrite")
     assert res.exit_code == 0, res.output
     assert "Model deviation: 2 models" in res.output

@@ -1,4 +1,5 @@
-"""``pair_style mdband a.mdband b.mdband c.mdband out_freq N out_file F``: model deviation from LAMMPS.
+"""``pair_style mdband a.mdband b.mdband c.mdband out_freq N out_file F``: model deviation in
+LAMMPS.
 
 The committee is the LJ model (the dynamics), the two-layer message-passing mp2 (its ghost
 features cross ranks; smaller cutoff) and another LJ; float64. The model_devi.out of ``run 0``

@@ -108,7 +108,8 @@ def test_committee_settings(tmp_path, argon_xyz, lj_file, members):
     c = config(tmp_path, argon_xyz, lj_file, "c", 5, paths)
     assert c.model == str(lj_file) and list(c.committee) == list(paths)
     assert RunConfig(**c.to_dict()) == c  # what a checkpoint records reads back
-    data = normalise_mapping({"model": ["a.mdband", "builtin:emt-cuni"], "model-devi": "d.out"}, "/x")
+    models = ["a.mdband", "builtin:emt-cuni"]
+    data = normalise_mapping({"model": models, "model-devi": "d.out"}, "/x")
     assert data["model"] == "/x/a.mdband" and data["committee"] == ("builtin:emt-cuni",)
     assert data["model_devi"] == "/x/d.out"
     bad = [

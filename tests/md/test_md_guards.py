@@ -53,7 +53,10 @@ def test_default_guards_leave_normal_runs_alone(tmp_path, argon_xyz, lj_file, lj
 )
 def test_max_temperature_default(temperature, max_temperature, limit):
     c = RunConfig(
-        structure="x.xyz", model="m.mdband", temperature=temperature, max_temperature=max_temperature
+        structure="x.xyz",
+        model="m.mdband",
+        temperature=temperature,
+        max_temperature=max_temperature,
     )
     assert RunawayGuard.from_config(c).max_temperature == limit
 
