@@ -153,14 +153,19 @@ def fit(
     console=None,
     **settings,
 ) -> FitResult:
-    """Train a SeZM model from scratch or fine-tune one; write an mdband model file.
+    """Train a SeZM model from scratch or fine-tune one; write it as an mdband model file or a
+    deepmd-kit checkpoint.
 
     Parameters
     ----------
     data : path or list of paths
-        extxyz / any ASE-readable file, an ASE database (``.db``) or deepmd npy system(s).
+        Anything :func:`mdband.io.systems.read_systems` reads: deepmd-kit systems (npy,
+        npy/mixed, hdf5, raw), LAMMPS dumps (with ``type_map``), VASP outputs, extxyz and other
+        ASE files, ASE databases (``data_format`` names the format when needed).
     output : path, optional
-        mdband model file to write (atomically); None keeps the result in memory only.
+        Model to write (atomically): ``NAME.mdband`` (mdband's file) or ``NAME.pt`` (a
+        deepmd-kit 3.2 training checkpoint; ``format`` overrides the name); None keeps the
+        result in memory only.
     init : str, optional
         Model to fine-tune (deepmd-kit checkpoint, mdband file or ``builtin:NAME``); its type
         map and architecture are kept.

@@ -1,7 +1,7 @@
-"""Run by the python of the deepmd-kit 3.2 reference venv (never by mdband's): checks a
-checkpoint that mdband exported, and prints one JSON line.
+"""Run by the python of the deepmd-kit 3.2 reference venv (never by mdband's): checks
+checkpoints that mdband exported, and prints one JSON line (a report per checkpoint).
 
-    python deepmd_ref_check.py EXPORTED.pt STRUCTURES.extxyz [ORIGINAL.pt]
+    python deepmd_ref_check.py STRUCTURES.extxyz EXPORTED.pt[:ORIGINAL.pt] ...
 
 * the model section is a fixed point of deepmd-kit's argcheck normalisation and passes its
   strict check;
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 
-def main(exported, structures, original=None):
+def check(exported, structures, original=None):
     import ase.io
     from deepmd.infer import DeepPot
     from deepmd.pt.model.model import get_model
@@ -66,8 +66,13 @@ def main(exported, structures, original=None):
             }
         )
     report["frames"] = frames
-    print(json.dumps(report))
+    return report
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    structures, pairs = sys.argv[1], sys.argv[2:]
+    reports = {}
+    for pair in pairs:
+        exported, _, original = pair.partition(":")
+        reports[exported] = check(exported, structures, original or None)
+    print(json.dumps(reports))
