@@ -257,10 +257,10 @@ def _lammps_data_frame(path: Path, type_map, default_type_map, notes) -> Frame:
     return frame_from_atoms(atoms, f"{path}[0]", labelled=False)
 
 
-def read_h5md(path) -> list[Frame]:
-    """Every frame of an mdband H5MD trajectory with its step, energy and forces, and the
-    virial ``W = -(stress - kinetic stress) * V`` of periodic frames (the recorded stress
-    includes the kinetic part, which the velocities give back)."""
+def read_h5md(path, indices=None) -> list[Frame]:
+    """The frames of an mdband H5MD trajectory (all, or those numbered ``indices``) with step,
+    energy and forces, and the virial ``W = -(stress - kinetic stress) * V`` of periodic
+    frames (the recorded stress includes the kinetic part, which the velocities give back)."""
     from ase import units
     from ase.data import chemical_symbols
 
@@ -271,7 +271,7 @@ def read_h5md(path) -> list[Frame]:
         species = [chemical_symbols[int(z)] for z in reader.species]
         masses = np.asarray(reader.masses, dtype=np.float64)
         pbc = np.asarray(reader.pbc, dtype=bool)
-        for i in range(reader.n_frames):
+        for i in range(reader.n_frames) if indices is None else indices:
             fr = reader.frame(i)
             cell = np.asarray(fr.cell, dtype=np.float64)
             energy = fr.observables.get("potential_energy")

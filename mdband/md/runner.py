@@ -230,6 +230,7 @@ class _Run:
             "run_id": self.p.plan.run_id,
             "model_hash": pot.model_hash,
             "model_kind": pot.kind,
+            "type_map": " ".join(pot.type_map),  # what `mdband export` numbers types by
             "mdband_version": __version__,
             "ensemble": self.c.ensemble,
             "timestep_fs": self.c.timestep,

@@ -67,7 +67,7 @@ def test_export_every_and_round_trip(run_dir, tmp_path):
     [
         (("POSCAR",), "holds one structure; pick one with --frame"),
         (("x.weird",), "give --format"),
-        (("x.extxyz", "--format", "nope"), "ASE cannot write format 'nope'"),
+        (("x.extxyz", "--format", "nope"), "format 'nope' is neither one dpdata writes"),
         (("x.extxyz", "--every", 0), "--every"),
         (("x.extxyz", "--frame", 99), "out of range"),
         (("exists.xyz",), "exists.xyz exists; pass --overwrite"),
