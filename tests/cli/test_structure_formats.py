@@ -90,3 +90,13 @@ def test_fit_reads_formats_and_writes_by_name(tmp_path):
     )  # fmt: skip
     assert result.n_train == 2 and out.is_file()
     assert mdband.load_model(out, device="cpu").type_map == ["H", "C", "O"]
+
+
+def test_model_devi_reads_a_deepmd_system_directory(work):
+    lennard_jones_potential(type_map=("O", "H"), sigma=2.1, cutoff=4.0, r_on=3.5).save("b.mdband")
+    args = ["model-devi", "oh.mdband", "b.mdband", "-s", FIX / "water.npy", "-f", 10]
+    res = cli(*args, "--dtype", "float64")
+    assert res.exit_code == 0, res.output
+    rows = np.loadtxt("model_devi.out", ndmin=2)
+    np.testing.assert_array_equal(rows[:, 0], [0, 10])  # no steps in the file: k * every
+    assert np.all(rows[:, 4] > 0)
