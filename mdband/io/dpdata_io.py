@@ -20,6 +20,7 @@ else the ``default_type_map`` a caller gives (a model's), else it is an error as
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -318,23 +319,29 @@ def write_dpdata(frames: list[Frame], out, fmt: str, type_map: list[str], *, rep
 
 
 def _write_directory(system, out: Path, fmt: str, replace: bool) -> None:
-    """A deepmd-kit system directory written beside ``out`` and renamed into place."""
+    """A deepmd-kit system directory written beside ``out`` and renamed into place; an
+    existing ``out`` is moved aside first with ``replace`` (and put back if the new one cannot
+    take its place), else :class:`FileExistsError`."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    old = tmp / "old"
     try:
         system.to(fmt, str(tmp / "system"))
         _follow_umask(tmp / "system")
-        if out.exists() and replace:
-            old = tmp / "old"
+        if os.path.lexists(out):
+            if not replace:
+                raise FileExistsError(f"{out} exists")
             os.replace(out, old)
-        os.rename(tmp / "system", out)
-    except FileExistsError:
-        raise FileExistsError(f"{out} exists") from None
-    except OSError as exc:
-        if exc.errno in (39, 66) or out.exists():  # ENOTEMPTY: another writer got there first
-            raise FileExistsError(f"{out} exists") from None
-        raise
+        try:
+            os.rename(tmp / "system", out)
+        except OSError as exc:
+            if os.path.lexists(old) and not os.path.lexists(out):
+                os.rename(old, out)
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR):
+                raise FileExistsError(f"{out} exists") from None  # another writer's
+            raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not (os.path.lexists(old) and not os.path.lexists(out)):
+            shutil.rmtree(tmp, ignore_errors=True)  # else the old data stay in ``tmp``
     fsync_dir(out.parent)
 
 

@@ -158,3 +158,16 @@ def test_output_modes_follow_the_umask(run_dir, tmp_path):
         assert mode(tmp_path / "end.xyz") == 0o640
     finally:
         os.umask(old)
+
+
+def test_overwrite_replaces_a_system_directory_whole(run_dir, tmp_path):
+    out = tmp_path / "npy"
+    args = ("export", run_dir / "t.h5", out, "--format", "deepmd/npy")
+    assert cli(*args).exit_code == 0
+    res = cli(*args, "--every", 2)
+    assert res.exit_code == 2 and "exists" in res.stderr
+    assert dpdata.LabeledSystem(str(out), fmt="deepmd/npy").get_nframes() == 5
+    res = cli(*args, "--every", 2, "--overwrite")
+    assert res.exit_code == 0, res.output
+    assert dpdata.LabeledSystem(str(out), fmt="deepmd/npy").get_nframes() == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["npy"]  # no temporary left
