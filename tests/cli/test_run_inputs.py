@@ -105,7 +105,7 @@ def test_final_and_csv_log(work):
     [
         (("--type-map", "O,Xx"), "unknown element"),
         (("--type-map", ""), "type_map is empty"),
-        (("--type-map", "Ar"), "LAMMPS data files only"),
+        (("--format", "deepmd/npy"), "deepmd system has no set.* directories"),
         (("--format", "nonsense"), "format 'nonsense' is not"),
         (("--format", "lammps-data"), "has no Atoms section"),
         (("--final", "end.unknownext"), "ASE cannot write"),
