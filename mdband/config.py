@@ -1,8 +1,9 @@
 """SeZMConfig: every hyperparameter of a SeZM (DPA4) energy model, validated once.
 
 The fields use deepmd-kit's option names (``descriptor`` and ``fitting_net`` sections of a DPA4
-``model_params``), so a checkpoint's config maps one-to-one. Options mdband does not implement
-raise :class:`~mdband.errors.UnsupportedModelError` naming the option and its value.
+``model_params``), so a checkpoint's config maps one-to-one
+(:func:`mdband.io.deepmd_params.config_from_deepmd` reads one, strictly). Options mdband does not
+implement raise :class:`~mdband.errors.UnsupportedModelError` naming the option and its value.
 """
 
 from __future__ import annotations
@@ -11,35 +12,6 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from mdband.errors import UnsupportedModelError
-
-# descriptor option -> the only value mdband implements (anything else is rejected)
-_FIXED = {
-    "so2_norm": False,
-    "so2_attn_res": "none",
-    "atten_f_mix": False,
-    "atten_v_proj": False,
-    "atten_o_proj": False,
-    "mlp_bias": False,
-    "layer_scale": False,
-    "full_attn_res": "none",
-    "block_attn_res": "none",
-    "node_wise_s2": False,
-    "node_wise_so3": False,
-    "message_node_s2": False,
-    "readout_layers": 1,
-    "activation_function": "silu",
-    "edge_cartesian": False,
-    "node_cartesian": "none",
-    "add_chg_spin_ebd": False,
-    "extra_node_l": 0,
-}
-
-
-def _broadcast3(value, name: str) -> list:
-    vals = list(value) if isinstance(value, (list, tuple)) else [value] * 3
-    if len(vals) != 3:
-        raise UnsupportedModelError(name, value, "expected a scalar or a list of 3")
-    return vals
 
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
@@ -79,7 +51,9 @@ class SeZMConfig:
     message_node_so3: bool = False
     so3_readout: str = "none"
     glu_activation: bool = True
-    lebedev_quadrature: bool = True
+    #: deepmd-kit's [so2, ffn] quadrature flags: the ffn entry picks the S2 FFN grid (Lebedev-exact
+    #: or e3nn's product grid); the so2 entry only concerns SO(2) S2 grids mdband refuses
+    lebedev_quadrature: tuple[bool, bool] = (True, True)
     eps: float = 1e-7
     version: float = 1.2
     fitting_neuron: tuple[int, ...] = (0,)
@@ -132,7 +106,7 @@ class SeZMConfig:
             "grid_branch": list(self.grid_branch),
             "kmax": self.kmax,
             "glu_activation": self.glu_activation,
-            "lebedev_quadrature": self.lebedev_quadrature,
+            "lebedev_quadrature": list(self.lebedev_quadrature),
             "activation_function": "silu",
             "mlp_bias": False,
             "so3_readout": self.so3_readout,
@@ -160,9 +134,11 @@ class SeZMConfig:
             "grid_mlp",
             "grid_branch",
             "fitting_neuron",
+            "lebedev_quadrature",
         ):
             if k in kw and kw[k] is not None:
-                kw[k] = tuple(kw[k])
+                # model files written before [so2, ffn] was kept store one bool
+                kw[k] = (kw[k],) * 2 if isinstance(kw[k], bool) else tuple(kw[k])
         cfg = cls(**kw)
         cfg.validate()
         return cfg
@@ -194,8 +170,8 @@ class SeZMConfig:
             bad("n_atten_head", self.n_atten_head, "must divide the focus width")
         if self.s2_activation[0]:
             bad("s2_activation", list(self.s2_activation), "S2 activation inside SO(2) layers")
-        if not self.lebedev_quadrature:
-            bad("lebedev_quadrature", False, "only Lebedev-exact grids are implemented")
+        if len(self.lebedev_quadrature) != 2:
+            bad("lebedev_quadrature", list(self.lebedev_quadrature), "expected [so2, ffn]")
         if self.so3_readout not in ("none", "glu", "mlp"):
             bad("so3_readout", self.so3_readout)
         if self.kmax < 0:
@@ -206,87 +182,3 @@ class SeZMConfig:
             bad("version", self.version, "known descriptor versions are 1.0, 1.1 and 1.2")
         if any(w < 0 for w in self.fitting_neuron):
             bad("fitting_net.neuron", list(self.fitting_neuron))
-
-
-def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
-    """Map a deepmd-kit DPA4 ``model_params`` dict to :class:`SeZMConfig` (strict)."""
-    mtype = str(model_params.get("type", "")).lower()
-    if mtype not in ("dpa4", "sezm"):
-        raise UnsupportedModelError("model.type", model_params.get("type"), "not a SeZM/DPA4 model")
-    desc = dict(model_params.get("descriptor") or {})
-    fit = dict(model_params.get("fitting_net") or {})
-    if str(desc.get("type", "dpa4")).lower() not in ("dpa4", "sezm"):
-        raise UnsupportedModelError("descriptor.type", desc.get("type"))
-    if str(fit.get("type", "dpa4_ener")).lower() not in ("dpa4_ener", "sezm_ener"):
-        raise UnsupportedModelError("fitting_net.type", fit.get("type"))
-    for key, want in _FIXED.items():
-        if key in desc and desc[key] != want and not (want is False and not desc[key]):
-            raise UnsupportedModelError(key, desc[key])
-    if desc.get("use_spin") not in (None, [], False):
-        raise UnsupportedModelError("use_spin", desc.get("use_spin"))
-    if desc.get("exclude_types") or model_params.get("pair_exclude_types"):
-        raise UnsupportedModelError("exclude_types", desc.get("exclude_types"))
-    if model_params.get("atom_exclude_types"):
-        raise UnsupportedModelError("atom_exclude_types", model_params.get("atom_exclude_types"))
-    if str(model_params.get("bridging_method", "None")) not in ("None", "none"):
-        raise UnsupportedModelError("bridging_method", model_params.get("bridging_method"))
-    if model_params.get("spin"):
-        raise UnsupportedModelError("spin", model_params.get("spin"))
-    for key in ("numb_fparam", "numb_aparam", "dim_case_embd"):
-        if int(fit.get(key, 0) or 0):
-            raise UnsupportedModelError(f"fitting_net.{key}", fit[key])
-    if fit.get("activation_function", "silu") != "silu":
-        raise UnsupportedModelError("fitting_net.activation_function", fit["activation_function"])
-    if fit.get("atom_ener"):
-        raise UnsupportedModelError("fitting_net.atom_ener", fit["atom_ener"])
-
-    lmax = int(desc.get("lmax", 3))
-    n_blocks = int(desc.get("n_blocks", 3))
-    l_sched = desc.get("l_schedule")
-    l_sched = [lmax] * n_blocks if l_sched is None else [int(x) for x in l_sched]
-    mmax = int(desc.get("mmax", 1) if desc.get("mmax") is not None else 1)
-    m_sched = desc.get("m_schedule")
-    m_eff = [min(mmax, l) for l in l_sched] if m_sched is None else [int(m) for m in m_sched]
-    if any(m != 1 for m in m_eff):
-        raise UnsupportedModelError("mmax/m_schedule", m_sched if m_sched else mmax, "only mmax=1")
-    leb = desc.get("lebedev_quadrature", True)
-    leb_ok = all(bool(x) for x in leb) if isinstance(leb, (list, tuple)) else bool(leb)
-    mixing = desc.get("so2_layers")
-    mixing = desc.get("mixing_layers", 4) if mixing is None else mixing
-    cfg = SeZMConfig(
-        type_map=tuple(model_params["type_map"]),
-        rcut=float(desc.get("rcut", 6.0)),
-        channels=int(desc.get("channels", 64)),
-        n_radial=int(desc.get("n_radial", 16)),
-        basis_type=str(desc.get("basis_type", "bessel")).lower(),
-        radial_mlp=tuple(int(x) for x in (desc.get("radial_mlp") or [0])),
-        env_exp=tuple(int(x) for x in (desc.get("env_exp") or [7, 5])),
-        edge_norm=bool(desc.get("edge_norm", True)),
-        use_env_seed=bool(desc.get("use_env_seed", True)),
-        l_schedule=tuple(l_sched),
-        kmax=int(desc.get("kmax", 1)),
-        mixing_layers=int(mixing),
-        radial_so2_mode=str(desc.get("radial_so2_mode", "degree_channel")).lower(),
-        radial_so2_rank=int(desc.get("radial_so2_rank", 1)),
-        n_focus=int(desc.get("n_focus", 1)),
-        focus_dim=int(desc.get("focus_dim", 0)),
-        n_atten_head=int(desc.get("n_atten_head", 1)),
-        ffn_neurons=int(desc.get("ffn_neurons", 0)),
-        ffn_blocks=int(desc.get("ffn_blocks", 1)),
-        sandwich_norm=tuple(bool(x) for x in desc.get("sandwich_norm", [False, True, True, False])),
-        s2_activation=tuple(bool(x) for x in desc.get("s2_activation", [False, True])),
-        ffn_so3_grid=bool(desc.get("ffn_so3_grid", False)),
-        grid_mlp=tuple(bool(x) for x in _broadcast3(desc.get("grid_mlp", False), "grid_mlp")),
-        grid_branch=tuple(int(x) for x in _broadcast3(desc.get("grid_branch", 0), "grid_branch")),
-        message_node_so3=bool(desc.get("message_node_so3", False)),
-        so3_readout=str(desc.get("so3_readout", "none")).lower(),
-        glu_activation=bool(desc.get("glu_activation", True)),
-        lebedev_quadrature=leb_ok,
-        eps=float(desc.get("eps", 1e-7)),
-        version=float(version),
-        fitting_neuron=tuple(
-            int(x) for x in (fit.get("neuron") if fit.get("neuron") is not None else [0])
-        ),
-    )
-    cfg.validate()
-    return cfg

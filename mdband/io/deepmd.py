@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from mdband.config import config_from_deepmd
 from mdband.errors import ModelFileError
+from mdband.io.deepmd_params import config_from_deepmd
 
 _DERIVED_SUFFIXES = (
     "expand_index",

@@ -164,6 +164,8 @@ class EquivariantFFN(nn.Module):
         l = 0 activation of the gated (non-grid) variant.
     glu : bool
         GLU split of the gated variant.
+    s2_grid : {"lebedev", "e3nn"}
+        Sphere grid of the S2 variant (deepmd-kit's ``lebedev_quadrature``, FFN entry).
     """
 
     def __init__(
@@ -178,6 +180,7 @@ class EquivariantFFN(nn.Module):
         n_branches: int = 1,
         activation: str = "silu",
         glu: bool = True,
+        s2_grid: str = "lebedev",
     ) -> None:
         super().__init__()
         self.lmax = lmax
@@ -192,7 +195,7 @@ class EquivariantFFN(nn.Module):
         if grid == "none":
             self.act = GatedActivation(lmax, hidden, activation)
         else:
-            proj = so3_projector(lmax, kmax) if grid == "so3" else s2_projector(lmax)
+            proj = so3_projector(lmax, kmax) if grid == "so3" else s2_projector(lmax, s2_grid)
             self.act = SelfGridNet(proj, hidden, op_type, n_branches)
         self.so3_linear_2 = SO3Linear(lmax, n_k * hidden, channels)
 
@@ -234,7 +237,8 @@ def build_block_ffn(lmax: int, channels: int, opts: dict) -> nn.Module:
     Reads ``s2_activation`` ([so2, ffn], default [False, True]), ``ffn_so3_grid`` (False),
     ``grid_mlp`` / ``grid_branch`` (entry 2, defaults False / 0), ``kmax`` (1, clipped to lmax),
     ``ffn_neurons`` (0 = auto), ``glu_activation`` (True), ``activation_function`` ("silu"),
-    ``lebedev_quadrature`` (True; bool or [so2, ffn]), ``mlp_bias`` (False).
+    ``lebedev_quadrature`` (True; bool or [so2, ffn]: the FFN entry picks the S2 grid, Lebedev
+    or e3nn's product grid; SO(3) grids are Lebedev either way), ``mlp_bias`` (False).
     """
     _check_common(opts)
     s2 = list(opts.get("s2_activation", [False, True]))
@@ -246,9 +250,9 @@ def build_block_ffn(lmax: int, channels: int, opts: dict) -> nn.Module:
     if not (s2_ffn or so3_grid):
         return EquivariantFFN(lmax, channels, hidden, grid="none", activation=activation, glu=glu)
     leb = opts.get("lebedev_quadrature", True)
-    leb_ffn = bool(leb[1]) if isinstance(leb, (list, tuple)) else bool(leb)
-    if s2_ffn and not leb_ffn:
-        raise UnsupportedModelError("lebedev_quadrature", leb, "the e3nn S2 grid is not supported")
+    leb_ffn = leb[1] if isinstance(leb, (list, tuple)) else leb
+    if not isinstance(leb_ffn, bool):
+        raise UnsupportedModelError("lebedev_quadrature", leb, "a bool or a list of two bools")
     n_branches = int(grid_setting(opts, "grid_branch", 2, 0))
     use_mlp = bool(grid_setting(opts, "grid_mlp", 2, False))
     op_type = "branch" if n_branches > 0 else ("mlp" if use_mlp else "glu")
@@ -260,6 +264,7 @@ def build_block_ffn(lmax: int, channels: int, opts: dict) -> nn.Module:
         kmax=min(int(opts.get("kmax", 1)), lmax),
         op_type=op_type,
         n_branches=max(1, n_branches),
+        s2_grid="lebedev" if leb_ffn else "e3nn",
     )
 
 

@@ -16,11 +16,13 @@ so a coefficient tensor (…, D, K·C) is packed "(l,m) outer, frame k inner"; �
     B[(l,m,k), g] = (2l+1) · (w_i / n_γ) · D(R_g)[(l,k), (l,m)],
     R_g = R_z(γ_j) · R_edge(p_i),  γ_j = 2πj/n_γ,  n_γ = 3·kmax + 1  (1 if kmax = 0).
 
-deepmd-kit samples the sphere with Lebedev rules; mdband uses the Gauss–Legendre × uniform-φ rule
-of :func:`mdband.so3.quadrature.sphere_rule` at precision 3L. Every grid net only projects a product
-of two band-limited fields back to degree ≤ L, an integrand of degree ≤ 3L (γ-frequency ≤ 3·kmax),
-which both rules integrate exactly, so the layers agree to rounding (verified against deepmd-kit
-module fixtures, tests/model/test_ffn.py). For the same reason the roll of R_edge is irrelevant.
+deepmd-kit samples the sphere with Lebedev rules (or, with ``lebedev_quadrature`` false, the S2
+FFN on e3nn's product grid: :func:`s2_projector` ``grid="e3nn"``); for Lebedev, mdband uses the
+Gauss–Legendre × uniform-φ rule of :func:`mdband.so3.quadrature.sphere_rule` at precision 3L.
+Every grid net only projects a product of two band-limited fields back to degree ≤ L, an integrand
+of degree ≤ 3L (γ-frequency ≤ 3·kmax), which both rules integrate exactly, so the layers agree to
+rounding (verified against deepmd-kit module fixtures, tests/model/test_ffn.py). For the same
+reason the roll of R_edge is irrelevant.
 
 The grid operations (:class:`GridMLP`, :class:`GridBranch`, :func:`grid_product`) and the scalar
 path shared by all grid nets live here too; their parameter names are deepmd-kit's.
@@ -38,6 +40,7 @@ from mdband.kernels.grid_product import grid_product as fused_grid_product
 from mdband.model.layers import ChannelLinear, degree_index
 from mdband.so3.harmonics import spherical_harmonics
 from mdband.so3.quadrature import sphere_rule
+from mdband.so3.s2grid import e3nn_s2_matrices
 from mdband.so3.wigner import rotation_matrices
 
 
@@ -178,9 +181,20 @@ def build_so3_projector(
     return GridProjector(lmax, kmax, t.contiguous(), b.contiguous())
 
 
+#: S2 grids of deepmd-kit's ``lebedev_quadrature``: an exact rule (true) or e3nn's product grid
+S2_GRIDS = ("lebedev", "e3nn")
+
+
 @functools.cache
-def s2_projector(lmax: int) -> GridProjector:
-    """Cached default S2 projector of degree ``lmax`` (exact to degree 3·lmax)."""
+def s2_projector(lmax: int, grid: str = "lebedev") -> GridProjector:
+    """Cached S2 projector of degree ``lmax``: ``"lebedev"`` (exact to degree 3·lmax, what
+    deepmd-kit's Lebedev rules give) or ``"e3nn"`` (deepmd-kit's e3nn product grid, not exact,
+    :mod:`mdband.so3.s2grid`)."""
+    if grid == "e3nn":
+        t, b = e3nn_s2_matrices(lmax)
+        return GridProjector(lmax, 0, t, b)
+    if grid != "lebedev":
+        raise ValueError(f"unknown S2 grid {grid!r} (known: {S2_GRIDS})")
     return build_s2_projector(lmax)
 
 

@@ -129,7 +129,9 @@ def test_missing_version_means_1_0(tmp_path):
         ("so2_norm", True),
         ("atten_v_proj", True),
         ("readout_layers", 2),
-        ("lebedev_quadrature", False),
+        ("lebedev_quadrature", [False]),
+        ("edge_norm", 1),
+        ("use_spin", [True]),
     ],
 )
 def test_unsupported_option_is_named(tmp_path, key, value):

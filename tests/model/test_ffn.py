@@ -175,8 +175,8 @@ def test_so3_grid_takes_precedence_over_s2():
     "builder,opts,option",
     [
         ("block", {"mlp_bias": True}, "mlp_bias"),
-        ("block", {"lebedev_quadrature": False}, "lebedev_quadrature"),
-        ("block", {"lebedev_quadrature": [True, False]}, "lebedev_quadrature"),
+        ("block", {"lebedev_quadrature": 0}, "lebedev_quadrature"),
+        ("block", {"lebedev_quadrature": [True, 0]}, "lebedev_quadrature"),
         ("block", dict(GATED, activation_function="silut:3.0"), "activation_function"),
         ("block", dict(GATED, activation_function="bogus"), "activation_function"),
         ("block", {"grid_branch": [0, 1]}, "grid_branch"),
@@ -199,8 +199,27 @@ def test_unsupported_options(builder, opts, option):
 
 
 def test_lebedev_flag_irrelevant_for_so3_grids():
-    build_block_ffn(2, 8, dict(SO3_GLU, lebedev_quadrature=False))
+    a = build_block_ffn(2, 8, dict(SO3_GLU, lebedev_quadrature=False))
+    b = build_block_ffn(2, 8, SO3_GLU)
+    assert a.act.proj is b.act.proj
     build_readout(2, 8, {"so3_readout": "mlp", "lebedev_quadrature": False})
+
+
+@pytest.mark.parametrize("leb,grid_points", [(True, None), (False, 64), ([False, True], None)])
+def test_lebedev_flag_picks_the_s2_ffn_grid(leb, grid_points):
+    """The FFN entry of lebedev_quadrature picks e3nn's 8 × 8 product grid at L = 2 (deepmd-kit's
+    resolution max(2L+4, 3L+2)); its matrices hold float32 values, as deepmd-kit builds them."""
+    m = build_block_ffn(2, 8, {"lebedev_quadrature": leb})
+    proj = m.act.proj
+    if grid_points is None:
+        assert proj is build_block_ffn(2, 8, S2).act.proj
+        return
+    assert proj.grid_size == grid_points and proj.to_grid.dtype == torch.float64
+    for mat in (proj.to_grid, proj.from_grid):
+        assert torch.equal(mat.float().double(), mat)
+    # B·T is close to, but not exactly, the identity: a product grid, not an exact rule
+    eye = proj.from_grid @ proj.to_grid
+    assert torch.allclose(eye, torch.eye(9, dtype=torch.float64), atol=1e-6)
 
 
 def test_no_grid_tensors_in_state_dict():

@@ -1,0 +1,371 @@
+"""Strict reading of a deepmd-kit DPA4 ``model_params`` dict: every key has a status.
+
+:data:`KEYS` lists every key of the three sections deepmd-kit 3.2.0's argcheck defines for a DPA4
+model (``sezm_model_args`` plus the common ``model_args``, ``descrpt_se_zm_args`` and
+``fitting_sezm_ener``; ``tests/fixtures/deepmd/argcheck_keys.json`` is that list, and
+``tests/io/test_deepmd_params.py`` checks the table against it). Each key is one of:
+
+* ``implemented``: parsed (type and form checked, never coerced) into :class:`SeZMConfig`;
+  ``covered`` names the parity fixtures (``tests/fixtures/deepmd``) that exercise it;
+* ``inert``: does not change what deepmd-kit evaluates (training-only, metadata, or inert while
+  another key is off); type-checked, then ignored. ``why`` says which;
+* ``refused``: only its default is accepted, any other value raises
+  :class:`~mdband.errors.UnsupportedModelError` naming the key and the value.
+
+A key that is not in the table is refused too. Options being implemented elsewhere (ZBL
+``bridging_method``, charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``, ``spin``,
+multi-task ``dim_case_embd`` / ``case_film_embd``) are ``refused`` entries: implementing one means
+turning its entry into ``implemented`` and reading it in :func:`config_from_deepmd`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mdband.config import SeZMConfig
+from mdband.errors import UnsupportedModelError
+
+#: deepmd-kit release whose argcheck the table follows
+REFERENCE = "deepmd-kit 3.2.0"
+#: what a value of a deepmd-kit release newer than REFERENCE says when refused
+NEWER = "introduced after deepmd-kit 3.2.0 (the 2026-09 presets); not implemented by mdband"
+
+
+@dataclass(frozen=True)
+class Key:
+    """Status of one key: ``implemented`` / ``inert`` / ``refused``; ``default`` is the one
+    value a refused key accepts; ``covered`` the parity fixtures of an implemented key."""
+
+    status: str
+    default: object = None
+    why: str = ""
+    covered: tuple[str, ...] = ()
+
+
+ALL = ("s2ffn", "gated_pyramid", "grid_mini", "grid_neo")
+
+
+def _impl(*covered: str) -> Key:
+    return Key("implemented", covered=tuple(covered) or ALL)
+
+
+def _inert(why: str) -> Key:
+    return Key("inert", why=why)
+
+
+def _refused(default, why: str = "") -> Key:
+    return Key("refused", default, why)
+
+
+_TRAIN = "training only: does not change evaluation"
+_OTHER = "not implemented by mdband yet"
+
+DESCRIPTOR = {
+    "type": _impl(),
+    "sel": _inert("SeZM keeps every neighbour within rcut; sel only sizes a training search"),
+    "rcut": _impl(),
+    "env_exp": _impl(),
+    "channels": _impl(),
+    "basis_type": _impl("s2ffn", "gaussian_basis"),
+    "n_radial": _impl(),
+    "radial_mlp": _impl(),
+    "edge_norm": _impl(),
+    "use_env_seed": _impl(),
+    "random_gamma": _inert("deepmd-kit rolls the edge frames only in training mode"),
+    "edge_cartesian": _refused(False),
+    "node_cartesian": _refused("none"),
+    "lmax": _impl(),
+    "l_schedule": _impl("gated_pyramid"),
+    "mmax": _impl(),
+    "kmax": _impl(),
+    "m_schedule": _impl(),
+    "extra_node_l": _refused(0),
+    "n_blocks": _impl(),
+    "so2_norm": _refused(False),
+    "mixing_layers": _impl(),
+    "so2_layers": _impl(),  # argcheck alias of mixing_layers
+    "so2_attn_res": _refused("none"),
+    "radial_so2_mode": _impl(),
+    "radial_so2_rank": _impl("gated_pyramid", "grid_neo"),
+    "n_focus": _impl("gated_pyramid", "grid_neo"),
+    "focus_dim": _impl(),
+    "n_atten_head": _impl("gated_pyramid", "grid_mini"),
+    "atten_f_mix": _refused(False),
+    "atten_v_proj": _refused(False),
+    "atten_o_proj": _refused(False),
+    "ffn_neurons": _impl(),
+    "grid_mlp": _impl("grid_mini"),
+    "grid_branch": _impl("grid_mini", "grid_neo"),
+    "ffn_blocks": _impl(),
+    "sandwich_norm": _impl(),
+    "mlp_bias": _refused(False),
+    "layer_scale": _refused(False),
+    "full_attn_res": _refused("none"),
+    "block_attn_res": _refused("none"),
+    "s2_activation": _impl("s2ffn", "gated_pyramid"),
+    "ffn_so3_grid": _impl("grid_mini", "grid_neo"),
+    "node_wise_s2": _refused(False),
+    "node_wise_so3": _refused(False),
+    "message_node_s2": _refused(False),
+    "message_node_so3": _impl("grid_mini", "grid_neo"),
+    "so3_readout": _impl("gated_pyramid", "grid_mini"),
+    "readout_layers": _refused(1),
+    "lebedev_quadrature": _impl("s2ffn", "s2ffn_e3nn", "grid_e3nn"),
+    "activation_function": _refused("silu"),
+    "glu_activation": _impl(),
+    "use_amp": _inert("mixed precision of deepmd-kit's training (evaluation follows DP_AMP_INFER)"),
+    "add_chg_spin_ebd": _refused(False, _OTHER),
+    "default_chg_spin": _refused(None, _OTHER),
+    "exclude_types": _refused([]),
+    "precision": _inert("mdband evaluates at the dtype it is asked for (float32 or float64)"),
+    "eps": _impl(),
+    "trainable": _inert(_TRAIN),
+    "seed": _inert(_TRAIN),
+}
+
+FITTING = {
+    "type": _impl(),
+    "numb_fparam": _refused(0),
+    "numb_aparam": _refused(0),
+    "default_fparam": _refused(None),
+    "dim_case_embd": _refused(0, _OTHER),
+    "neuron": _impl("s2ffn", "gated_pyramid", "grid_neo"),
+    "n_neuron": _impl("gated_pyramid"),  # argcheck alias of neuron
+    "activation_function": _refused("silu"),
+    "precision": _inert("mdband evaluates at the dtype it is asked for (float32 or float64)"),
+    "resnet_dt": _inert("stored by deepmd-kit's dpa4_ener fitting but never used by its layers"),
+    "trainable": _inert(_TRAIN),
+    "rcond": _inert("energy-bias statistics of training; the checkpoint holds the biases"),
+    "seed": _inert(_TRAIN),
+    "atom_ener": _refused([]),
+    "layer_name": _inert("deepmd-kit's dpa4_ener fitting does not read it (parameter sharing)"),
+    "use_aparam_as_mask": _refused(False),
+    "case_film_embd": _refused(False, _OTHER),
+}
+
+MODEL = {
+    "type": _impl(),
+    "type_map": _impl(),
+    "descriptor": _impl(),
+    "fitting_net": _impl(),
+    "data_stat_nbatch": _inert(_TRAIN),
+    "data_stat_protect": _inert(_TRAIN),
+    "data_bias_nsample": _inert(_TRAIN),
+    "use_srtab": _refused(None),
+    "smin_alpha": _refused(None),
+    "sw_rmin": _refused(None),
+    "sw_rmax": _refused(None),
+    "pair_exclude_types": _refused([]),
+    "atom_exclude_types": _refused([]),
+    "preset_out_bias": _inert("sets the energy bias at training start; the checkpoint holds it"),
+    "srtab_add_bias": _inert("TensorFlow tabulated potentials only (use_srtab is refused)"),
+    "type_embedding": _refused(None),
+    "modifier": _refused(None),
+    "compress": _refused(None),
+    "spin": _refused(None, _OTHER),
+    "finetune_head": _inert(_TRAIN),
+    "use_compile": _inert("torch.compile of deepmd-kit's training"),
+    "enable_tf32": _inert("TF32 matmuls of deepmd-kit's CUDA training"),
+    "model_branch_alias": _inert("names of a multi-task branch; the branch is chosen by head="),
+    "info": _inert("free-form metadata"),
+    "bridging_method": _refused("None", _OTHER),
+    "bridging_r_inner": _inert("ZBL bridging window; inert while bridging_method is none"),
+    "bridging_r_outer": _inert("ZBL bridging window; inert while bridging_method is none"),
+    "lora": _inert("LoRA training config; adapters in the weights are folded when loaded"),
+}
+
+#: section name → key table
+KEYS = {"descriptor": DESCRIPTOR, "fitting_net": FITTING, "model": MODEL}
+#: where each section's keys are named in error messages
+_PREFIX = {"descriptor": "", "fitting_net": "fitting_net.", "model": "model."}
+
+
+# ----------------------------------------------------------------------------- typed reads
+def _bad(name: str, value, why: str):
+    raise UnsupportedModelError(name, value, why)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def read_bool(name: str, v) -> bool:
+    if not isinstance(v, bool):
+        _bad(name, v, "expected true or false")
+    return v
+
+
+def read_int(name: str, v, lo: int = 0) -> int:
+    if not _is_int(v) or v < lo:
+        _bad(name, v, f"expected an integer >= {lo}")
+    return v
+
+
+def read_float(name: str, v) -> float:
+    if not (_is_int(v) or isinstance(v, float)):
+        _bad(name, v, "expected a number")
+    return float(v)
+
+
+def read_str(name: str, v, choices: tuple[str, ...]) -> str:
+    if not isinstance(v, str) or v.lower() not in choices:
+        _bad(name, v, f"expected one of {list(choices)}")
+    return v.lower()
+
+
+def read_list(name: str, v, item, n: int | None = None) -> tuple:
+    """A list (never a scalar) of ``n`` items (any length when None), each read by ``item``."""
+    if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n):
+        _bad(name, v, f"expected a list of {n if n is not None else 'one or more'} items")
+    if n is None and not v:
+        _bad(name, v, "expected a non-empty list")
+    return tuple(item(name, x) for x in v)
+
+
+def read_scalar_or_list(name: str, v, item, n: int) -> tuple:
+    """A scalar (broadcast to ``n``) or a list of exactly ``n`` items."""
+    if isinstance(v, (list, tuple)):
+        return read_list(name, v, item, n)
+    return (item(name, v),) * n
+
+
+def _section(section: str, params: dict) -> None:
+    """Unknown keys and refused keys with a value other than their default raise."""
+    table, prefix = KEYS[section], _PREFIX[section]
+    for key, value in params.items():
+        if key.startswith("_"):  # deepmd-kit's "_comment" style keys are stripped by argcheck
+            continue
+        rule = table.get(key)
+        if rule is None:
+            _bad(prefix + key, value, f"not an option of a DPA4 {section} in {REFERENCE}")
+        if rule.status == "refused" and not _same(value, rule.default):
+            _bad(prefix + key, value, rule.why)
+
+
+def _same(value, default) -> bool:
+    if default is None:
+        return value is None
+    if isinstance(default, bool) or isinstance(value, bool):
+        return type(value) is type(default) and value == default
+    if isinstance(default, str):
+        return isinstance(value, str) and value.lower() == default.lower()
+    if isinstance(default, list):
+        return isinstance(value, list) and value == default
+    return type(value) is type(default) and value == default
+
+
+# ----------------------------------------------------------------------------- the mapping
+def _newer(name: str, value) -> None:
+    _bad(name, value, NEWER)
+
+
+def _env_exp(v) -> tuple[int, int]:
+    if _is_int(v):
+        _newer("env_exp", v)  # one envelope on the messages, none on the radial basis
+    return read_list("env_exp", v, lambda n, x: read_int(n, x, 1), 2)
+
+
+def _basis_type(v) -> str:
+    if isinstance(v, str) and v.lower() in ("bessel/fix", "gaussian/fix"):
+        _newer("basis_type", v)
+    return read_str("basis_type", v, ("bessel", "gaussian"))
+
+
+def _edge_norm(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        _newer("edge_norm", v)  # per site: [radial, film, focus]
+    return read_bool("edge_norm", v)
+
+
+def _lebedev(v) -> tuple[bool, bool]:
+    """[so2, ffn]; the so2 entry only matters for the SO(2) S2 grids (node_wise_s2,
+    message_node_s2, s2_activation[0]), which are refused by their own keys."""
+    return read_scalar_or_list("lebedev_quadrature", v, read_bool, 2)
+
+
+def _alias(params: dict, key: str, alias: str, default):
+    if key in params and alias in params and params[key] != params[alias]:
+        _bad(alias, params[alias], f"differs from {key}={params[key]!r}")
+    return params[key] if key in params else params.get(alias, default)
+
+
+def _opt(read, name: str, v, *args):
+    return None if v is None else read(name, v, *args)
+
+
+def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
+    """Map a deepmd-kit DPA4 ``model_params`` dict to :class:`SeZMConfig`, strictly.
+
+    Every key must be in :data:`KEYS`; refused keys must hold their default; implemented keys
+    must have the type and form deepmd-kit's argcheck gives them (a list is never read as a bool,
+    a scalar never as a list). Missing keys take argcheck's defaults.
+    """
+    if not isinstance(model_params, dict):
+        _bad("model", type(model_params).__name__, "expected a dict of model parameters")
+    read_str("model.type", model_params.get("type", ""), ("dpa4", "sezm"))
+    desc = model_params.get("descriptor")
+    fit = model_params.get("fitting_net")
+    if not isinstance(desc, dict) or not isinstance(fit, dict):
+        _bad("model.descriptor/fitting_net", (type(desc), type(fit)), "expected two dicts")
+    _section("model", model_params)
+    _section("descriptor", desc)
+    _section("fitting_net", fit)
+    read_str("descriptor.type", desc.get("type", "dpa4"), ("dpa4", "sezm"))
+    read_str("fitting_net.type", fit.get("type", "dpa4_ener"), ("dpa4_ener", "sezm_ener"))
+    type_map = model_params.get("type_map")
+    if not isinstance(type_map, list) or not all(isinstance(t, str) for t in type_map):
+        _bad("model.type_map", type_map, "expected a list of element names")
+
+    d = desc.get
+    lmax = read_int("lmax", d("lmax", 3), 0)
+    n_blocks = read_int("n_blocks", d("n_blocks", 3), 0)
+    l_sched = _opt(read_list, "l_schedule", d("l_schedule"), read_int)
+    l_sched = (lmax,) * n_blocks if l_sched is None else l_sched
+    mmax = _opt(read_int, "mmax", d("mmax", 1))
+    mmax = 1 if mmax is None else mmax
+    m_sched = _opt(read_list, "m_schedule", d("m_schedule"), read_int)
+    m_eff = tuple(min(mmax, l) for l in l_sched) if m_sched is None else m_sched
+    if any(m != 1 for m in m_eff):
+        _bad("mmax/m_schedule", list(m_sched) if m_sched else mmax, "only mmax=1 is implemented")
+    fit_neuron = _alias(fit, "neuron", "n_neuron", [0])
+    cfg = SeZMConfig(
+        type_map=tuple(type_map),
+        rcut=read_float("rcut", d("rcut", 6.0)),
+        channels=read_int("channels", d("channels", 64), 1),
+        n_radial=read_int("n_radial", d("n_radial", 16), 1),
+        basis_type=_basis_type(d("basis_type", "bessel")),
+        radial_mlp=read_list("radial_mlp", d("radial_mlp", [0]), read_int),
+        env_exp=_env_exp(d("env_exp", [7, 5])),
+        edge_norm=_edge_norm(d("edge_norm", True)),
+        use_env_seed=read_bool("use_env_seed", d("use_env_seed", True)),
+        l_schedule=l_sched,
+        kmax=read_int("kmax", d("kmax", 1)),
+        mixing_layers=read_int("mixing_layers", _alias(desc, "mixing_layers", "so2_layers", 4)),
+        radial_so2_mode=read_str(
+            "radial_so2_mode",
+            d("radial_so2_mode", "degree_channel"),
+            ("none", "degree", "degree_channel"),
+        ),
+        radial_so2_rank=read_int("radial_so2_rank", d("radial_so2_rank", 1)),
+        n_focus=read_int("n_focus", d("n_focus", 1), 1),
+        focus_dim=read_int("focus_dim", d("focus_dim", 0)),
+        n_atten_head=read_int("n_atten_head", d("n_atten_head", 1)),
+        ffn_neurons=read_int("ffn_neurons", d("ffn_neurons", 0)),
+        ffn_blocks=read_int("ffn_blocks", d("ffn_blocks", 1)),
+        sandwich_norm=read_list(
+            "sandwich_norm", d("sandwich_norm", [False, True, True, False]), read_bool, 4
+        ),
+        s2_activation=read_list("s2_activation", d("s2_activation", [False, True]), read_bool, 2),
+        ffn_so3_grid=read_bool("ffn_so3_grid", d("ffn_so3_grid", False)),
+        grid_mlp=read_scalar_or_list("grid_mlp", d("grid_mlp", False), read_bool, 3),
+        grid_branch=read_scalar_or_list("grid_branch", d("grid_branch", 0), read_int, 3),
+        message_node_so3=read_bool("message_node_so3", d("message_node_so3", False)),
+        so3_readout=read_str("so3_readout", d("so3_readout", "none"), ("none", "glu", "mlp")),
+        glu_activation=read_bool("glu_activation", d("glu_activation", True)),
+        lebedev_quadrature=_lebedev(d("lebedev_quadrature", True)),
+        eps=read_float("eps", d("eps", 1e-7)),
+        version=float(version),
+        fitting_neuron=read_list("fitting_net.neuron", fit_neuron, read_int),
+    )
+    cfg.validate()
+    return cfg
