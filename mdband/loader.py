@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
+from mdband.errors import MdbandError, ModelFileError
 from mdband.io.modelfile import file_sha256, is_model_file, parse_model_file, read_torch_file
 from mdband.kinds import model_builder
 from mdband.potential import Potential, weights_hash
@@ -109,6 +110,21 @@ def load_model(
         "memory_budget": memory_budget,
         "host_memory": host_memory,
     }
+    try:
+        return _load(path, device, dtype, head, options, t0)
+    except MdbandError:
+        raise
+    except (TypeError, KeyError, IndexError, AttributeError, RuntimeError) as exc:
+        # a malformed checkpoint (a value of a type nothing expects, a tensor of another shape)
+        # is a bad file, told in one line, not a traceback; memory errors stay what they are
+        if "out of memory" in str(exc).lower():
+            raise
+        raise ModelFileError(
+            f"{path}: cannot build a model from it ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def _load(path, device, dtype, head, options, t0) -> Potential:
     spath = str(path)
     if spath.startswith("builtin:"):
         from mdband.builtin import builtin_path

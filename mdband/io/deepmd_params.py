@@ -66,7 +66,7 @@ DESCRIPTOR = {
     "rcut": _impl(),
     "env_exp": _impl(),
     "channels": _impl(),
-    "basis_type": _impl("s2ffn", "gaussian_basis"),
+    "basis_type": _impl("s2ffn", "pro_like"),
     "n_radial": _impl(),
     "radial_mlp": _impl(),
     "edge_norm": _impl(),
@@ -110,7 +110,7 @@ DESCRIPTOR = {
     "message_node_so3": _impl("grid_mini", "grid_neo"),
     "so3_readout": _impl("gated_pyramid", "grid_mini"),
     "readout_layers": _refused(1),
-    "lebedev_quadrature": _impl("s2ffn", "s2ffn_e3nn", "grid_e3nn"),
+    "lebedev_quadrature": _impl("s2ffn", "s2ffn_e3nn", "pro_like"),
     "activation_function": _refused("silu"),
     "glu_activation": _impl(),
     "use_amp": _inert("mixed precision of deepmd-kit's training (evaluation follows DP_AMP_INFER)"),
@@ -219,7 +219,11 @@ def read_list(name: str, v, item, n: int | None = None) -> tuple:
         _bad(name, v, f"expected a list of {n if n is not None else 'one or more'} items")
     if n is None and not v:
         _bad(name, v, "expected a non-empty list")
-    return tuple(item(name, x) for x in v)
+    try:
+        return tuple(item(name, x) for x in v)
+    except UnsupportedModelError as exc:  # name the whole list, not the item
+        why = str(exc).split(": ", 1)[-1]
+        raise UnsupportedModelError(name, v, f"item {exc.value!r}: {why}") from None
 
 
 def read_scalar_or_list(name: str, v, item, n: int) -> tuple:

@@ -92,3 +92,62 @@ def test_info_states_the_precision_modes_measured_error(monkeypatch, mode):
     assert PRECISION_ACCURACY[mode] in line
     info = json.loads(CliRunner().invoke(main, ["info", str(fixture), "--json"]).output)
     assert info["stack_precision_accuracy"] == PRECISION_ACCURACY[mode]
+
+
+FIX = REPO / "tests" / "fixtures" / "deepmd"
+
+
+def _edited_checkpoint(tmp_path, edit):
+    import copy
+
+    import torch
+
+    sd = dict(torch.load(FIX / "s2ffn.pt", weights_only=True)["model"])
+    sd["_extra_state"] = copy.deepcopy(sd["_extra_state"])
+    edit(sd, sd["_extra_state"]["model_params"])
+    path = tmp_path / "edited.pt"
+    torch.save({"model": sd}, path)
+    return path
+
+
+def _set_desc(key, value):
+    def edit(sd, params):
+        params["descriptor"][key] = value
+
+    return edit
+
+
+def _weight_to_str(sd, params):
+    key = next(k for k in sd if k.endswith("radial_embedding.net.0.matrix") or "weight" in k)
+    sd[key] = "not a tensor"
+
+
+def _weight_shape(sd, params):
+    key = next(k for k in sd if k.endswith("type_embedding.adam_type_embedding") or "weight" in k)
+    sd[key] = sd[key][..., :1].clone()
+
+
+def _version_none(sd, params):
+    sd["model.Default.atomic_model.descriptor.version_tensor"] = [1, 2]  # float(): TypeError
+
+
+@pytest.mark.parametrize(
+    "edit,words",
+    [
+        (_set_desc("env_exp", 5), ["env_exp=5", "3.2.0"]),
+        (_set_desc("edge_norm", [False, True, True]), ["edge_norm=[False, True, True]"]),
+        (_set_desc("basis_type", "gaussian/fix"), ["basis_type='gaussian/fix'"]),
+        (_set_desc("sandwich_norm", True), ["sandwich_norm=True"]),
+        (_weight_to_str, ["weights do not match"]),
+        (_weight_shape, ["weights do not match", "size mismatch"]),
+        (_version_none, ["edited.pt", "cannot build a model", "TypeError"]),
+    ],
+)
+def test_info_on_a_model_it_cannot_load_is_one_line_exit_2(tmp_path, edit, words):
+    """Whatever fails while a model is read and built: one line on stderr, exit 2."""
+    res = CliRunner().invoke(main, ["info", str(_edited_checkpoint(tmp_path, edit))])
+    assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.output, res.output
+    for word in words:
+        assert word in lines[0], lines[0]
