@@ -30,8 +30,11 @@ class SeZMConfig:
     n_radial: int = 16
     basis_type: str = "bessel"
     radial_mlp: tuple[int, ...] = (0,)
+    #: (radial-basis exponent, edge exponent); 0 for the basis: no envelope on it (deepmd-kit's
+    #: integer env_exp, newer than 3.2.0)
     env_exp: tuple[int, int] = (7, 5)
-    edge_norm: bool = True
+    #: one bool, or deepmd-kit's per-site [radial, film, focus] (newer than 3.2.0)
+    edge_norm: bool | tuple[bool, bool, bool] = True
     use_env_seed: bool = True
     l_schedule: tuple[int, ...] = (3, 3, 3)
     kmax: int = 1
@@ -92,6 +95,30 @@ class SeZMConfig:
     def fitting_widths(self) -> list[int]:
         return [auto_width(self.channels) if w == 0 else int(w) for w in self.fitting_neuron]
 
+    def _edge_norm_site(self, i: int) -> bool:
+        return self.edge_norm if isinstance(self.edge_norm, bool) else self.edge_norm[i]
+
+    @property
+    def radial_norm(self) -> bool:
+        """RMSNorm in the radial MLP's hidden layers (and the post-SO(2) norm's 1e-5 eps)."""
+        return self._edge_norm_site(0)
+
+    @property
+    def film_norm(self) -> bool:
+        """RMSNorms of the environment seed's FiLM logits."""
+        return self._edge_norm_site(1)
+
+    @property
+    def focus_norm(self) -> bool:
+        """RMSNorm of the focus competition's scalars."""
+        return self._edge_norm_site(2)
+
+    @property
+    def basis_family(self) -> str:
+        """``bessel`` or ``gaussian``: a ``/fix`` basis evaluates like its family (it only keeps
+        the frequencies or centres out of training)."""
+        return self.basis_type.partition("/")[0]
+
     @property
     def use_gie(self) -> bool:
         return self.use_env_seed and self.lmax > 0
@@ -135,10 +162,14 @@ class SeZMConfig:
             "grid_branch",
             "fitting_neuron",
             "lebedev_quadrature",
+            "edge_norm",
         ):
             if k in kw and kw[k] is not None:
                 # model files written before [so2, ffn] was kept store one bool
-                kw[k] = (kw[k],) * 2 if isinstance(kw[k], bool) else tuple(kw[k])
+                if k == "lebedev_quadrature" and isinstance(kw[k], bool):
+                    kw[k] = (kw[k],) * 2
+                elif not isinstance(kw[k], bool):
+                    kw[k] = tuple(kw[k])
         cfg = cls(**kw)
         cfg.validate()
         return cfg
@@ -152,8 +183,12 @@ class SeZMConfig:
             bad("type_map", list(self.type_map), "empty")
         if not self.rcut > 0:
             bad("rcut", self.rcut, "must be positive")
-        if self.basis_type not in ("bessel", "gaussian"):
+        if self.basis_type not in ("bessel", "gaussian", "bessel/fix", "gaussian/fix"):
             bad("basis_type", self.basis_type)
+        if len(self.env_exp) != 2 or self.env_exp[0] < 0 or self.env_exp[1] < 1:
+            bad("env_exp", list(self.env_exp), "expected [rbf >= 0, edge >= 1]")
+        if not isinstance(self.edge_norm, bool) and len(self.edge_norm) != 3:
+            bad("edge_norm", list(self.edge_norm), "expected a bool or [radial, film, focus]")
         if any(l < 1 for l in self.l_schedule):
             bad("l_schedule", list(self.l_schedule), "every block needs lmax >= 1")
         if any(self.l_schedule[i] < self.l_schedule[i + 1] for i in range(self.n_blocks - 1)):

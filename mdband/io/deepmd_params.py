@@ -27,8 +27,8 @@ from mdband.errors import UnsupportedModelError
 
 #: deepmd-kit release whose argcheck the table follows
 REFERENCE = "deepmd-kit 3.2.0"
-#: what a value of a deepmd-kit release newer than REFERENCE says when refused
-NEWER = "introduced after deepmd-kit 3.2.0 (the 2026-09 presets); not implemented by mdband"
+#: radial bases; the "/fix" forms (deepmd-kit after 3.2.0) evaluate like their family
+_BASES = ("bessel", "gaussian", "bessel/fix", "gaussian/fix")
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,12 @@ DESCRIPTOR = {
     "type": _impl(),
     "sel": _inert("SeZM keeps every neighbour within rcut; sel only sizes a training search"),
     "rcut": _impl(),
-    "env_exp": _impl(),
+    "env_exp": _impl("s2ffn", "preset_0911", "edge_norm_mixed"),
     "channels": _impl(),
-    "basis_type": _impl("s2ffn", "pro_like"),
+    "basis_type": _impl("s2ffn", "pro_like", "preset_0911", "edge_norm_mixed"),
     "n_radial": _impl(),
     "radial_mlp": _impl(),
-    "edge_norm": _impl(),
+    "edge_norm": _impl("s2ffn", "gated_pyramid", "preset_0901", "edge_norm_mixed"),
     "use_env_seed": _impl(),
     "random_gamma": _inert("deepmd-kit rolls the edge frames only in training mode"),
     "edge_cartesian": _refused(False),
@@ -97,7 +97,7 @@ DESCRIPTOR = {
     "grid_mlp": _impl("grid_mini"),
     "grid_branch": _impl("grid_mini", "grid_neo"),
     "ffn_blocks": _impl(),
-    "sandwich_norm": _impl(),
+    "sandwich_norm": _impl("s2ffn", "preset_0901", "preset_0911"),
     "mlp_bias": _refused(False),
     "layer_scale": _refused(False),
     "full_attn_res": _refused("none"),
@@ -259,25 +259,21 @@ def _same(value, default) -> bool:
 
 
 # ----------------------------------------------------------------------------- the mapping
-def _newer(name: str, value) -> None:
-    _bad(name, value, NEWER)
-
-
 def _env_exp(v) -> tuple[int, int]:
+    """[rbf, edge] exponents; one integer p (deepmd-kit after 3.2.0: the 2026-09 presets) is one
+    envelope, on the messages: (0, p), 0 meaning no envelope on the radial basis."""
     if _is_int(v):
-        _newer("env_exp", v)  # one envelope on the messages, none on the radial basis
-    return read_list("env_exp", v, lambda n, x: read_int(n, x, 1), 2)
+        return 0, read_int("env_exp", v, 1)
+    rbf, edge = read_list("env_exp", v, read_int, 2)
+    if edge < 1:
+        _bad("env_exp", v, "the edge exponent must be >= 1")
+    return rbf, edge
 
 
-def _basis_type(v) -> str:
-    if isinstance(v, str) and v.lower() in ("bessel/fix", "gaussian/fix"):
-        _newer("basis_type", v)
-    return read_str("basis_type", v, ("bessel", "gaussian"))
-
-
-def _edge_norm(v) -> bool:
+def _edge_norm(v) -> bool | tuple[bool, bool, bool]:
+    """One bool, or [radial, film, focus] (deepmd-kit after 3.2.0: the 2026-09 presets)."""
     if isinstance(v, (list, tuple)):
-        _newer("edge_norm", v)  # per site: [radial, film, focus]
+        return read_list("edge_norm", v, read_bool, 3)
     return read_bool("edge_norm", v)
 
 
@@ -337,7 +333,7 @@ def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
         rcut=read_float("rcut", d("rcut", 6.0)),
         channels=read_int("channels", d("channels", 64), 1),
         n_radial=read_int("n_radial", d("n_radial", 16), 1),
-        basis_type=_basis_type(d("basis_type", "bessel")),
+        basis_type=read_str("basis_type", d("basis_type", "bessel"), _BASES),
         radial_mlp=read_list("radial_mlp", d("radial_mlp", [0]), read_int),
         env_exp=_env_exp(d("env_exp", [7, 5])),
         edge_norm=_edge_norm(d("edge_norm", True)),

@@ -9,11 +9,13 @@ Shapes (E edges, n basis functions)::
                     Gaussian: exp(c (r − μ)²) · envelope(r; p_rbf)
 
 with ``envelope(r; p) = u⁴ Σ_{k<p} C(k+3, 3) x^k``, ``x = r / rcut``, ``u = 1 − x`` clamped to
-[0, 1] (sezm-architecture.md §2.2). Backward (closed form, recomputed from r): ``g_r = g_env ·
-env' + Σ_n g_rbf,n · rbf'_n`` with ``env' = (u⁴ S'(x) − 4 u³ S(x)) / rcut`` (Horner for S and
-S' together), Bessel ``raw' = (w cos(w r) − raw) / r`` (a series below w r = 0.5), Gaussian
-``raw' = 2 c (r − μ) raw``. No gradient for ``freqs``: the op serves force evaluation (frozen
-weights); training takes the torch path (:func:`radial_basis_reference`, any order).
+[0, 1] (sezm-architecture.md §2.2), and ``envelope(r; 0) = 1``: no envelope (deepmd-kit's
+exponent 0, what an integer ``env_exp`` gives the radial basis). Backward (closed form,
+recomputed from r): ``g_r = g_env · env' + Σ_n g_rbf,n · rbf'_n`` with
+``env' = (u⁴ S'(x) − 4 u³ S(x)) / rcut`` (Horner for S and S' together), Bessel
+``raw' = (w cos(w r) − raw) / r`` (a series below w r = 0.5), Gaussian ``raw' = 2 c (r − μ) raw``.
+No gradient for ``freqs``: the op serves force evaluation (frozen weights); training takes the
+torch path (:func:`radial_basis_reference`, any order).
 
 The torch path runs about twenty elementwise kernels forward and as many backward over (E, n)
 and (E, 1) tensors (DPA4-Mini, 647,154 edges, n = 16: about 0.6 ms of an H200's time per call);
@@ -41,7 +43,9 @@ BLOCK_EDGES = 128
 
 
 def envelope_reference(r: Tensor, rcut: float, p: int) -> Tensor:
-    """``u⁴ Σ_{k<p} C(k+3, 3) x^k`` (torch; the model's ``cutoff_envelope``)."""
+    """``u⁴ Σ_{k<p} C(k+3, 3) x^k``, 1 for p = 0 (torch; the model's ``cutoff_envelope``)."""
+    if p == 0:
+        return torch.ones_like(r)
     u = ((rcut - r) / rcut).clamp(0.0, 1.0)
     x = 1.0 - u
     coeffs = [float(math.comb(k + 3, 3)) for k in range(p)]
@@ -70,6 +74,8 @@ def radial_basis_reference(
 
 def _envelope_slope(r: Tensor, rcut: float, p: int) -> tuple[Tensor, Tensor]:
     """(envelope(r; p), d envelope / dr) by Horner's rule for the series and its derivative."""
+    if p == 0:
+        return torch.ones_like(r), torch.zeros_like(r)
     u = ((rcut - r) / rcut).clamp(0.0, 1.0)
     x = 1.0 - u
     s, ds = torch.zeros_like(x), torch.zeros_like(x)
@@ -108,7 +114,9 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _envelope(r, inv_rcut, P: tl.constexpr):
-        """(envelope(r; P), d envelope / dr) of a block of r."""
+        """(envelope(r; P), d envelope / dr) of a block of r; (1, 0) for P = 0."""
+        if P == 0:
+            return tl.full(r.shape, 1.0, r.dtype), tl.zeros_like(r)
         u = tl.minimum(tl.maximum(1.0 - r * inv_rcut, 0.0), 1.0)
         x = 1.0 - u
         s = tl.zeros_like(r)

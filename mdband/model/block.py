@@ -99,7 +99,7 @@ class InteractionBlock(nn.Module):
         so2_pre, so2_post, ffn_pre, ffn_post = cfg.sandwich_norm
         ident = nn.Identity
         self.pre_so2_norm = EquivariantRMSNorm(lmax, C) if so2_pre else ident()
-        post_eps = 1e-5 if cfg.edge_norm else 1.0
+        post_eps = 1e-5 if cfg.radial_norm else 1.0
         self.post_so2_norm = EquivariantRMSNorm(lmax, C, eps=post_eps) if so2_post else ident()
         self.so2_conv = SO2Convolution(cfg, lmax, settings)
         opts = cfg.ffn_opts()
@@ -158,15 +158,15 @@ class SeZMDescriptor(nn.Module):
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
         if cfg.use_env_seed:
             self.env_seed_embedding = EnvironmentSeed(cfg.ntypes, cfg.n_radial, C, cfg.eps)
-            norm = ScalarRMSNorm if cfg.edge_norm else None
+            norm = ScalarRMSNorm if cfg.film_norm else None
             if norm is not None:
                 self.film_scale_norm = norm(C)
                 self.film_shift_norm = norm(C)
             self.film_scale_strength_log = nn.Parameter(torch.zeros(1))
             self.film_shift_strength_log = nn.Parameter(torch.zeros(1))
-        self.radial_basis = RadialBasis(cfg.rcut, cfg.n_radial, cfg.basis_type, cfg.env_exp[0])
+        self.radial_basis = RadialBasis(cfg.rcut, cfg.n_radial, cfg.basis_family, cfg.env_exp[0])
         layers = [cfg.n_radial, *cfg.radial_hidden, (L + 1) * C]
-        self.radial_embedding = RadialMLP(layers, norm=cfg.edge_norm)
+        self.radial_embedding = RadialMLP(layers, norm=cfg.radial_norm)
         self.blocks = nn.ModuleList(
             [InteractionBlock(cfg, lb, self.settings) for lb in cfg.l_schedule]
         )
@@ -263,7 +263,7 @@ class SeZMDescriptor(nn.Module):
         if cfg.use_env_seed:
             film = self.env_seed_embedding(ec, types, fused=self.settings.ops_on(ec.edge_vec))
             sc, sh = film[:, :C], film[:, C:]
-            if cfg.edge_norm:
+            if cfg.film_norm:
                 sc, sh = self.film_scale_norm(sc), self.film_shift_norm(sh)
             x0 = x0 * (1.0 + torch.exp(self.film_scale_strength_log) * torch.tanh(sc))
             x0 = x0 + torch.exp(self.film_shift_strength_log) * torch.tanh(sh)

@@ -119,7 +119,7 @@ class SO2Convolution(nn.Module):
         )
         self.focus_compete = F > 1
         if self.focus_compete:
-            self.focus_compete_norm = ScalarRMSNorm(Cf, F) if cfg.edge_norm else nn.Identity()
+            self.focus_compete_norm = ScalarRMSNorm(Cf, F) if cfg.focus_norm else nn.Identity()
             self.adamw_focus_compete_w = nn.Parameter(torch.zeros(Cf, F))
         if self.H > 0:
             H = self.H

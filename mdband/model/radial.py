@@ -3,9 +3,11 @@
 * ``envelope(r; p) = u⁴ Σ_{k<p} C(k+3, 3) x^k`` with ``x = r/rcut``, ``u = 1 − x`` (clamped to
   [0, 1]); value and first three derivatives vanish at rcut.
 * Bessel basis ``w_n sinc(w_n r / π) · envelope(r; p_rbf)`` with trainable ``adam_freqs`` (1, n);
-  Gaussian basis ``exp(−(r − μ_n)² / (2σ²))`` with μ = ``adam_freqs``, σ = rcut / (n − 1).
-* Radial MLP (bias-free): hidden layers ``x @ M`` → RMSNorm (if ``edge_norm``) → SiLU; the last
-  layer linear. Parameter names follow deepmd-kit (``net.{i}.matrix``, ``net.{i}.adam_scale``).
+  Gaussian basis ``exp(−(r − μ_n)² / (2σ²))`` with μ = ``adam_freqs``, σ = rcut / (n − 1),
+  also times ``envelope(r; p_rbf)``; ``p_rbf = 0``: the raw basis (deepmd-kit's integer env_exp).
+* Radial MLP (bias-free): hidden layers ``x @ M`` → RMSNorm (if the radial ``edge_norm``) → SiLU;
+  the last layer linear. Parameter names follow deepmd-kit (``net.{i}.matrix``,
+  ``net.{i}.adam_scale``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ cutoff_envelope = envelope_reference
 
 class RadialBasis(nn.Module):
     def __init__(self, rcut: float, n_radial: int, basis_type: str, exponent: int) -> None:
+        """``basis_type``: ``bessel`` or ``gaussian`` (the family of a ``/fix`` basis);
+        ``exponent``: the basis' envelope order, 0 for none."""
         super().__init__()
         self.rcut = float(rcut)
         self.basis_type = basis_type

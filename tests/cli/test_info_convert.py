@@ -134,9 +134,11 @@ def _version_none(sd, params):
 @pytest.mark.parametrize(
     "edit,words",
     [
-        (_set_desc("env_exp", 5), ["env_exp=5", "3.2.0"]),
-        (_set_desc("edge_norm", [False, True, True]), ["edge_norm=[False, True, True]"]),
-        (_set_desc("basis_type", "gaussian/fix"), ["basis_type='gaussian/fix'"]),
+        (_set_desc("env_exp", 5.5), ["env_exp=5.5"]),  # a bare TypeError before
+        (_set_desc("edge_norm", [False, True]), ["edge_norm=[False, True]"]),
+        (_set_desc("basis_type", "gaussian/fixed"), ["basis_type='gaussian/fixed'"]),
+        # read; then the radial MLP's norm weights have no place
+        (_set_desc("edge_norm", [False, True, True]), ["weights do not match"]),
         (_set_desc("sandwich_norm", True), ["sandwich_norm=True"]),
         (_weight_to_str, ["weights do not match"]),
         (_weight_shape, ["weights do not match", "size mismatch"]),

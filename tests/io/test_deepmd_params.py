@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from mdband.errors import UnsupportedModelError
-from mdband.io.deepmd_params import KEYS, NEWER, config_from_deepmd
+from mdband.io.deepmd_params import KEYS, config_from_deepmd
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
 ARGCHECK = json.loads((FIX / "argcheck_keys.json").read_text())["sections"]
-CONFIGS = json.loads((FIX / "configs.json").read_text())["configs"]
+_META = json.loads((FIX / "configs.json").read_text())
+CONFIGS = {**_META["configs"], **_META["newer_configs"]}
 
 
 def normalized(name: str = "s2ffn") -> dict:
@@ -131,14 +132,49 @@ def test_fitting_and_model_sections_are_strict(section, key, value):
 
 
 @pytest.mark.parametrize(
-    "key,value",
-    [("env_exp", 5), ("edge_norm", [False, True, True]), ("basis_type", "gaussian/fix")],
+    "key,value,field,expected",
+    [
+        ("env_exp", 5, "env_exp", (0, 5)),  # one envelope, on the messages
+        ("env_exp", [0, 6], "env_exp", (0, 6)),
+        ("edge_norm", [False, True, True], "edge_norm", (False, True, True)),
+        ("basis_type", "gaussian/fix", "basis_family", "gaussian"),
+        ("basis_type", "Bessel/Fix", "basis_family", "bessel"),
+    ],
 )
-def test_newer_preset_options_are_refused_by_name(key, value):
+def test_newer_preset_options_read(key, value, field, expected):
+    """The 2026-09 preset forms (deepmd-kit after 3.2.0): read, never coerced."""
+    cfg = config_from_deepmd(with_key("descriptor", key, value), 1.2)
+    assert getattr(cfg, field) == expected
+
+
+@pytest.mark.parametrize(
+    "value,sites",
+    [
+        (True, (True, True, True)),
+        (False, (False, False, False)),
+        ([False, True, False], (False, True, False)),
+    ],
+)
+def test_edge_norm_sites(value, sites):
+    cfg = config_from_deepmd(with_key("descriptor", "edge_norm", value), 1.2)
+    assert (cfg.radial_norm, cfg.film_norm, cfg.focus_norm) == sites
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("edge_norm", [False, True]),
+        ("edge_norm", [0, 1, 1]),
+        ("env_exp", 0),
+        ("env_exp", [7, 0]),
+        ("env_exp", 5.0),
+        ("basis_type", "gaussian/fixed"),
+    ],
+)
+def test_newer_preset_forms_are_checked(key, value):
     with pytest.raises(UnsupportedModelError) as info:
         config_from_deepmd(with_key("descriptor", key, value), 1.2)
     assert info.value.option == key and info.value.value == value
-    assert NEWER in str(info.value)
 
 
 @pytest.mark.parametrize(
