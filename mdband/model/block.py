@@ -164,7 +164,13 @@ class SeZMDescriptor(nn.Module):
                 self.film_shift_norm = norm(C)
             self.film_scale_strength_log = nn.Parameter(torch.zeros(1))
             self.film_shift_strength_log = nn.Parameter(torch.zeros(1))
-        self.radial_basis = RadialBasis(cfg.rcut, cfg.n_radial, cfg.basis_family, cfg.env_exp[0])
+        self.radial_basis = RadialBasis(
+            cfg.rcut,
+            cfg.n_radial,
+            cfg.basis_family,
+            cfg.env_exp[0],
+            cfg.basis_type.endswith("/fix"),
+        )
         layers = [cfg.n_radial, *cfg.radial_hidden, (L + 1) * C]
         self.radial_embedding = RadialMLP(layers, norm=cfg.radial_norm)
         self.blocks = nn.ModuleList(

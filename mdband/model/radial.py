@@ -24,9 +24,12 @@ cutoff_envelope = envelope_reference
 
 
 class RadialBasis(nn.Module):
-    def __init__(self, rcut: float, n_radial: int, basis_type: str, exponent: int) -> None:
+    def __init__(
+        self, rcut: float, n_radial: int, basis_type: str, exponent: int, fixed: bool = False
+    ) -> None:
         """``basis_type``: ``bessel`` or ``gaussian`` (the family of a ``/fix`` basis);
-        ``exponent``: the basis' envelope order, 0 for none."""
+        ``exponent``: the basis' envelope order, 0 for none; ``fixed`` (a ``/fix`` basis):
+        ``adam_freqs`` is a buffer, same state-dict name, so training leaves it alone."""
         super().__init__()
         self.rcut = float(rcut)
         self.basis_type = basis_type
@@ -35,7 +38,10 @@ class RadialBasis(nn.Module):
             freqs = torch.arange(1, n_radial + 1, dtype=torch.float64) * (math.pi / rcut)
         else:
             freqs = torch.linspace(0.0, rcut, n_radial, dtype=torch.float64)
-        self.adam_freqs = nn.Parameter(freqs[None, :])
+        if fixed:
+            self.register_buffer("adam_freqs", freqs[None, :])
+        else:
+            self.adam_freqs = nn.Parameter(freqs[None, :])
         width = rcut / max(n_radial - 1, 1)
         self.gauss_coeff = -0.5 / (width * width)
 
