@@ -321,10 +321,13 @@ def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
     n_blocks = read_int("n_blocks", d("n_blocks", 3), 0)
     l_sched = _opt(read_list, "l_schedule", d("l_schedule"), read_int)
     l_sched = (lmax,) * n_blocks if l_sched is None else l_sched
+    # mmax None: every block's m follows its lmax (deepmd-kit), so only lmax 1 runs
     mmax = _opt(read_int, "mmax", d("mmax", 1))
-    mmax = 1 if mmax is None else mmax
     m_sched = _opt(read_list, "m_schedule", d("m_schedule"), read_int)
-    m_eff = tuple(min(mmax, l) for l in l_sched) if m_sched is None else m_sched
+    if m_sched is not None:
+        m_eff = m_sched
+    else:
+        m_eff = tuple(l if mmax is None else min(mmax, l) for l in l_sched)
     if any(m != 1 for m in m_eff):
         _bad("mmax/m_schedule", list(m_sched) if m_sched else mmax, "only mmax=1 is implemented")
     fit_neuron = _alias(fit, "neuron", "n_neuron", [0])

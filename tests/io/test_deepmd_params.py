@@ -186,6 +186,22 @@ def test_lebedev_quadrature_forms(value, expected):
     assert cfg.lebedev_quadrature == expected
 
 
+@pytest.mark.parametrize(
+    "mmax,m_schedule,lmax,ok",
+    [(1, None, 2, True), (None, None, 2, False), (None, None, 1, True), (2, None, 2, False),
+     (1, [1, 1], 2, True), (1, [1, 2], 2, False)],
+)  # fmt: skip
+def test_mmax_follows_deepmd_kit(mmax, m_schedule, lmax, ok):
+    """mmax None means m = lmax per block in deepmd-kit: only m = 1 is implemented."""
+    params = with_key("descriptor", "mmax", mmax)
+    params["descriptor"].update(m_schedule=m_schedule, lmax=lmax, l_schedule=None)
+    if ok:
+        config_from_deepmd(params, 1.2)
+    else:
+        with pytest.raises(UnsupportedModelError, match="mmax"):
+            config_from_deepmd(params, 1.2)
+
+
 def test_aliases_read_like_their_key():
     params = with_key("descriptor", "so2_layers", 3)
     del params["descriptor"]["mixing_layers"]
