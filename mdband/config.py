@@ -146,7 +146,13 @@ class SeZMConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        out = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        # one bool when both entries agree, as configs stored it before [so2, ffn] was kept: the
+        # dict enters the model hash, which run checkpoints compare on resume
+        so2, ffn = self.lebedev_quadrature
+        if so2 == ffn:
+            out["lebedev_quadrature"] = so2
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> SeZMConfig:

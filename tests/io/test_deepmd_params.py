@@ -184,6 +184,11 @@ def test_newer_preset_forms_are_checked(key, value):
 def test_lebedev_quadrature_forms(value, expected):
     cfg = config_from_deepmd(with_key("descriptor", "lebedev_quadrature", value), 1.2)
     assert cfg.lebedev_quadrature == expected
+    # the stored form (it enters the model hash that run checkpoints compare on resume) keeps
+    # the one bool configs had before the pair was kept
+    stored = cfg.to_dict()["lebedev_quadrature"]
+    assert stored == (expected[0] if expected[0] == expected[1] else list(expected))
+    assert type(cfg).from_dict(cfg.to_dict()) == cfg
 
 
 @pytest.mark.parametrize(
