@@ -13,6 +13,10 @@ from dataclasses import asdict, dataclass, field
 
 from mdband.errors import UnsupportedModelError
 
+# fields added after model files and run checkpoints recorded config dicts: left out of
+# to_dict at their default, so an older model's dict and hash stay what they were
+_OMITTED_AT_DEFAULT = {"dim_case_embd": 0, "case_film_embd": False, "active_mode": "ener", "sel": 0}
+
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
     """deepmd-kit's auto width: 32·ceil((8/3)·dim/32) with GLU, else 32·ceil(4·dim/32)."""
@@ -60,6 +64,10 @@ class SeZMConfig:
     eps: float = 1e-7
     version: float = 1.2
     fitting_neuron: tuple[int, ...] = (0,)
+    dim_case_embd: int = 0
+    case_film_embd: bool = False
+    active_mode: str = "ener"
+    sel: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
@@ -93,7 +101,19 @@ class SeZMConfig:
 
     @property
     def fitting_widths(self) -> list[int]:
-        return [auto_width(self.channels) if w == 0 else int(w) for w in self.fitting_neuron]
+        auto = auto_width(self.fitting_input)
+        return [auto if w == 0 else int(w) for w in self.fitting_neuron]
+
+    @property
+    def fitting_input(self) -> int:
+        """Width of the fitting net's input: the descriptor, plus the case one-hot when it is
+        concatenated (``dim_case_embd`` without ``case_film_embd``)."""
+        return self.channels + (0 if self.case_film_embd else self.dim_case_embd)
+
+    @property
+    def direct_forces(self) -> bool:
+        """deepmd-kit's dens mode: forces from the direct-force head, no virial."""
+        return self.active_mode == "dens"
 
     def _edge_norm_site(self, i: int) -> bool:
         return self.edge_norm if isinstance(self.edge_norm, bool) else self.edge_norm[i]
@@ -152,6 +172,9 @@ class SeZMConfig:
         so2, ffn = self.lebedev_quadrature
         if so2 == ffn:
             out["lebedev_quadrature"] = so2
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if out[key] == default:  # likewise: configs without them keep their dict
+                out.pop(key)
         return out
 
     @classmethod
@@ -223,3 +246,11 @@ class SeZMConfig:
             bad("version", self.version, "known descriptor versions are 1.0, 1.1 and 1.2")
         if any(w < 0 for w in self.fitting_neuron):
             bad("fitting_net.neuron", list(self.fitting_neuron))
+        if self.dim_case_embd < 0:
+            bad("fitting_net.dim_case_embd", self.dim_case_embd)
+        if self.case_film_embd and self.dim_case_embd == 0:
+            bad("fitting_net.case_film_embd", True, "needs dim_case_embd > 0")
+        if self.active_mode not in ("ener", "dens"):
+            bad("active_mode", self.active_mode, "known modes are ener and dens")
+        if self.sel < 0 or (self.sel > 0) != self.direct_forces:
+            bad("sel", self.sel, "a neighbour count > 0 for the dens mode only")

@@ -58,7 +58,10 @@ def load_model(
         ``"auto"`` (default): CUDA when available, else CPU.
     dtype : {"float32", "float64"}
     head : str, optional
-        Branch of a multi-task deepmd-kit checkpoint (required when it has several).
+        Head (branch) of a multi-task deepmd-kit checkpoint, by name or by one of its
+        ``model_branch_alias`` aliases (case-insensitive when no exact match), as deepmd-kit's
+        ``DeepPot(head=)`` takes it. None: the head aliased ``Default``; a checkpoint without
+        one raises :class:`~mdband.errors.ModelFileError` listing the heads and aliases.
     rotation_layout : {"auto", "band", "dense"}, optional
         Request for the rotation storage; ``"dense"`` forces dense, ``"auto"`` (default, or the
         ``MDBAND_ROTATION_LAYOUT`` environment variable) uses the band whenever every consumer
@@ -147,9 +150,12 @@ def _load(path, device, dtype, head, options, t0) -> Potential:
         return _loaded(pot, spath, t0)
     from mdband.io.deepmd import import_deepmd_checkpoint
 
-    kind, type_map, cutoff, config, sd = import_deepmd_checkpoint(obj, path, head=head)
-    meta = {"source": "deepmd-kit", "source_sha256": file_sha256(path), "head": head}
-    pot = potential_from_parts(kind, type_map, cutoff, config, sd, meta, device, dtype, options)
+    imp = import_deepmd_checkpoint(obj, path, head=head)
+    meta = {"source": "deepmd-kit", "source_sha256": file_sha256(path), **imp.metadata}
+    pot = potential_from_parts(
+        imp.kind, imp.type_map, imp.cutoff, imp.config, imp.state_dict, meta, device, dtype,
+        options,
+    )  # fmt: skip
     return _loaded(pot, spath, t0)
 
 

@@ -16,6 +16,7 @@ from mdband import host_memory as _host_memory
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
+    DirectForceModel,
     EdgeResult,
     Result,
     _result,
@@ -76,6 +77,8 @@ class Potential:
         self.model = model.to(device=self.device, dtype=self.dtype).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
+        #: forces from the network, no virial (deepmd-kit's dens mode; see DirectForceModel)
+        self.direct_forces = isinstance(self.model, DirectForceModel)
         self._znum = {
             atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
         }
@@ -226,6 +229,7 @@ class Potential:
         return shrink is not None and shrink(self.device, n_atoms)
 
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan):
+        grad = grad and not self.direct_forces
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
@@ -239,6 +243,17 @@ class Potential:
             n = int(types.shape[0])
             csr_pair = (csr(dst, n), csr(src, n))
             model_kw["csr_pair"] = csr_pair
+        extra = {}
+        if csr_pair is not None:
+            extra["csr_pair"] = csr_pair
+        if self.direct_forces:
+            model_kw.pop("energy_rows", None)
+            with torch.no_grad():
+                atom_e, forces = self.model.energies_and_forces(
+                    types, src, dst, ev, exchange=exchange, **model_kw
+                )
+            extra["chunks"] = self.last_chunks
+            return EdgeResult(atom_energy=atom_e.to(torch.float64), extra=extra, forces=forces)
         with torch.set_grad_enabled(grad):
             atom_e = self.model(types, src, dst, ev, exchange=exchange, **model_kw)
             atom_e = atom_e.to(torch.float64)
@@ -248,9 +263,7 @@ class Potential:
                 (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
                 if g is None:
                     g = torch.zeros_like(ev)
-        extra = {"chunks": self.last_chunks}
-        if csr_pair is not None:
-            extra["csr_pair"] = csr_pair
+        extra["chunks"] = self.last_chunks
         return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
                           extra=extra)  # fmt: skip
 
@@ -422,8 +435,12 @@ class Potential:
         return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
 
     def forces_from_vectors(self, types, src, dst, edge_vec):
-        """(atom energies, forces, virial), float64, of one evaluation from device tensors."""
+        """(atom energies, forces, virial), float64, of one evaluation from device tensors
+        (the virial NaN for a direct-force model, as deepmd-kit gives it)."""
         out = self.evaluate_edges(types, src, dst, edge_vec)
+        if out.forces is not None:
+            nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
+            return out.atom_energy, out.forces, nan
         forces, virial = self.assemble(
             out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0]),
             out.extra.get("csr_pair"),

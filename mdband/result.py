@@ -60,11 +60,26 @@ class Result:
 
 @dataclass
 class EdgeResult:
-    """Tensor results of :meth:`Potential.evaluate_edges` (all float64)."""
+    """Tensor results of :meth:`Potential.evaluate_edges` (all float64): ``edge_grad``
+    ∂E/∂edge_vec, or for a :class:`DirectForceModel` the ``forces`` (N, 3) it returns."""
 
     atom_energy: torch.Tensor
     edge_grad: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    forces: torch.Tensor | None = None
+
+
+class DirectForceModel:
+    """What a model kind declares (as a base class) when its forces come out of the network
+    instead of the gradient of its energy (deepmd-kit's dens mode): then
+    :meth:`energies_and_forces` replaces the forward plus autograd, and there is no virial
+    (:class:`Result.virial` is NaN, as deepmd-kit returns it)."""
+
+    def energies_and_forces(
+        self, types, src, dst, edge_vec, exchange=None, plan=None, csr_pair=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Atom energies (N,) and forces (N, 3), float64, of an edge list (no autograd)."""
+        raise NotImplementedError
 
 
 def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1) -> Result:

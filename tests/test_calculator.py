@@ -1,5 +1,7 @@
 """mdband.Calculator: ASE contract, finite differences, boundaries, neighbour reuse, errors."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -196,3 +198,17 @@ def test_bad_structure_raises_structure_error(lj):
     atoms.calc = Calculator(lj)
     with pytest.raises(mdband.StructureError, match="NaN"):
         atoms.get_forces()
+
+
+def test_dens_model_direct_forces_and_nan_stress():
+    """A dens-trained deepmd-kit checkpoint: DeepPot's forces; its stress is NaN as deepmd-kit's
+    virial (the model has none)."""
+    import ase.io
+
+    fix = Path(__file__).resolve().parent / "fixtures" / "deepmd"
+    atoms = ase.io.read(fix / "structures.extxyz", index=1)
+    ref = np.load(fix / "dens.npz")
+    atoms.calc = Calculator(str(fix / "dens.pt"), device="cpu", dtype="float64")
+    np.testing.assert_allclose(atoms.get_forces(), ref["forces_1"], atol=1e-8, rtol=0)
+    assert atoms.get_potential_energy() == pytest.approx(float(ref["energy_1"]), rel=1e-10)
+    assert np.isnan(atoms.get_stress()).all()

@@ -13,8 +13,8 @@ model (``sezm_model_args`` plus the common ``model_args``, ``descrpt_se_zm_args`
   :class:`~mdband.errors.UnsupportedModelError` naming the key and the value.
 
 A key that is not in the table is refused too. Options being implemented elsewhere (ZBL
-``bridging_method``, charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``, ``spin``,
-multi-task ``dim_case_embd`` / ``case_film_embd``) are ``refused`` entries: implementing one means
+``bridging_method``, charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``, ``spin``) are
+``refused`` entries: implementing one means
 turning its entry into ``implemented`` and reading it in :func:`config_from_deepmd`.
 """
 
@@ -62,7 +62,10 @@ _OTHER = "not implemented by mdband yet"
 
 DESCRIPTOR = {
     "type": _impl(),
-    "sel": _inert("SeZM keeps every neighbour within rcut; sel only sizes a training search"),
+    "sel": _inert(
+        "SeZM's energy path keeps every neighbour within rcut; only the dens mode (decided by "
+        "the weights) keeps the sum(sel) nearest, and reads it then"
+    ),
     "rcut": _impl(),
     "env_exp": _impl("s2ffn", "preset_0911", "edge_norm_mixed"),
     "channels": _impl(),
@@ -128,7 +131,7 @@ FITTING = {
     "numb_fparam": _refused(0),
     "numb_aparam": _refused(0),
     "default_fparam": _refused(None),
-    "dim_case_embd": _refused(0, _OTHER),
+    "dim_case_embd": _impl("multitask_film", "multitask_concat"),
     "neuron": _impl("s2ffn", "gated_pyramid", "grid_neo"),
     "n_neuron": _impl("gated_pyramid"),  # argcheck alias of neuron
     "activation_function": _refused("silu"),
@@ -140,7 +143,7 @@ FITTING = {
     "atom_ener": _refused([]),
     "layer_name": _inert("deepmd-kit's dpa4_ener fitting does not read it (parameter sharing)"),
     "use_aparam_as_mask": _refused(False),
-    "case_film_embd": _refused(False, _OTHER),
+    "case_film_embd": _impl("multitask_film"),
 }
 
 MODEL = {
@@ -293,12 +296,19 @@ def _opt(read, name: str, v, *args):
     return None if v is None else read(name, v, *args)
 
 
-def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
+def _sel(v) -> int:
+    """Neighbours per atom deepmd-kit's dens path keeps: ``sum(sel)``."""
+    return sum(read_scalar_or_list("sel", v, read_int, len(v) if isinstance(v, list) else 1))
+
+
+def config_from_deepmd(model_params: dict, version: float, active_mode: str = "ener") -> SeZMConfig:
     """Map a deepmd-kit DPA4 ``model_params`` dict to :class:`SeZMConfig`, strictly.
 
     Every key must be in :data:`KEYS`; refused keys must hold their default; implemented keys
     must have the type and form deepmd-kit's argcheck gives them (a list is never read as a bool,
-    a scalar never as a list). Missing keys take argcheck's defaults.
+    a scalar never as a list). Missing keys take argcheck's defaults. ``active_mode`` is what the
+    checkpoint's weights say (deepmd-kit decides it from them, not from these parameters):
+    ``"dens"`` when they hold the denoising heads, whose neighbour list reads ``sel``.
     """
     if not isinstance(model_params, dict):
         _bad("model", type(model_params).__name__, "expected a dict of model parameters")
@@ -331,6 +341,8 @@ def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
     if any(m != 1 for m in m_eff):
         _bad("mmax/m_schedule", list(m_sched) if m_sched else mmax, "only mmax=1 is implemented")
     fit_neuron = _alias(fit, "neuron", "n_neuron", [0])
+    n_case = read_int("fitting_net.dim_case_embd", fit.get("dim_case_embd", 0))
+    film = read_bool("fitting_net.case_film_embd", fit.get("case_film_embd", False))
     cfg = SeZMConfig(
         type_map=tuple(type_map),
         rcut=read_float("rcut", d("rcut", 6.0)),
@@ -369,6 +381,11 @@ def config_from_deepmd(model_params: dict, version: float) -> SeZMConfig:
         eps=read_float("eps", d("eps", 1e-7)),
         version=float(version),
         fitting_neuron=read_list("fitting_net.neuron", fit_neuron, read_int),
+        dim_case_embd=n_case,
+        # deepmd-kit: FiLM only with a case embedding (case_film_embd and dim_case_embd > 0)
+        case_film_embd=film and n_case > 0,
+        active_mode=active_mode,
+        sel=_sel(d("sel", 256)) if active_mode == "dens" else 0,
     )
     cfg.validate()
     return cfg

@@ -86,6 +86,11 @@ class LammpsModel:
         options: dict | None = None,
         backend: Backend | None = None,
     ) -> None:
+        if potential.direct_forces:
+            raise MdbandError(
+                "pair_style mdband: this is a dens model (direct forces and no virial, "
+                "deepmd-kit's dens mode); LAMMPS runs energy models"
+            )
         self.potential = potential
         self.cutoff = float(potential.cutoff)
         self.device_name = str(potential.device)

@@ -239,6 +239,11 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         potential = load_model(
             config.model, device=config.device, dtype=config.dtype, head=config.head
         )
+    if config.cell and potential.direct_forces:
+        raise ConfigError(
+            "the model gives direct forces and no virial (deepmd-kit's dens mode); "
+            "--cell needs the stress"
+        )
     notes: list[str] = []
     atoms = read_structure(
         config.structure,

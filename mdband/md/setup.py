@@ -72,6 +72,11 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
         from mdband.loader import load_model
 
         potential = load_model(config.model, **model_options(config, ck.step if ck else 0))
+    if potential.direct_forces and config.ensemble == "npt-mtk":
+        raise ConfigError(
+            f"{config.model} gives direct forces and no virial (deepmd-kit's dens mode); "
+            "npt-mtk needs the virial: use an NVE or NVT ensemble"
+        )
     notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)

@@ -288,8 +288,9 @@ class SeZMDescriptor(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
-        """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given.
+                energy_rows=None, csr_pair=None, latent=False) -> torch.Tensor:  # fmt: skip
+        """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
+        ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
         ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the evaluation in chunks of
         destination atoms; without one the memory budget decides. ``head(desc_rows, rows)``
@@ -309,7 +310,7 @@ class SeZMDescriptor(nn.Module):
             from mdband.model.chunked import chunked_descriptor
 
             return chunked_descriptor(
-                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows
+                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent
             )
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
@@ -318,13 +319,15 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair)
+            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent)
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair)
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent)
         return desc if head is None else head(desc, slice(None))
 
-    def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None) -> torch.Tensor:
-        """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on)."""
+    def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
+                   latent=False) -> torch.Tensor:  # fmt: skip
+        """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
+        ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
         te = self.type_embedding(types)  # (N, C)
@@ -336,7 +339,8 @@ class SeZMDescriptor(nn.Module):
             if exchange is not None:
                 x = exchange(x)
             x = blk(x, ec, leading_rows(radf, lb + 1), recompute=self.recompute)
-        return self.output_ffn(x[:, : st.dim_of(cfg.readout_lmax)])
+        x = x[:, : st.dim_of(cfg.readout_lmax)]
+        return (self.output_ffn(x), x) if latent else self.output_ffn(x)
 
     def choose_plan(self, dst, n_atoms: int, like: torch.Tensor):
         """The chunk plan the memory budget asks for (None: unchunked). None inside a CUDA-graph

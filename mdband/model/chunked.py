@@ -274,8 +274,9 @@ def _or_zeros(g, like):
 
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
-                       energy_rows=None) -> torch.Tensor:  # fmt: skip
-    """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding).
+                       energy_rows=None, latent=False) -> torch.Tensor:  # fmt: skip
+    """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
+    ``latent`` (no head): also return the readout's input.
 
     ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
     descriptor; with frozen weights the last block, the readout and the head then run as one
@@ -329,5 +330,8 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
     def readout(c, vec, x_rows):
         return desc.output_ffn(x_rows)
 
-    out = chunks.stage(readout, x[:, :ro], name="readout")
+    x = x[:, :ro]
+    out = chunks.stage(readout, x, name="readout")
+    if latent:
+        return out, x
     return out if head is None else head(out, slice(None))

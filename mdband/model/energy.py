@@ -1,8 +1,10 @@
 """DPA4 energy model: SeZM descriptor → GLU fitting net → per-atom energies (eV).
 
 ``e_i = GLU-MLP(desc_i) @ W_out + bias_atom_e[t_i] + out_bias[t_i]`` (sezm-architecture.md §2.9),
-accumulated in float64. Module names mirror deepmd-kit's ``atomic_model`` state dict, so an
-imported checkpoint loads with ``load_state_dict(strict=True)``.
+accumulated in float64; the fitting net (with a multi-task model's case embedding) is
+:mod:`mdband.model.fitting`, deepmd-kit's dens mode :mod:`mdband.model.dens`. Module names
+mirror deepmd-kit's ``atomic_model`` state dict, so an imported checkpoint loads with
+``load_state_dict(strict=True)``.
 """
 
 from __future__ import annotations
@@ -13,62 +15,9 @@ from torch import nn
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
 from mdband.model.chunking import describe_budget
+from mdband.model.fitting import FittingNet
 from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
-
-
-class _Linear(nn.Module):
-    def __init__(self, n_in: int, n_out: int, bias: bool) -> None:
-        super().__init__()
-        self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
-        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
-
-    def forward(self, x):
-        y = x @ self.matrix
-        return y if self.bias is None else y + self.bias
-
-
-class _GLULayer(nn.Module):
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.linear = _Linear(n_in, 2 * n_out, bias=True)
-
-    def forward(self, x):
-        v, g = self.linear(x).chunk(2, dim=-1)
-        return v * nn.functional.silu(g)
-
-
-class _GLUNet(nn.Module):
-    def __init__(self, n_in: int, widths: list[int]) -> None:
-        super().__init__()
-        layers, d = [], n_in
-        for w in widths:
-            layers.append(_GLULayer(d, w))
-            d = w
-        self.hidden_layers = nn.ModuleList(layers)
-        self.output_layer = _Linear(d, 1, bias=False)
-
-    def forward(self, x):
-        for layer in self.hidden_layers:
-            x = layer(x)
-        return self.output_layer(x)
-
-
-class _Networks(nn.Module):
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.networks = nn.ModuleList([net])
-
-
-class FittingNet(nn.Module):
-    def __init__(self, cfg: SeZMConfig) -> None:
-        super().__init__()
-        self.filter_layers = _Networks(_GLUNet(cfg.channels, cfg.fitting_widths))
-        self.register_buffer("bias_atom_e", torch.zeros(cfg.ntypes, 1, dtype=torch.float64))
-
-    def forward(self, desc: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        e = self.filter_layers.networks[0](desc)[:, 0]
-        return e.to(torch.float64) + self.bias_atom_e[types, 0]
 
 
 class SeZMEnergyModel(nn.Module):
@@ -93,9 +42,13 @@ class SeZMEnergyModel(nn.Module):
         self.cfg = cfg
         self.settings = settings or EngineSettings()
         self.descriptor = SeZMDescriptor(cfg, rotation_layout, self.settings)
-        self.fitting_net = FittingNet(cfg)
+        self.build_heads(cfg)
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
+
+    def build_heads(self, cfg: SeZMConfig) -> None:
+        """The fitting net(s) reading the descriptor (the dens mode has its own)."""
+        self.fitting_net = FittingNet(cfg)
 
     @property
     def rotation_layout(self) -> RotationLayout:
@@ -103,8 +56,7 @@ class SeZMEnergyModel(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # keep the energy-offset buffers in float64 whatever dtype the network runs in
-        out = super()._apply(fn, recurse)
-        self.fitting_net.bias_atom_e.data = self.fitting_net.bias_atom_e.data.double()
+        out = super()._apply(fn, recurse)  # FittingNet keeps its own bias_atom_e in float64
         self.out_bias.data = self.out_bias.data.double()
         return out
 

@@ -19,11 +19,18 @@ from mdband.io.deepmd_params import KEYS, config_from_deepmd
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
 ARGCHECK = json.loads((FIX / "argcheck_keys.json").read_text())["sections"]
 _META = json.loads((FIX / "configs.json").read_text())
-CONFIGS = {**_META["configs"], **_META["newer_configs"]}
+_HEADS = json.loads((FIX / "heads.json").read_text())  # make_heads_fixtures.py
+#: multi-task parity fixtures -> the head whose model_params stand for them
+HEAD_OF = {name: next(iter(m["heads"])) for name, m in _HEADS["multitask"].items()}
+CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"]}
 
 
 def normalized(name: str = "s2ffn") -> dict:
-    """The model_params deepmd-kit normalised for a parity fixture (as its checkpoint holds)."""
+    """The model_params deepmd-kit normalised for a parity fixture (as its checkpoint holds;
+    a multi-task fixture's: those of one head)."""
+    if name in HEAD_OF:
+        meta = json.loads(str(np.load(FIX / f"{name}.{HEAD_OF[name]}.npz")["meta"]))
+        return meta["model_params"]["model_dict"][HEAD_OF[name]]
     return json.loads(str(np.load(FIX / f"{name}.npz")["meta"]))["model_params"]
 
 
