@@ -27,7 +27,9 @@ from mdband.cli.common import fail_on_user_error, user_error
     default=None,
     help="deepmd: precision of the checkpoint's weights and computation [float64].",
 )
-@click.option("--head", default=None, help="Head of a multi-task deepmd-kit checkpoint.")
+@click.option(
+    "--head", default=None, help="Head (name or alias) of a multi-task deepmd-kit checkpoint."
+)
 @click.option("--overwrite", is_flag=True, help="Replace DST if it exists.")
 @click.option(
     "--device", default="auto", show_default=True, help="auto (CUDA when available), cpu, cuda."

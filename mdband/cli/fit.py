@@ -131,7 +131,9 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 @click.option("--device", help="auto (CUDA when available, else CPU), cpu, cuda [auto].")
 @click.option("--dtype", help="Training precision, float32 or float64 [float32].")
 @click.option("--threads", type=int, help="CPU threads for torch.")
-@click.option("--head", help="Head of a multi-task deepmd-kit checkpoint (with --init).")
+@click.option(
+    "--head", help="Head (name or alias) of a multi-task deepmd-kit checkpoint (with --init)."
+)
 @click.option("--log", type=click.Path(), help="Also write the per-epoch lines to this file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context

@@ -62,7 +62,9 @@ from mdband.cli.common import fail_on_user_error, user_error
     show_default=True,
     help="Model precision (the deviations are computed in float64).",
 )
-@click.option("--head", default=None, help="Head of multi-task deepmd-kit checkpoints.")
+@click.option(
+    "--head", default=None, help="Head (name or alias) of multi-task deepmd-kit checkpoints."
+)
 @click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")
 @fail_on_user_error
 def command(

@@ -166,7 +166,9 @@ class RunConfig:
         choices=HOST_MEMORY,
         default_text="auto or $MDBAND_HOST_MEMORY",
     )
-    head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
+    head: str | None = setting(
+        None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
+    )
     log: str | None = setting(
         None,
         "Also write the thermo table and summary to this file (CSV rows when it ends in .csv).",

@@ -74,7 +74,9 @@ class RelaxConfig:
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
     )
     dtype: str = setting("float64", "Model precision.", choices=("float32", "float64"))
-    head: str | None = setting(None, "Head of a multi-task deepmd-kit checkpoint.")
+    head: str | None = setting(
+        None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
+    )
     min_distance: float = setting(
         0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
     )
