@@ -18,6 +18,35 @@ from mdband.errors import UnsupportedModelError
 _OMITTED_AT_DEFAULT = {"dim_case_embd": 0, "case_film_embd": False, "active_mode": "ener", "sel": 0}
 
 
+@dataclass(frozen=True)
+class SpinConfig:
+    """A spin model's ``model.spin`` section (deepmd-kit's names), per type of the type map.
+
+    ``scheme`` ``"native"``: each atom's magnetic moment enters the descriptor as a feature.
+    ``"deepspin"``: each magnetic atom gets a virtual atom at ``r + virtual_scale[t] * m`` of
+    type ``t + len(type_map)`` (the network's types are doubled); ``sel`` is the descriptor's
+    ``sel`` (deepmd-kit's neighbour list keeps each atom's ``sel`` nearest real neighbours).
+    """
+
+    scheme: str
+    use_spin: tuple[bool, ...]
+    virtual_scale: tuple[float, ...] = ()
+    sel: int = 0
+
+    def to_dict(self) -> dict:
+        return {"scheme": self.scheme, "use_spin": list(self.use_spin),
+                "virtual_scale": list(self.virtual_scale), "sel": self.sel}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SpinConfig:
+        scale = tuple(float(x) for x in d.get("virtual_scale", ()))
+        use = tuple(bool(x) for x in d["use_spin"])
+        return cls(str(d["scheme"]), use, scale, int(d.get("sel", 0)))
+
+    def magnetic_types(self, type_map) -> list[str]:
+        return [t for t, on in zip(type_map, self.use_spin) if on]
+
+
 def auto_width(dim_in: int, glu: bool = True) -> int:
     """deepmd-kit's auto width: 32·ceil((8/3)·dim/32) with GLU, else 32·ceil(4·dim/32)."""
     base = 8.0 * dim_in / 3.0 if glu else 4.0 * dim_in
@@ -68,12 +97,15 @@ class SeZMConfig:
     case_film_embd: bool = False
     active_mode: str = "ener"
     sel: int = 0
+    spin: SpinConfig | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
     def ntypes(self) -> int:
-        return len(self.type_map)
+        """Types of the network: the type map's, doubled by a deepspin model's virtual types."""
+        deepspin = self.spin is not None and self.spin.scheme == "deepspin"
+        return len(self.type_map) * (2 if deepspin else 1)
 
     @property
     def lmax(self) -> int:
@@ -166,7 +198,10 @@ class SeZMConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
+        d.pop("spin")
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        if self.spin is not None:  # absent otherwise: the dict enters the model hash
+            out["spin"] = self.spin.to_dict()
         # one bool when both entries agree, as configs stored it before [so2, ffn] was kept: the
         # dict enters the model hash, which run checkpoints compare on resume
         so2, ffn = self.lebedev_quadrature
@@ -199,6 +234,8 @@ class SeZMConfig:
                     kw[k] = (kw[k],) * 2
                 elif not isinstance(kw[k], bool):
                     kw[k] = tuple(kw[k])
+        if kw.get("spin") is not None:
+            kw["spin"] = SpinConfig.from_dict(kw["spin"])
         cfg = cls(**kw)
         cfg.validate()
         return cfg
@@ -254,3 +291,12 @@ class SeZMConfig:
             bad("active_mode", self.active_mode, "known modes are ener and dens")
         if self.sel < 0 or (self.sel > 0) != self.direct_forces:
             bad("sel", self.sel, "a neighbour count > 0 for the dens mode only")
+        sp = self.spin
+        if sp is not None and (
+            sp.scheme not in ("native", "deepspin")
+            or len(sp.use_spin) != len(self.type_map)
+            or (sp.scheme == "deepspin" and len(sp.virtual_scale) != len(self.type_map))
+        ):
+            bad("spin", sp.to_dict(), "one use_spin (and deepspin virtual_scale) per type")
+        if sp is not None and self.active_mode != "ener":
+            bad("spin", sp.to_dict(), f"deepmd-kit's spin models have no {self.active_mode} mode")

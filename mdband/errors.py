@@ -40,6 +40,10 @@ class StructureError(MdbandError, ValueError):
     """Positions, cell or periodicity are unusable (NaN, zero volume, overlapping atoms...)."""
 
 
+class SpinInputError(MdbandError, ValueError):
+    """A spin model's magnetic moments are missing or malformed."""
+
+
 class LayoutMismatchError(MdbandError, RuntimeError):
     """A rotation storage was handed to a consumer that does not read its layout."""
 

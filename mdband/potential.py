@@ -25,6 +25,7 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
     weights_hash,
 )
 from mdband.settings import EngineSettings
+from mdband.spin import evaluate_spin, leaf_gradients, spin_config
 from mdband.validate import check_frame_input
 
 #: runs again in smaller chunks after an out-of-memory error, per evaluation
@@ -83,6 +84,7 @@ class Potential:
             atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
         }
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
+        self.spin = spin_config(config)  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
         self._steps = None
         settings = getattr(self.model, "settings", None)
@@ -191,6 +193,7 @@ class Potential:
         exchange=None,
         n_local: int | None = None,
         plan=None,
+        magmoms: torch.Tensor | None = None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
@@ -198,13 +201,13 @@ class Potential:
         ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
         chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
         budget planned that runs out of GPU memory is run again in chunks of half the edges
-        (up to :data:`OOM_RETRIES` times) before the error is raised.
+        (up to :data:`OOM_RETRIES` times) before the error is raised. ``magmoms``: mdband.spin.
         """
         retries = 0
         while True:
             try:
                 return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
-                                            plan)  # fmt: skip
+                                            plan, magmoms)  # fmt: skip
             except torch.OutOfMemoryError:
                 if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
                     raise
@@ -228,10 +231,13 @@ class Potential:
         shrink = getattr(desc, "shrink_chunks", None)
         return shrink is not None and shrink(self.device, n_atoms)
 
-    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan):
+    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
+                        magmoms=None):  # fmt: skip
         grad = grad and not self.direct_forces
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
+        if magmoms is not None:  # a native spin model's moments: a second autograd leaf
+            model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
@@ -260,9 +266,7 @@ class Potential:
             e_local = atom_e if n_local is None else atom_e[:n_local]
             g = None
             if grad:
-                (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
-                if g is None:
-                    g = torch.zeros_like(ev)
+                g = leaf_gradients(e_local.sum(), ev, model_kw.get("magmoms"), extra)
         extra["chunks"] = self.last_chunks
         return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
                           extra=extra)  # fmt: skip
@@ -289,6 +293,7 @@ class Potential:
         graph: EdgeGraph | None = None,
         neighbours=None,
         compute_virial: bool = True,
+        magmoms=None,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -306,8 +311,14 @@ class Potential:
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
+        magmoms : (N, 3) array_like or tensor, μB
+            Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
         """
         check_frame_input(positions, cell, pbc)
+        if self.spin is not None or magmoms is not None:
+            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
+            tensors = isinstance(positions, torch.Tensor)
+            return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
                 positions, cell, pbc, species, graph, neighbours, compute_virial

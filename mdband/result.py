@@ -41,7 +41,8 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @dataclass
 class Result:
-    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,).
+    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,); for a
+    spin model also the magnetic forces ``-∂E/∂s`` (N, 3; eV/μB; None for other models).
 
     numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
     (energy a 0-d tensor) for tensor input.
@@ -52,6 +53,7 @@ class Result:
     virial: np.ndarray
     atom_energy: np.ndarray
     chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
+    magnetic_forces: np.ndarray | None = None
 
     def stress(self, volume: float) -> np.ndarray:
         """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
@@ -82,22 +84,27 @@ class DirectForceModel:
         raise NotImplementedError
 
 
-def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1) -> Result:
+def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1,
+            magnetic_forces=None) -> Result:  # fmt: skip
     if not compute_virial:
         virial = torch.zeros_like(virial)
     if not to_numpy:
-        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks)
+        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks,
+                      magnetic_forces=magnetic_forces)  # fmt: skip
     # one device → host copy (each copy waits for the device): energy, atom energies, forces,
-    # virial in one float64 vector
+    # virial (and magnetic forces) in one float64 vector
     n = atom_e.shape[0]
-    flat = torch.cat([atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)])
-    host = flat.cpu().numpy()
+    parts = [atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)]
+    if magnetic_forces is not None:
+        parts.append(magnetic_forces.reshape(-1))
+    host = torch.cat(parts).cpu().numpy()
     return Result(
         energy=float(host[0]),
         forces=host[1 + n : 1 + 4 * n].reshape(n, 3),
-        virial=host[1 + 4 * n :].reshape(3, 3),
+        virial=host[1 + 4 * n : 10 + 4 * n].reshape(3, 3),
         atom_energy=host[1 : 1 + n],
         chunks=chunks,
+        magnetic_forces=None if magnetic_forces is None else host[10 + 4 * n :].reshape(n, 3),
     )
 
 

@@ -32,6 +32,7 @@ PAGES = [
     "large-cells.md",
     "precision.md",
     "python-api.md",
+    "spin.md",
     "trajectory.md",
 ]
 BLOCK = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)

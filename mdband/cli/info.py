@@ -52,6 +52,12 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "mode": "dens" if pot.direct_forces else "ener",
         "head": pot.metadata.get("head"),
         "heads": pot.metadata.get("heads"),
+        "spin": None
+        if pot.spin is None
+        else {
+            **pot.spin.to_dict(),
+            "magnetic_types": pot.spin.magnetic_types(pot.type_map),
+        },  # fmt: skip
         "metadata": pot.metadata,
         "config": pot.config,
     }
@@ -61,6 +67,8 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"model            {info['model']} ({pot.kind})")
     click.echo(f"type map         {' '.join(pot.type_map)}")
     click.echo(f"cutoff           {pot.cutoff:g} Å")
+    if pot.spin is not None:
+        click.echo(f"spin model       {_spin_line(pot)}")
     for line in _head_lines(pot):
         click.echo(line)
     click.echo(f"parameters       {info['parameters']:,}")
@@ -124,3 +132,14 @@ def _head_lines(pot) -> list[str]:
     else:
         lines.append("mode             ener: forces and virial from the energy's gradient")
     return lines
+
+
+def _spin_line(pot) -> str:
+    """What a spin model is and what it needs, one line."""
+    sp = pot.spin
+    magnetic = " ".join(sp.magnetic_types(pot.type_map)) or "none"
+    line = f"scheme {sp.scheme}, magnetic types {magnetic}"
+    if sp.scheme == "deepspin":
+        scales = ", ".join(f"{t} {v:g}" for t, v in zip(pot.type_map, sp.virtual_scale) if v)
+        line += f", virtual_scale {scales or 'none'} (Å/μB), sel {sp.sel}"
+    return line + "; needs per-atom magnetic moment vectors (μB)"

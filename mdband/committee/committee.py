@@ -67,6 +67,11 @@ class Committee:
         for k, pot in enumerate(self.potentials):
             if not isinstance(pot, Potential):
                 raise CommitteeError(f"committee member {k} is not a Potential: {pot!r}")
+            if pot.spin is not None:  # its evaluations would need the moments (not passed)
+                raise CommitteeError(
+                    f"committee member {k} is a spin model; committees of spin models are "
+                    "not supported"
+                )
         self.cutoffs = [p.cutoff for p in self.potentials]
         self.max_cutoff = max(self.cutoffs)
 

@@ -13,6 +13,7 @@ evaluated mode does not read are dropped; the rest must load strictly.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
@@ -69,6 +70,34 @@ def fold_lora(sd: dict[str, torch.Tensor]) -> None:
         for ak, bk, wk in pairs:
             a, b = sd.pop(p + ak), sd.pop(p + bk)
             sd[p + wk] = sd[p + wk] + torch.einsum("ri,or->io", a, b) * s
+
+
+_DORMANT_SPIN = (
+    "spin_embedding.mag_layer2.matrix",
+    "spin_embedding.adam_spin_vec_weight",
+    "spin_embedding.adam_spin_nbr_weight",
+    "env_seed_embedding.spin_scale",
+)
+
+
+def migrate_spin_1_1(cfg, sd: dict[str, torch.Tensor]):
+    """deepmd-kit's descriptor 1.1 -> 1.2 migration of native spin weights, in place on ``sd``;
+    returns the config at version 1.2 (other configs unchanged).
+
+    Version 1.2 applies the env-seed spin gate to the quadratic form, not to the spin channels:
+    a 1.1 ``spin_scale`` is squared. A model without magnetic types has its dormant spin
+    weights zeroed (deepmd-kit ``SeZM._migrate_variables``).
+    """
+    if cfg.spin is None or cfg.spin.scheme != "native" or not 1.1 <= cfg.version < 1.2:
+        return cfg
+    gate = "descriptor.env_seed_embedding.spin_scale"
+    if not any(cfg.spin.use_spin):
+        for key in _DORMANT_SPIN:
+            if "descriptor." + key in sd:
+                sd["descriptor." + key] = torch.zeros_like(sd["descriptor." + key])
+    elif gate in sd:
+        sd[gate] = sd[gate] ** 2
+    return dataclasses.replace(cfg, version=1.2)
 
 
 def head_table(model_dict: dict, path) -> dict[str, list[str]]:
@@ -166,6 +195,7 @@ def import_deepmd_checkpoint(obj: dict, path, head: str | None = None) -> Import
     if not sd:
         raise ModelFileError(f"{path}: no weights under '{prefix}'")
     fold_lora(sd)
+    config = migrate_spin_1_1(config, sd)
     unused_keys, unused_prefixes = _UNUSED[mode]
     clean = {}
     for k, v in sd.items():

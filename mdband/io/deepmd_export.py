@@ -131,7 +131,7 @@ _SAME = (
 # fields written elsewhere (type_map, l_schedule as lmax/n_blocks/l_schedule, mixing_layers,
 # version as version_tensor, fitting_neuron as fitting_net.neuron, the case embedding as
 # fitting_net.dim_case_embd / case_film_embd) or not a model option; active_mode and sel: only
-# "ener" (sel then 0) is written
+# "ener" (sel then 0) is written; spin models are refused
 _HANDLED = {
     "type_map",
     "l_schedule",
@@ -143,6 +143,7 @@ _HANDLED = {
     "active_mode",
     "sel",
     "extra",
+    "spin",
 }
 
 
@@ -163,6 +164,10 @@ def model_params(cfg: SeZMConfig, precision: str) -> dict:
         )
     if cfg.lmax > MAX_LMAX:
         raise UnsupportedModelError("lmax", cfg.lmax, f"the exporter writes lmax <= {MAX_LMAX}")
+    if cfg.spin is not None:
+        raise UnsupportedModelError(
+            "spin", cfg.spin.to_dict(), "the deepmd-kit exporter does not write spin models"
+        )
     same = {k: _plain(getattr(cfg, k)) for k in _SAME}
     grid_mlp, grid_branch = list(cfg.grid_mlp), list(cfg.grid_branch)
     same["grid_mlp"] = grid_mlp[0] if len(set(grid_mlp)) == 1 else grid_mlp

@@ -14,6 +14,7 @@ Layout (one particle group, ``all``; MDAnalysis reads only the first one)::
         image/          {step, time (links), value (T, N, 3) int32}: position + image @ edges is
                         the continuous (unwrapped) position; position is folded into the box
         species         (N,) atomic numbers;   mass (N,) u
+        magnetic_moment (N, 3) Bohr magneton: a spin model's moments, held fixed (only then)
     observables/<name>/ {step, time (links), value}  (see OBSERVABLES; with a committee also
                         MODEL_DEVI_OBSERVABLES, one value per frame like every observable)
     parameters/mdband   attributes: config_json, model_hash, mdband_version, ...
@@ -109,6 +110,9 @@ def _write_header(f: h5py.File, header: TrajectoryHeader) -> None:
     part.create_dataset("species", data=np.asarray(header.species, dtype=np.int32))
     mass = part.create_dataset("mass", data=np.asarray(header.masses, dtype=np.float64))
     mass.attrs["unit"] = "u"
+    if header.magmoms is not None:
+        mm = part.create_dataset("magnetic_moment", data=np.asarray(header.magmoms, np.float64))
+        mm.attrs["unit"] = "Bohr magneton"
     box = part.create_group("box")
     box.attrs["dimension"] = np.int32(3)
     boundary = ["periodic" if p else "none" for p in np.asarray(header.pbc, dtype=bool)]

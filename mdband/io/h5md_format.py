@@ -62,6 +62,7 @@ class TrajectoryHeader:
     force_unit: str = "kJ mol-1 Angstrom-1"
     author: str | None = None
     model_devi: bool = False  # also the observables of MODEL_DEVI_OBSERVABLES
+    magmoms: np.ndarray | None = None  # (N, 3) μB: a spin model's fixed magnetic moments
 
     @property
     def n_atoms(self) -> int:

@@ -116,6 +116,13 @@ class H5MDReader:
     def times(self) -> np.ndarray:
         return self._part["position/time"][: self.n_frames]
 
+    @property
+    def magmoms(self) -> np.ndarray | None:
+        """A spin model's fixed magnetic moments (N, 3; μB), None when not recorded."""
+        if "magnetic_moment" not in self._part:
+            return None
+        return np.asarray(self._part["magnetic_moment"][()], dtype=np.float64)
+
     def header(self) -> TrajectoryHeader:
         params = self.parameters
         precision = str(params.pop("precision", self._part["position/value"].dtype.name))
@@ -130,6 +137,7 @@ class H5MDReader:
             force_unit=self.force_unit,
             author=_text(self.file["h5md/author"].attrs["name"]),
             model_devi="observables/max_devi_f" in self.file,
+            magmoms=self.magmoms,
         )
 
     # ------------------------------------------------------------------ frames
@@ -195,6 +203,8 @@ class H5MDReader:
             return [self.to_atoms(k) for k in self.indices(index)]
         fr = self.frame(index)
         atoms = frame_atoms(self.species, self.masses, self.pbc, fr)
+        if self.magmoms is not None:
+            atoms.set_initial_magnetic_moments(self.magmoms)
         atoms.info.update(step=fr.step, time=fr.time)
         for name, value in fr.observables.items():
             if np.ndim(value) == 0:

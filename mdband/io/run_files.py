@@ -59,7 +59,8 @@ def final_format(path) -> str:
 
 
 def write_final(path, atoms: Atoms) -> None:
-    """Write ``atoms`` (positions, cell, velocities, masses, energy, forces) atomically."""
+    """Write ``atoms`` (positions, cell, velocities, masses, magnetic moments, energy, forces)
+    atomically."""
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.io import write
 
@@ -72,6 +73,8 @@ def write_final(path, atoms: Atoms) -> None:
         masses=atoms.get_masses(),
     )
     out.set_momenta(atoms.get_momenta(), apply_constraint=False)
+    if atoms.has("initial_magmoms"):  # a spin model's fixed moments
+        out.set_initial_magnetic_moments(atoms.get_initial_magnetic_moments())
     results = getattr(atoms.calc, "results", None) or {}
     kept = {k: results[k] for k in ("energy", "forces", "stress") if k in results}
     if kept:

@@ -47,6 +47,13 @@ def create(model_file, elements, options: dict | None = None) -> LammpsModel:
     head = opts.get("head") or None
     files = [model_file] if isinstance(model_file, str) else list(model_file)
     pots = [load_potential(f, device, dtype, head) for f in files]
+    for f, pot in zip(files, pots):
+        if pot.spin is not None:
+            raise MdbandError(
+                f"pair_style mdband: {f} is a {pot.spin.scheme} spin model, which needs "
+                "per-atom magnetic moments; LAMMPS atom_style spin is not supported (use the "
+                "ASE calculator or mdband run)"
+            )
     if len(pots) == 1:
         return LammpsModel(pots[0], pots[0].types_of([str(e) for e in elements]), opts)
     types = []

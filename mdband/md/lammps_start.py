@@ -64,6 +64,11 @@ def prepare(config: RunConfig) -> Start:
 
     pair_style_command(config.model, dtype=config.dtype, device=config.device, head=config.head)
     potential = load_model(config.model, device="cpu", dtype=config.dtype, head=config.head)
+    if potential.spin is not None:
+        raise ConfigError(
+            f"--engine lammps cannot run {config.model}: a {potential.spin.scheme} spin model "
+            "(pair_style mdband has no atom_style spin); use --engine ase"
+        )
     notes: list[str] = []
     if ck is not None:
         if RESTART not in ck.integrator:

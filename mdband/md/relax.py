@@ -228,7 +228,7 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
     from ase.filters import FrechetCellFilter
     from ase.optimize import BFGS, FIRE
 
-    from mdband.calculator import Calculator
+    from mdband.calculator import Calculator, magmoms_of
 
     fmt = _check_outputs(config)
     if config.threads is not None:
@@ -256,6 +256,7 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         notes=notes,
     )
     check_structure(atoms, potential, config.min_distance)
+    magmoms_of(atoms, potential)  # a spin model's moments, checked before anything is written
     if config.cell and not np.all(atoms.get_pbc()):
         raise StructureError("--cell needs a structure periodic in all three directions")
     atoms.calc = Calculator(potential)

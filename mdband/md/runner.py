@@ -206,9 +206,16 @@ class _Run:
                 outputs=outputs.record(
                     self.c, self.p.plan.run_id, None if self.writer is None else self.writer.written
                 ),
+                magmoms=self._magmoms(),
             ),
         )
         self.last_checkpoint = step
+
+    def _magmoms(self):
+        """A spin model's fixed moments (N, 3), else None."""
+        if self.p.potential.spin is None:
+            return None
+        return self.atoms.get_initial_magnetic_moments()
 
     def _final(self) -> list[str]:
         """Write the final structure (if configured); the summary line saying so."""
@@ -246,6 +253,7 @@ class _Run:
             precision=self.c.traj_precision,
             force_unit=self.c.traj_force_unit,
             model_devi=self.p.model_devi is not None,
+            magmoms=self._magmoms(),
         )
         self.writer = H5MDWriter.create(self.c.trajectory, header)
 

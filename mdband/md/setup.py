@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms
 
-from mdband.calculator import Calculator, NeighbourReference
-from mdband.errors import StructureError
+from mdband.calculator import Calculator, NeighbourReference, magmoms_of
+from mdband.errors import SpinInputError, StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.locks import OutputLocks
 from mdband.io.structure import read_structure
@@ -217,6 +217,13 @@ def _atoms_from_checkpoint(ck: Checkpoint, potential: Potential, config: RunConf
         numbers=ck.numbers, positions=ck.positions, cell=ck.cell, pbc=ck.pbc, masses=ck.masses
     )
     atoms.set_momenta(ck.momenta, apply_constraint=False)
+    if potential.spin is not None:
+        if ck.magmoms is None or ck.magmoms.shape != (n, 3):
+            raise CheckpointError(
+                f"checkpoint {config.checkpoint} has no (N, 3) magnetic moments, which the spin "
+                f"model {config.model} needs"
+            )
+        atoms.set_initial_magnetic_moments(ck.magmoms)
     return atoms
 
 
@@ -238,6 +245,16 @@ def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> A
         pbc=src.get_pbc(),
         masses=src.get_masses(),
     )
+    if potential.spin is not None:  # held fixed for the whole run
+        try:
+            atoms.set_initial_magnetic_moments(magmoms_of(src, potential))
+        except SpinInputError as exc:
+            raise SpinInputError(f"structure {config.structure}: {exc}") from None
+        magnetic = potential.spin.magnetic_types(potential.type_map)
+        notes.append(
+            f"Magnetic moments: from {config.structure}, held fixed ({potential.spin.scheme} "
+            f"spin model; magnetic types {' '.join(magnetic) or 'none'})"
+        )
     if constraints:
         atoms.set_constraint(constraints)
         notes.append(describe(atoms))

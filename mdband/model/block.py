@@ -38,6 +38,7 @@ from mdband.model.layers import EquivariantRMSNorm, ScalarRMSNorm
 from mdband.model.memory import MemoryEstimate
 from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
 from mdband.model.so2 import leading_rows
+from mdband.model.spin import SpinEmbedding
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
@@ -156,8 +157,13 @@ class SeZMDescriptor(nn.Module):
         C, L = cfg.channels, cfg.lmax
         self.rotation_layout = rotation_layout
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
+        native = cfg.spin.use_spin if cfg.spin is not None and cfg.spin.scheme == "native" else None
+        #: the native spin scheme's embedding of the moments (None: not such a model)
+        self.spin_embedding = None if native is None else SpinEmbedding(native, C)
         if cfg.use_env_seed:
-            self.env_seed_embedding = EnvironmentSeed(cfg.ntypes, cfg.n_radial, C, cfg.eps)
+            self.env_seed_embedding = EnvironmentSeed(
+                cfg.ntypes, cfg.n_radial, C, cfg.eps, use_spin=native
+            )
             norm = ScalarRMSNorm if cfg.film_norm else None
             if norm is not None:
                 self.film_scale_norm = norm(C)
@@ -260,14 +266,24 @@ class SeZMDescriptor(nn.Module):
         t_src, t_dst = take_rows(te, ec.src), take_rows(te[ec.rows], ec.dst)
         return radial + (t_src + t_dst)[:, None, :]
 
-    def initial_features(self, ec, radial, te, types) -> torch.Tensor:
+    def node_embedding(self, types, magmoms=None) -> torch.Tensor:
+        """Type embedding of every node (N, C), plus the l = 0 term of its magnetic moment in
+        native spin models (``magmoms`` (N, 3); None: zero moments)."""
+        te = self.type_embedding(types)
+        if self.spin_embedding is not None and magmoms is not None:
+            te = te + self.spin_embedding.scalar(magmoms, types)
+        return te
+
+    def initial_features(self, ec, radial, te, types, magmoms=None) -> torch.Tensor:
         """Initial node state of the destination rows (n_nodes, (L+1)², C): type embedding with
-        the environment FiLM, plus the geometric initial embedding."""
+        the environment FiLM, plus the geometric initial embedding (and, in native spin models,
+        the l = 1 terms of the moments ``magmoms`` of every node)."""
         cfg = self.cfg
         N, C, L = ec.n_nodes, cfg.channels, cfg.lmax
         x0 = te[ec.rows]
         if cfg.use_env_seed:
-            film = self.env_seed_embedding(ec, types, fused=self.settings.ops_on(ec.edge_vec))
+            fused = self.settings.ops_on(ec.edge_vec)
+            film = self.env_seed_embedding(ec, types, fused=fused, magmoms=magmoms)
             sc, sh = film[:, :C], film[:, C:]
             if cfg.film_norm:
                 sc, sh = self.film_scale_norm(sc), self.film_shift_norm(sh)
@@ -284,11 +300,18 @@ class SeZMDescriptor(nn.Module):
                 x = torch.cat([x + gie[:, :1], gie[:, 1:]], dim=1)
             else:
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)
+        spin = self.spin_embedding
+        if spin is not None and magmoms is not None:
+            l1 = spin.on_site(magmoms[ec.rows], types[ec.rows])
+            if cfg.use_gie:
+                l1 = l1 + spin.from_neighbours(ec, magmoms, types)
+            x = torch.cat([x[:, :1], x[:, 1:4] + l1, x[:, 4:]], dim=1)
         return x
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None, latent=False) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, latent=False,
+                magmoms=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
         ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
@@ -298,7 +321,8 @@ class SeZMDescriptor(nn.Module):
         is done in the forward for the sum of the first ``energy_rows`` atom energies (all when
         None; see :mod:`mdband.model.chunked`). ``csr_pair``: (dst CSR, src CSR) of the edges
         over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
-        unchunked evaluation then sorts no edges itself)."""
+        unchunked evaluation then sorts no edges itself). ``magmoms`` (N, 3): the atoms'
+        magnetic moments (μB) of a native spin model."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -310,7 +334,17 @@ class SeZMDescriptor(nn.Module):
             from mdband.model.chunked import chunked_descriptor
 
             return chunked_descriptor(
-                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent
+                self,
+                types,
+                src,
+                dst,
+                edge_vec,
+                plan,
+                exchange,
+                head,
+                energy_rows,
+                latent,
+                magmoms,
             )
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
@@ -319,20 +353,22 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent)
+            desc = self._compiled(
+                types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent, magmoms=magmoms
+            )
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent)
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent, magmoms)
         return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
-                   latent=False) -> torch.Tensor:  # fmt: skip
+                   latent=False, magmoms=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
         ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
-        te = self.type_embedding(types)  # (N, C)
+        te = self.node_embedding(types, magmoms)  # (N, C)
         radial = self.radial_features(ec)
-        x = self.initial_features(ec, radial, te, types)
+        x = self.initial_features(ec, radial, te, types, magmoms)
         radf = self.edge_features(ec, radial, te)
         for blk, lb in zip(self.blocks, cfg.l_schedule):
             x = x[:, : st.dim_of(lb)]

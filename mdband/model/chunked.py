@@ -274,26 +274,28 @@ def _or_zeros(g, like):
 
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
-                       energy_rows=None, latent=False) -> torch.Tensor:  # fmt: skip
+                       energy_rows=None, latent=False, magmoms=None) -> torch.Tensor:  # fmt: skip
     """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
     ``latent`` (no head): also return the readout's input.
 
     ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
     descriptor; with frozen weights the last block, the readout and the head then run as one
     stage whose backward is done in its forward, for the cotangent of the sum of the first
-    ``energy_rows`` atom energies (all when None)."""
+    ``energy_rows`` atom energies (all when None). ``magmoms``: the moments of a native spin
+    model (every chunk of the initial stage reads them whole)."""
     cfg = desc.cfg
     N = types.shape[0]
     chunks = EdgeChunks(desc, src, dst, edge_vec, N, plan)
     if CACHE_GEOMETRY and not chunks.trainable:
         chunks.cache_geometry()
-    te = desc.type_embedding(types)
+    te = desc.node_embedding(types, magmoms)
+    spin = () if magmoms is None else (magmoms,)
 
-    def initial(c, vec, _x, te):
+    def initial(c, vec, _x, te, *mm):
         ec = chunks.geometry(c, vec)
-        return desc.initial_features(ec, desc.radial_features(ec), te, types)
+        return desc.initial_features(ec, desc.radial_features(ec), te, types, *mm)
 
-    x = chunks.stage(initial, None, te, name="initial")
+    x = chunks.stage(initial, None, te, *spin, name="initial")
     ro = st.dim_of(cfg.readout_lmax)
     eager = EAGER_FINAL_STAGE and head is not None and not chunks.trainable
     n_blocks = len(desc.blocks)

@@ -74,17 +74,19 @@ class SeZMEnergyModel(nn.Module):
         return describe_budget(self.settings.memory_budget, device)
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, magmoms=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
         a chunked evaluation then does its last stage's backward in the forward (any other
         derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
-        (dst CSR, src CSR) over the N atoms, when the caller built them."""
+        (dst CSR, src CSR) over the N atoms, when the caller built them. ``magmoms`` (N, 3):
+        the atoms' magnetic moments (μB) of a native spin model (``cfg.spin``)."""
 
         def head(desc, rows):
             t = types[rows]
             return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
 
         return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                               head=head, energy_rows=energy_rows, csr_pair=csr_pair)  # fmt: skip
+                               head=head, energy_rows=energy_rows, csr_pair=csr_pair,
+                               magmoms=magmoms)  # fmt: skip
