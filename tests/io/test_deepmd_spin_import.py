@@ -84,10 +84,9 @@ def test_native_1_1_checkpoint_squares_spin_scale():
     version = "model.Default.atomic_model.descriptor.version_tensor"
     sd[version] = torch.tensor(1.1, dtype=torch.float64)
 
-    _, _, _, cfg12, sd12 = import_deepmd_checkpoint(
-        torch.load(FIX / "spin_native.pt", weights_only=True), "a"
-    )
-    _, _, _, cfg11, sd11 = import_deepmd_checkpoint({"model": sd}, "b")
+    a = import_deepmd_checkpoint(torch.load(FIX / "spin_native.pt", weights_only=True), "a")
+    b = import_deepmd_checkpoint({"model": sd}, "b")
+    cfg12, sd12, cfg11, sd11 = a.config, a.state_dict, b.config, b.state_dict
     key = "descriptor.env_seed_embedding.spin_scale"
     assert cfg11["version"] == cfg12["version"] == 1.2
     torch.testing.assert_close(sd11[key], sd12[key] ** 2, rtol=0, atol=0)
