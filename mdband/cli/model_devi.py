@@ -75,26 +75,28 @@ def command(
     pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable)."""
     from mdband.committee import Committee, model_devi_frames
     from mdband.committee.frames import read_frames
+    from mdband.io.files import claim_outputs
 
     if len(models) < 2:
         user_error(f"a committee needs at least two models, got {len(models)}")
     if every < 1:
         user_error(f"--every must be a positive number of steps, got {every}")
     out = Path(output)
-    if out.exists() and not overwrite:
-        user_error(f"{out} exists; pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        user_error(f"directory of {out} does not exist")
-    committee = Committee.load(models, device=device, dtype=dtype, head=head)
-    notes: list[str] = []
-    frames, steps = read_frames(
-        structure, fmt, type_map, default_type_map=committee.potentials[0].type_map, notes=notes
-    )
-    for note in notes:
-        click.echo(note, err=True)
-    rows = model_devi_frames(
-        committee, frames, out, every=every, steps=steps, atomic=atomic, overwrite=overwrite
-    )
+    inputs = {"structure": structure}
+    for k, model in enumerate(models):
+        if not model.startswith("builtin:"):
+            inputs[f"model {k + 1}"] = model
+    with claim_outputs({"output": out}, inputs, overwrite=overwrite):
+        committee = Committee.load(models, device=device, dtype=dtype, head=head)
+        notes: list[str] = []
+        frames, steps = read_frames(
+            structure, fmt, type_map, default_type_map=committee.potentials[0].type_map, notes=notes
+        )
+        for note in notes:
+            click.echo(note, err=True)
+        rows = model_devi_frames(
+            committee, frames, out, every=every, steps=steps, atomic=atomic, overwrite=overwrite
+        )
     step, worst = max(rows, key=lambda r: r[1].max_devi_f)
     click.echo(
         f"wrote {out}: {len(rows)} frame(s), {len(models)} models; largest max_devi_f "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from mdband.cli.common import OneLineCommand, fail_on_user_error, user_error
+from mdband.cli.common import OneLineCommand, fail_on_user_error
 
 
 @click.command("plot", cls=OneLineCommand)
@@ -24,13 +24,11 @@ def command(source, output, title, overwrite):
     TRAJ_OR_LOG is an H5MD trajectory, a CSV log (--log run.csv) or a text log of
     `mdband run`. Needs matplotlib (pip install 'mdband[plot]').
     """
+    from mdband.io.files import claim_outputs
     from mdband.io.plot import plot_thermo, read_series, summary_line
 
     out = Path(output) if output else Path(source).with_suffix(".png")
-    if out.exists() and not overwrite:
-        user_error(f"{out} exists; pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        user_error(f"directory of {out} does not exist")
-    series = read_series(source)
-    plot_thermo(series, out, title=title or Path(source).name)
+    with claim_outputs({"figure": out}, {"source": source}, overwrite=overwrite):
+        series = read_series(source)
+        plot_thermo(series, out, title=title or Path(source).name)
     click.echo(f"wrote {out}: {summary_line(series)}")

@@ -79,15 +79,20 @@ class ModelDeviWriter:
 
     @classmethod
     def create(cls, path, atomic: bool = False, overwrite: bool = False) -> ModelDeviWriter:
-        """Start ``path`` with the header; an existing file is refused unless ``overwrite``."""
+        """Start ``path`` with the header; an existing file is refused unless ``overwrite``,
+        which replaces it (or a link at ``path``) by a new file, never writing through it."""
+        from mdband.io.files import OutputExistsError, start_new_file
+
         path = Path(path)
         try:
-            fh = _locked(path, "a" if overwrite else "x")
-        except FileExistsError:
+            if overwrite and path.is_file():
+                _locked(path, "a").close()  # refuse a file that another process is writing
+            start_new_file(path, overwrite, "model deviation")
+            fh = _locked(path, "a")
+        except OutputExistsError:
             raise ModelDeviFileError(f"model deviation file {path} exists") from None
         except OSError as exc:
             raise ModelDeviFileError(f"cannot create {path}: {exc.strerror}") from None
-        fh.truncate(0)
         fh.write(header(atomic))
         fh.flush()
         return cls(path, fh, atomic, None)

@@ -131,18 +131,50 @@ class _CsvLog:
 
 
 def open_log(path, append: bool):
-    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``."""
+    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``.
+
+    A new log (``append`` false; the run checked that it may replace the path) starts as a new
+    file renamed onto the path: an old file or a link there is replaced, never written
+    through (:func:`mdband.io.files.start_new_file`).
+    """
+    from mdband.io.files import start_new_file
+
     path = Path(path)
+    if not append:
+        start_new_file(path, overwrite=True, what="log")
     return (_CsvLog if path.suffix.lower() == ".csv" else _TextLog)(path, append)
 
 
 def read_csv_log(path) -> dict[str, np.ndarray]:
-    """Columns of a CSV thermo log by name (floats; ``step`` as int)."""
+    """Columns of a CSV thermo log by name (floats; ``step`` as int).
+
+    Raises ValueError naming the file and line of a row that is not a row of numbers.
+    """
     with open(path, newline="") as fh:
         rows = list(csv.reader(fh))
     if not rows or rows[0][:2] != ["step", "time_ps"]:
         raise ValueError(f"{path} is not an mdband CSV thermo log")
-    body = np.array(rows[1:], dtype=np.float64).reshape(-1, len(rows[0]))
+    width = len(rows[0])
+    numbered = [(line, row) for line, row in enumerate(rows[1:], start=2) if row]
+    body = np.empty((len(numbered), width), dtype=np.float64)
+    for k, (line, row) in enumerate(numbered):
+        if len(row) != width:
+            raise ValueError(
+                f"{path}, line {line}: {len(row)} values where the header names {width}"
+            )
+        try:
+            body[k] = [float(x) for x in row]
+        except ValueError:
+            bad = next(x for x in row if not _is_number(x))
+            raise ValueError(f"{path}, line {line}: {bad!r} is not a number") from None
     out = {name: body[:, k] for k, name in enumerate(rows[0])}
     out["step"] = out["step"].astype(np.int64)
     return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

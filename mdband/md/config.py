@@ -131,7 +131,9 @@ class RunConfig:
     checkpoint: str | None = setting(None, "Restart file.", metavar="FILE")
     checkpoint_every: int = setting(1000, "Checkpoint interval in steps (and at the end).")
     resume: bool = setting(False, "Continue from --checkpoint until --steps.")
-    overwrite: bool = setting(False, "Replace existing output files.")
+    overwrite: bool = setting(
+        False, "Replace existing output files (a resumed run ignores it: it continues them)."
+    )
     device: str = setting(
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
     )
@@ -331,8 +333,6 @@ def _validate(c: RunConfig) -> None:
     if c.seed is not None and c.seed < 0:
         raise ConfigError(f"seed must be >= 0; got {c.seed}")
     _runaway_settings(c)
-    if c.resume and c.overwrite:
-        raise ConfigError("resume and overwrite exclude each other")
     if c.resume and not c.checkpoint:
         raise ConfigError("resume needs a checkpoint file")
     if not c.model:
@@ -402,7 +402,8 @@ def merge_for_resume(recorded: dict, explicit: dict) -> RunConfig:
     Raises :class:`ConfigError` naming every explicit physics setting that differs from the
     recorded run.
     """
-    merged = {k: v for k, v in recorded.items() if k in _FIELD_TYPES}
+    # what the recorded run was told about its outputs is no setting of this run
+    merged = {k: v for k, v in recorded.items() if k in _FIELD_TYPES and k != "overwrite"}
     merged.update(normalise_mapping(explicit))
     config = RunConfig(**merged)
     clashes = []

@@ -19,7 +19,8 @@ from ase.calculators.singlepoint import SinglePointCalculator
 
 from mdband.errors import StructureError
 from mdband.io.atomic import atomic_path
-from mdband.md.errors import ConfigError, OutputExistsError
+from mdband.io.files import start_new_file
+from mdband.md.errors import ConfigError
 from mdband.md.setting_table import check_values, parameters_doc, setting
 from mdband.md.system import check_structure, read_structure
 
@@ -149,23 +150,25 @@ def output_format(path, what: str = "output") -> str:
     return fmt
 
 
-def _check_outputs(c: RelaxConfig) -> str:
+def _claim_outputs(c: RelaxConfig):
+    """Check the outputs (not an input, not one file, :mod:`mdband.io.files`), lock them and
+    refuse existing ones unless ``overwrite``; the caller releases the returned locks."""
+    from mdband.io.files import claim_outputs
+
     output_format(c.output)
-    paths = {"output": Path(c.output)}
-    if c.trajectory:
-        paths["trajectory"] = Path(c.trajectory)
-        if paths["trajectory"].suffix.lower() not in _TRAJECTORY_SUFFIXES:
-            raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
-        if paths["trajectory"].resolve() == paths["output"].resolve():
-            raise ConfigError("output and trajectory must be different files")
-    for name, path in paths.items():
-        if not path.parent.is_dir():
-            raise ConfigError(f"directory of {name} file {path} does not exist")
-        if path.is_dir():
-            raise ConfigError(f"{name} path {path} is a directory")
-        if path.exists() and not c.overwrite:
-            raise OutputExistsError(f"{name} file {path} exists; use --overwrite to replace it")
-    return output_format(c.output)
+    if c.trajectory and Path(c.trajectory).suffix.lower() not in _TRAJECTORY_SUFFIXES:
+        raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
+    inputs = {"structure": c.structure}
+    if not str(c.model).startswith("builtin:"):
+        inputs["model"] = c.model
+    return claim_outputs(
+        {"output": c.output, "trajectory": c.trajectory},
+        inputs,
+        overwrite=c.overwrite,
+        error=ConfigError,
+        verb="the relaxation",
+        hint="use --overwrite to replace it",
+    )
 
 
 def _snapshot(atoms: Atoms) -> Atoms:
@@ -185,12 +188,13 @@ class _TrajectoryWriter:
         self.atoms = atoms
         self.frames = 0
         self._traj = None
+        # a new file renamed onto the path: an old file or a link there is replaced, never
+        # written through (the outputs were claimed: replacing is allowed)
+        start_new_file(self.path, overwrite=True, what="trajectory")
         if self.path.suffix.lower() == ".traj":
             from ase.io.trajectory import Trajectory
 
             self._traj = Trajectory(str(self.path), "w")
-        else:
-            self.path.write_text("")
 
     def __call__(self) -> None:
         snap = _snapshot(self.atoms)
@@ -224,13 +228,18 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         Bad input, before anything is written (:class:`ConfigError`, :class:`StructureError`,
         :class:`OutputExistsError`, model errors).
     """
+    fmt = output_format(config.output)
+    with _claim_outputs(config):
+        return _relax(config, potential, logfile, fmt)
+
+
+def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
     import ase.io
     from ase.filters import FrechetCellFilter
     from ase.optimize import BFGS, FIRE
 
     from mdband.calculator import Calculator, magmoms_of
 
-    fmt = _check_outputs(config)
     if config.threads is not None:
         import torch
 

@@ -6,7 +6,7 @@ The outputs are locked here (:func:`mdband.md.outputs.claim_outputs`); the run r
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,7 @@ from mdband.io.structure import read_structure
 from mdband.md.config import COMPILE_AUTO_STEPS, RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
-from mdband.md.errors import ConfigError
+from mdband.md.errors import ConfigError, RunInterrupted
 from mdband.md.outputs import ResumePlan, claim_outputs, new_run_id, plan_resume
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
@@ -53,6 +53,12 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
     locks = claim_outputs(config)
     try:
         return _prepare(config, potential, locks)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM under the console script
+        locks.release()
+        name = str(exc) if str(exc).startswith("SIG") else "SIGINT"
+        raise RunInterrupted(
+            f"stopped by {name}; the run had not started: nothing was written"
+        ) from None
     except BaseException:
         locks.release()
         raise
@@ -60,8 +66,12 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
 
 def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks) -> Prepared:
     ck = read_checkpoint(config.checkpoint) if config.resume else None
+    notes: list[str] = []
     if ck is not None:
         config = _resume_config(config, ck)
+        if config.overwrite:
+            notes.append("Warning: overwrite is ignored: a resumed run continues its own outputs")
+            config = replace(config, overwrite=False)
     else:
         config = config.resolved()
     if config.threads is not None:
@@ -77,7 +87,6 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
             f"{config.model} gives direct forces and no virial (deepmd-kit's dens mode); "
             "npt-mtk needs the virial: use an NVE or NVT ensemble"
         )
-    notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)
         restore_constraints(atoms, ck.constraints, config, str(config.checkpoint))
