@@ -117,3 +117,33 @@ def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
         h.update(str(t.dtype).encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+def verified_hash(
+    config: dict,
+    state_dict: dict[str, torch.Tensor],
+    claimed: str | None,
+    parameters: set[str] | frozenset[str] = frozenset(),
+) -> str:
+    """The hash of a model with these weights: ``claimed`` (a model file's recorded hash) where
+    :func:`weights_hash` gives it from ``state_dict`` as stored, cast to float64 (how a
+    :class:`Potential` hashes its own weights) or cast back to float32 (a float32 source saved
+    in float64: every float64 weight, those that are float32 numbers, or the ``parameters``
+    among them, its buffers kept, as deepmd-kit stores a float32 model); otherwise the weights'
+    own hash, so weights changed after the hash was made (a flipped bit) change it."""
+    own = weights_hash(config, state_dict)
+    if claimed is None or claimed == own:
+        return own
+    wide = {k: v.to(torch.float64) if v.is_floating_point() else v for k, v in state_dict.items()}
+    if weights_hash(config, wide) == claimed:
+        return claimed
+    exact = {
+        k
+        for k, v in state_dict.items()
+        if v.dtype == torch.float64 and torch.equal(v.to(torch.float32).to(torch.float64), v)
+    }
+    for narrowed in (exact, exact & set(parameters)):
+        narrow = {k: v.to(torch.float32) if k in narrowed else v for k, v in state_dict.items()}
+        if narrowed and weights_hash(config, narrow) == claimed:
+            return claimed
+    return own
