@@ -14,7 +14,7 @@ from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
 from mdband.errors import MdbandError, UnknownElementError
-from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.graph import EdgeGraph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
     DirectForceModel,
     EdgeResult,
@@ -307,6 +307,8 @@ class Potential:
             Rows are the cell vectors (Å); ignored for open boundaries.
         pbc : bool or sequence of 3 bools
         species : sequence of chemical symbols or atomic numbers
+            A frame of no atoms gives energy 0, forces and atom energies of shape (0, 3) and
+            (0,), and a zero virial (as ASE's own calculators do for an empty ``Atoms``).
         graph : EdgeGraph, optional
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         neighbours : optional
@@ -336,7 +338,9 @@ class Potential:
             if neighbours is not None:
                 graph = neighbours.edges(pos, cell_np, pbc)
             else:
-                graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
+                from mdband.neighbours import host_edge_graph  # the cell list: not at import
+
+                graph = host_edge_graph(pos, cell_np, pbc, self.cutoff)
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
 
@@ -346,6 +350,9 @@ class Potential:
         if self._steps is not None and graph.n_edges > 0:
             return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
         dev = self.device
+        if graph.n_atoms == 0:  # no atoms: no energy, no forces, no virial
+            zero = torch.zeros(0, dtype=torch.float64, device=dev)
+            return zero, zero.reshape(0, 3), torch.zeros(3, 3, dtype=torch.float64, device=dev)
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
         edge_vec = graph.edge_vectors(pos_t, cell_t)
@@ -366,7 +373,9 @@ class Potential:
             return self._device_edges(neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
         if neighbours is not None:
             return neighbours.edges(pos, cell_np, pbc)
-        return build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        from mdband.neighbours import host_edge_graph
+
+        return host_edge_graph(pos, cell_np, pbc, self.cutoff)
 
     def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
         """Edges from ``neighbours`` (a fresh device list when None) for device positions and

@@ -16,8 +16,9 @@ import numpy as np
 
 from mdband.committee.deviation import ModelDeviation, model_deviation
 from mdband.errors import MdbandError, UnknownElementError
-from mdband.graph import EdgeGraph, build_edge_graph
+from mdband.graph import EdgeGraph
 from mdband.potential import Potential, Result
+from mdband.validate import check_frame_input
 
 
 class CommitteeError(MdbandError, ValueError):
@@ -116,10 +117,12 @@ class Committee:
                 out.append(g0)
                 continue
             if wide is None:
+                from mdband.neighbours import host_edge_graph  # the cell list: not at import
+
                 wide = (
                     g0
                     if self.max_cutoff == c0
-                    else build_edge_graph(positions, cell, pbc, self.max_cutoff)
+                    else host_edge_graph(positions, cell, pbc, self.max_cutoff)
                 )
             out.append(filter_graph(wide, positions, cell, c))
         return out
@@ -145,7 +148,8 @@ class Committee:
         first : Result, optional
             The first model's result on this frame, if already computed (it is reused as is).
         """
-        pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
+        check_frame_input(positions, cell, pbc)  # the checks of Potential.evaluate
+        pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         self.check_species(species)
         graphs = self.graphs(pos, cell_np, pbc, graph)
