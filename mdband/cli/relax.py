@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from mdband.cli.common import UserError
+from mdband.cli.common import Interrupted, UserError, interrupted_line
 from mdband.cli.setting_options import given_settings, setting_options
 from mdband.md.relax import RelaxConfig
 
@@ -55,10 +55,8 @@ def command(ctx, **params):
         res = relax(config, logfile=None if quiet else sys.stdout)
     except (MdbandError, OSError) as exc:
         raise UserError(" ".join(str(exc).split()) or type(exc).__name__) from None
-    except KeyboardInterrupt:
-        err = UserError("interrupted; no output written")
-        err.exit_code = 130
-        raise err from None
+    except KeyboardInterrupt as exc:
+        raise Interrupted(interrupted_line(exc, "no output written")) from None
     if not quiet:
         for note in res.notes:
             click.echo(note)

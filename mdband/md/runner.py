@@ -27,7 +27,12 @@ import torch
 from ase import Atoms, units
 
 from mdband._version import __version__
-from mdband.errors import MdbandError, ResourceExhaustedError, StructureError
+from mdband.errors import (
+    MdbandError,
+    ResourceExhaustedError,
+    StructureError,
+    is_out_of_memory,
+)
 from mdband.io.atomic import is_disk_full
 from mdband.io.checkpoint import Checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
@@ -291,14 +296,22 @@ class _Run:
                 result = self._loop()
             failed = False
             return result
+        except KeyboardInterrupt as exc:  # a second SIGINT within a step, or before the loop
+            name = str(exc) if str(exc).startswith("SIG") else "SIGINT"
+            stop = RunInterrupted(f"stopped by {name} at step {self.step}; {self._kept()}")
+            self._report(stop)
+            raise stop from None
         except MdbandError as exc:
-            try:
-                self.reporter.message(f"Stopped: {exc}")
-            except OSError:  # the log's disk is full
-                pass
+            self._report(exc)
             raise
         finally:
             self._close(quiet=failed)
+
+    def _report(self, exc: BaseException) -> None:
+        try:
+            self.reporter.message(f"Stopped: {exc}")
+        except OSError:  # the log's disk is full
+            pass
 
     def _loop(self) -> RunResult:
         c, start = self.c, self.p.start_step
@@ -327,20 +340,23 @@ class _Run:
                 if step % c.traj_every == 0:
                     self._sample(step)
                 if step % c.checkpoint_every == 0 or step == c.steps:
-                    self._checkpoint(step)
+                    with stop.shielded():
+                        self._checkpoint(step)
                 self.reporter.advance(step)
                 if step == start + WARMUP_STEPS and model_s0 is not None:
                     steady = (time.perf_counter(), self.atoms.calc.model_seconds)
                 if stop and step < c.steps:
-                    self._checkpoint(step)
-                    self._final()
+                    with stop.shielded():  # more signals wait: these writes complete
+                        self._checkpoint(step)
+                        self._final()
                     hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
                     raise RunInterrupted(f"stopped by {stop[0]} at step {step}{hint}")
-        wall = time.perf_counter() - t0
-        if self.writer is not None:
-            self.writer.close()
-        extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
-        extra += self._final()
+            wall = time.perf_counter() - t0
+            with stop.shielded():
+                if self.writer is not None:
+                    self.writer.close()
+                extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
+                extra += self._final()
         if model_s0 is not None and c.steps > start:
             in_model = self.atoms.calc.model_seconds - model_s0
             line = time_split(wall, in_model, c.steps - start)
@@ -408,7 +424,9 @@ def _resources(run: _Run):
             f"out of GPU memory evaluating the model on {n} atoms (after the step graphs' own "
             "fallbacks)"
         ) from None
-    except MemoryError:
+    except (MemoryError, RuntimeError) as exc:  # numpy, torch's CPU allocator, vesin...
+        if not is_out_of_memory(exc):
+            raise
         raise run._exhausted(
             f"out of memory (CPU) evaluating the model on {len(run.atoms)} atoms"
         ) from None
@@ -418,21 +436,39 @@ def _resources(run: _Run):
         raise run._exhausted(f"disk full ({' '.join(str(exc).split())[:120]})") from None
 
 
+class _Stop(list):
+    """The signals that arrived (names); true once one did. Within :meth:`shielded` a second
+    SIGINT waits too (the checkpoint and final structure being written complete)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shield = 0
+
+    @contextmanager
+    def shielded(self):
+        self.shield += 1
+        try:
+            yield
+        finally:
+            self.shield -= 1
+
+
 @contextmanager
 def _deferred_signals():
     """Turn SIGINT/SIGTERM into a flag checked between steps (main thread only).
 
-    Yields a list that holds the signal's name once one arrived; a second SIGINT raises
-    KeyboardInterrupt at once.
+    Yields a :class:`_Stop` that holds the signal's name once one arrived; a second SIGINT
+    raises KeyboardInterrupt at once, except while writes are shielded
+    (:meth:`_Stop.shielded`).
     """
-    caught: list[str] = []
+    caught = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
 
     def handler(signum, frame):
-        if caught and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if caught and signum == signal.SIGINT and not caught.shield:
+            raise KeyboardInterrupt("SIGINT")
         caught.append(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
