@@ -99,14 +99,27 @@ def _first_line(exc: BaseException) -> str:
 
 def _read_ase(path: Path, frame: int, fmt: str | None) -> Atoms:
     import ase.io
+    from ase.io.formats import filetype, ioformats
 
     try:
-        atoms = ase.io.read(path, index=frame, format=fmt)
+        single = ioformats[fmt or filetype(str(path))].single
+    except Exception:  # noqa: BLE001 - unknown to ASE: its reader says so below
+        single = False
+    if single and frame not in (0, -1):
+        raise StructureError(f"{path} holds one structure: there is no frame {frame}")
+    # a one-frame slice: an out-of-range frame gives no image (an index raises StopIteration,
+    # or wraps a negative one silently)
+    try:
+        images = ase.io.read(path, index=slice(frame, frame + 1 or None), format=fmt)
     except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
         raise StructureError(f"cannot read structure {path}: {_first_line(exc)}") from None
-    if isinstance(atoms, list):  # a slice-like frame selected several images
-        raise StructureError(f"frame {frame!r} of {path} selects {len(atoms)} images, not one")
-    return atoms
+    if not isinstance(images, list):
+        images = [images]
+    if not images:
+        raise StructureError(
+            f"{path} has no frame {frame} (frames count from 0; -1 is the last): out of range"
+        )
+    return images[0]
 
 
 def _read_frames(path: Path, frame: int, fmt: str, type_map, default_type_map, notes) -> Atoms:
