@@ -152,7 +152,7 @@ def _work(n: int, cell, pbc, cutoff, stats, host: bool) -> int:
     if far > MAX_COORDINATE:
         raise StructureError(
             f"atom {int(far_at)} is {far:.3g} Å from the origin, beyond {MAX_COORDINATE:.0e} Å: "
-            "no physical structure (check the coordinates' units)"
+            "no physical structure (check the coordinates' units; in MD, the atoms flew apart)"
         )
     images = 1.0
     lengths = np.zeros(3)

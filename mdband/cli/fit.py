@@ -2,7 +2,8 @@
 
 Settings come from ``--config fit.toml`` (see :mod:`mdband.fit.config`) and the flags; flags
 given on the command line win. Exit codes: 0 done; 2 bad input (one line on stderr);
-3 the training diverged; 130 interrupted (the last checkpoint is kept; ``--resume`` continues).
+3 the training diverged; 4 out of memory; 130 stopped by SIGINT or SIGTERM (the last
+checkpoint is kept; ``--resume`` continues).
 """
 
 from __future__ import annotations

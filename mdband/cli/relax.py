@@ -1,7 +1,8 @@
 """``mdband relax``: minimise the energy of a structure (optionally its cell) with ASE.
 
 Exit codes: 0 converged; 1 not converged within --steps (the last structure is written);
-2 bad input (one line on stderr, nothing written); 130 interrupted (no output written).
+2 bad input (one line on stderr, nothing written); 4 out of memory; 130 stopped by SIGINT or
+SIGTERM (no output written).
 """
 
 from __future__ import annotations
