@@ -15,6 +15,7 @@ from ase.data import atomic_numbers, chemical_symbols
 from mdband import host_memory as _host_memory
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, validate_structure
+from mdband.neighbours import HostNeighbourList
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
     DirectForceModel,
     EdgeResult,
@@ -277,7 +278,7 @@ class Potential:
         (default on the CPU), as :attr:`neighbour_backend` says (setting ``neighbour_list``;
         see :mod:`mdband.neighbours`). ``skin`` (Å) > 0 reuses it while no atom moved more
         than ``skin / 2``."""
-        from mdband.neighbours import DeviceNeighbourList, HostNeighbourList
+        from mdband.neighbours import DeviceNeighbourList
 
         if self.neighbour_backend == "cell_list":
             return DeviceNeighbourList(self.cutoff, skin, device=self.device)
@@ -306,9 +307,7 @@ class Potential:
         cell : (3, 3) array_like or tensor, or None
             Rows are the cell vectors (Å); ignored for open boundaries.
         pbc : bool or sequence of 3 bools
-        species : sequence of chemical symbols or atomic numbers
-            A frame of no atoms gives energy 0, forces and atom energies of shape (0, 3) and
-            (0,), and a zero virial (as ASE's own calculators do for an empty ``Atoms``).
+        species : sequence of chemical symbols or atomic numbers (none: energy 0, no forces)
         graph : EdgeGraph, optional
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         neighbours : optional
@@ -334,13 +333,8 @@ class Potential:
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
             return _result(*out, compute_virial, True, self.last_chunks)
-        if graph is None:
-            if neighbours is not None:
-                graph = neighbours.edges(pos, cell_np, pbc)
-            else:
-                from mdband.neighbours import host_edge_graph  # the cell list: not at import
-
-                graph = host_edge_graph(pos, cell_np, pbc, self.cutoff)
+        if graph is None:  # vesin, or the cell list where vesin cannot search (neighbours.py)
+            graph = (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
 
@@ -371,11 +365,7 @@ class Potential:
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
             return self._device_edges(neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
-        if neighbours is not None:
-            return neighbours.edges(pos, cell_np, pbc)
-        from mdband.neighbours import host_edge_graph
-
-        return host_edge_graph(pos, cell_np, pbc, self.cutoff)
+        return (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
 
     def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
         """Edges from ``neighbours`` (a fresh device list when None) for device positions and

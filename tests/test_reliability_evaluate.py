@@ -89,7 +89,7 @@ _FAR_ATOM = textwrap.dedent(
     from mdband.testing.lj import lennard_jones_potential
 
     pot = lennard_jones_potential(cutoff=5.0, r_on=4.0)  # vesin is the concern, not the model
-    pot.save("lj.pt")
+    pot.save("lj.mdband")
     rng = np.random.default_rng(1)
     pos = rng.random((12, 3)) * 9.0
     pos[0] = [1.0e6, 0.0, 0.0]
@@ -113,7 +113,7 @@ _FAR_ATOM = textwrap.dedent(
     assert g.n_edges == 2 * (19 + 18)  # neighbours 2.4 and 4.8 Å apart along the chain
     # mdband run and mdband relax start from such a structure (their start-up checks too)
     ase.io.write("far.xyz", atoms)
-    common = ["--structure", "far.xyz", "--model", "lj.pt", "--device", "cpu"]
+    common = ["--structure", "far.xyz", "--model", "lj.mdband", "--device", "cpu"]
     res = CliRunner().invoke(main, ["run", *common, "--steps", "3", "--no-progress"])
     assert res.exit_code == 0, res.output
     res = CliRunner().invoke(main, ["relax", *common, "--output", "o.xyz", "--fmax", "100"])

@@ -27,7 +27,7 @@ from mdband.cli import main
 from mdband.io.checkpoint import read_checkpoint
 from mdband.io.h5md import H5MDReader
 
-work = test_run.work  # test_run's fixture: an argon run directory (ar.xyz, lj.pt, run.toml)
+work = test_run.work  # test_run's fixture: an argon run directory (ar.xyz, lj.mdband, run.toml)
 BASE = ("--config", "run.toml", "--trajectory", "t.h5", "--checkpoint", "c.ckpt")
 LAUNCH = "import sys; from mdband_launcher import main; sys.exit(main())"
 
@@ -57,10 +57,10 @@ def test_a_signal_while_python_starts_is_one_line_and_exit_130(work):
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=300)
     assert child.returncode == 130, (child.returncode, err[-3000:])
-    lines = err.splitlines()  # the start-up's line, or the run's once the imports were done
+    lines = err.splitlines()  # the start-up's line, or the run's where it had started
     assert len(lines) == 1 and lines[0].startswith("mdband: error: stopped by SIGINT"), err
-    assert "nothing was written" in lines[0]
-    assert _left_behind(work) == [] and not (work / "t.h5").exists()
+    assert "nothing was written" in lines[0] or "at step 0" in lines[0]
+    assert _left_behind(work) == []  # no lock, no temporary file
 
 
 _SLOW_KIND = textwrap.dedent(
@@ -82,10 +82,10 @@ def test_a_signal_while_the_model_loads_releases_the_locks(work, tmp_path_factor
     """The run has locked its outputs and is loading the model when the signal comes."""
     plugins = tmp_path_factory.mktemp("plugins")
     (plugins / "slowkind.py").write_text(_SLOW_KIND)
-    obj = torch.load(work / "lj.pt", weights_only=True)
+    obj = torch.load(work / "lj.mdband", weights_only=True)
     obj["kind"] = "slow"
     obj.pop("checksum", None)
-    torch.save(obj, work / "slow.pt")
+    torch.save(obj, work / "slow.mdband")
     ready = plugins / "ready"
     env = {
         "MDBAND_PLUGINS": ",".join(filter(None, [os.environ.get("MDBAND_PLUGINS"), "slowkind"])),
@@ -93,7 +93,7 @@ def test_a_signal_while_the_model_loads_releases_the_locks(work, tmp_path_factor
         "SLOW_READY": str(ready),
     }
     before = snapshot(work)
-    child = _child(work, "run", *BASE, "--model", "slow.pt", "--log", "r.csv", env=env)
+    child = _child(work, "run", *BASE, "--model", "slow.mdband", "--log", "r.csv", env=env)
     deadline = time.monotonic() + 240
     while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -114,16 +114,16 @@ COMMANDS = {
     "export": (["export", "t.h5", "out.xyz"], "mdband.io.h5md_reader.H5MDReader.to_atoms"),
     "plot": (["plot", "t.h5", "-o", "t.png"], "mdband.io.plot.plot_thermo"),
     "model-devi": (
-        ["model-devi", "lj.pt", "lj.pt", "-s", "ar.xyz"],
+        ["model-devi", "lj.mdband", "lj.mdband", "-s", "ar.xyz"],
         "mdband.loader.read_torch_file",
     ),
-    "convert": (["convert", "lj.pt", "copy.pt"], "mdband.loader.read_torch_file"),
-    "info": (["info", "lj.pt"], "mdband.loader.read_torch_file"),
+    "convert": (["convert", "lj.mdband", "copy.mdband"], "mdband.loader.read_torch_file"),
+    "info": (["info", "lj.mdband"], "mdband.loader.read_torch_file"),
     "relax": (
-        ["relax", "--structure", "ar.xyz", "--model", "lj.pt", "--output", "o.xyz"],
+        ["relax", "--structure", "ar.xyz", "--model", "lj.mdband", "--output", "o.xyz"],
         "mdband.loader.read_torch_file",
     ),
-    "fit": (["fit", "ar.xyz", "-o", "m.pt", "--log", "fit.log"], "mdband.fit.train.read_dataset"),
+    "fit": (["fit", "ar.xyz", "-o", "m.mdband", "--log", "f.log"], "mdband.fit.train.read_dataset"),
 }
 
 

