@@ -269,18 +269,43 @@ def test_finite_differences_through_the_window():
         assert abs(slope - work) <= 1e-8 * scale, (r, slope, work)
 
 
-def test_chunked_equals_unchunked():
-    """The gate comes from all edges and rides with each chunk's edge vectors."""
-    pot = mdband.load_model(FIX / "zbl.pt", dtype="float64")
-    ref = ref_of("zbl")
+@pytest.mark.parametrize("cached", [False, True], ids=["geometry-rebuilt", "geometry-cached"])
+def test_chunked_equals_unchunked(monkeypatch, cached):
+    """The gate comes from all edges and rides with each chunk's edge vectors (and in the
+    packed geometry when ``chunked.CACHE_GEOMETRY`` keeps it)."""
     import ase
 
+    from mdband.model import chunked
+
+    monkeypatch.setattr(chunked, "CACHE_GEOMETRY", cached)
+    pot = mdband.load_model(FIX / "zbl_scatter.pt", dtype="float64")
+    ref = ref_of("zbl_scatter")
     pos, cell, pbc, sym = frame(ref, 4, pot.type_map)
     atoms = ase.Atoms(sym, positions=pos, cell=cell, pbc=pbc)
     t, src, dst, ev = tensors(pot, atoms)
     whole = evaluate(pot, t, src, dst, ev)
     assert_close(evaluate(pot, t, src, dst, ev, plan_for(dst, len(atoms), len(src) // 3)), whole)
     assert pot.last_chunks > 2
+
+
+def test_padded_step_changes_nothing():
+    """The CUDA-graph step's padding edges (k → k at 1.5 rcut; here its eager path) carry no
+    ZBL energy and a neutral gate factor."""
+    from mdband.graph import build_edge_graph
+    from mdband.step_graph import StepGraphs
+
+    pot = mdband.load_model(FIX / "zbl_scatter.pt", dtype="float64")
+    ref = ref_of("zbl_scatter")
+    pos, cell, pbc, sym = frame(ref, 5, pot.type_map)
+    g = build_edge_graph(pos, cell, pbc, pot.cutoff)
+    runner = StepGraphs(pot, capture=False)
+    atom_e, forces, virial = runner.run(pot.types_of(sym), g.src, g.dst, g.shifts, pos, cell)
+    step = next(iter(runner.steps.values()))
+    assert step.capacity > g.n_edges
+    plain = pot.evaluate(pos, cell, pbc, sym)
+    np.testing.assert_allclose(atom_e.numpy(), plain.atom_energy, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(forces.numpy(), plain.forces, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(virial.numpy(), plain.virial, rtol=0, atol=1e-10)
 
 
 BRIDGED = dict(bridging="zbl", bridging_r_inner=0.55, bridging_r_outer=0.95)
