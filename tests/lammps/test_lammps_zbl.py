@@ -207,3 +207,30 @@ def test_lammps_single_point(pot, ref, nprocs, tmp_path):
         assert np.abs(dump["c_pe"] - single.atom_energy).max() <= 1e-9, case
         wa = -np.stack([dump[f"c_sa[{k}]"] for k in range(1, 7)], axis=1) / NKTV2P_METAL
         assert np.abs(wa - atom_virial6(ref, i)).max() <= 1e-8, case
+
+
+def test_exchange_with_chunked_evaluation(pot, ref):
+    """Several ranks and a memory budget that chunks each rank's atoms: the gate is completed
+    once, before the chunks, and the numbers are the unchunked ones."""
+    from mdband.model.factory import build_sezm
+    from mdband.potential import Potential
+
+    i = PERIODIC["compact_triclinic"]
+    pos, cell, sym = frame(ref, i, pot.type_map)
+    x, owner, src, dst = ghost_layout(pos, cell, pot.cutoff)
+    est = pot.model.descriptor.memory_estimate(torch.float64)
+    budget = est.chunked(len(x), len(src), len(src) // 4)
+    model = build_sezm(pot.config, pot.model.state_dict(), {"memory_budget": budget})
+    chunked = Potential(model, kind="sezm", type_map=pot.type_map, cutoff=pot.cutoff,
+                        config=pot.config, dtype="float64")  # fmt: skip
+    types = pot.types_of(sym)
+    outs = []
+    for p in (pot, chunked):
+        lm = bridge.LammpsModel(
+            p, np.arange(len(p.type_map)), {"nprocs": 2}, backend=owner_backend(owner)
+        )
+        outs.append(_compute(lm, pos, cell, types, x, owner, src, dst))
+        assert lm.last_path == "exchange"
+    assert chunked.last_chunks >= 3
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * max(1.0, np.abs(a).max()))
