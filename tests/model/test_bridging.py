@@ -18,9 +18,10 @@ import torch
 from chunk_helpers import assert_close, evaluate, plan_for, sezm, tensors
 
 import mdband
-from mdband.config import SeZMConfig, config_from_deepmd
+from mdband.config import SeZMConfig
 from mdband.errors import UnsupportedModelError
 from mdband.io.deepmd import unwrap_bridged_composition
+from mdband.io.deepmd_params import config_from_deepmd
 from mdband.kernels import _common as cm
 from mdband.kernels import force_triton
 from mdband.model import bridging
@@ -163,12 +164,19 @@ def _params(**model):
 @pytest.mark.parametrize(
     "model,option",
     [
-        ({"bridging_method": "lj"}, "bridging_method"),
-        ({"bridging_method": ""}, "bridging_method"),
-        ({"bridging_method": True}, "bridging_method"),
+        ({"bridging_method": "lj"}, "model.bridging_method"),
+        ({"bridging_method": ""}, "model.bridging_method"),
+        ({"bridging_method": True}, "model.bridging_method"),
         ({"bridging_method": "zbl", "bridging_r_inner": 0.9}, "bridging_r_inner/bridging_r_outer"),
-        ({"bridging_method": "zbl", "bridging_r_outer": "0.8"}, "bridging_r_outer"),
+        ({"bridging_method": "zbl", "bridging_r_outer": "0.8"}, "model.bridging_r_outer"),
         ({"bridging_method": "zbl", "type_map": ["H", "Xx", "O"]}, "type_map"),
+        (
+            {
+                "bridging_method": "zbl",
+                "spin": {"scheme": "native", "use_spin": [False, True, True]},
+            },
+            "bridging_method",
+        ),
     ],
 )
 def test_refused_by_name(model, option):
