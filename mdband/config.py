@@ -11,11 +11,21 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ase.data import atomic_numbers
+
 from mdband.errors import UnsupportedModelError
 
 # fields added after model files and run checkpoints recorded config dicts: left out of
 # to_dict at their default, so an older model's dict and hash stay what they were
-_OMITTED_AT_DEFAULT = {"dim_case_embd": 0, "case_film_embd": False, "active_mode": "ener", "sel": 0}
+_OMITTED_AT_DEFAULT = {
+    "dim_case_embd": 0,
+    "case_film_embd": False,
+    "active_mode": "ener",
+    "sel": 0,
+    "bridging": "none",
+    "bridging_r_inner": 0.5,
+    "bridging_r_outer": 0.8,
+}
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,11 @@ class SeZMConfig:
     active_mode: str = "ener"
     sel: int = 0
     spin: SpinConfig | None = None
+    #: zone bridging (deepmd-kit's model-level ``bridging_method``): "none" or "zbl", with the
+    #: clamp / switching window [bridging_r_inner, bridging_r_outer] in Å (mdband.model.bridging)
+    bridging: str = "none"
+    bridging_r_inner: float = 0.5
+    bridging_r_outer: float = 0.8
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
@@ -300,3 +315,26 @@ class SeZMConfig:
             bad("spin", sp.to_dict(), "one use_spin (and deepspin virtual_scale) per type")
         if sp is not None and self.active_mode != "ener":
             bad("spin", sp.to_dict(), f"deepmd-kit's spin models have no {self.active_mode} mode")
+        self._validate_bridging()
+
+    def _validate_bridging(self) -> None:
+        def bad(opt, val, why=""):
+            raise UnsupportedModelError(opt, val, why)
+
+        if self.bridging not in ("none", "zbl"):
+            bad("bridging_method", self.bridging, "mdband implements 'zbl' and 'none'")
+        if self.bridging == "none":
+            return
+        r_in, r_out = self.bridging_r_inner, self.bridging_r_outer
+        for key, val in (("bridging_r_inner", r_in), ("bridging_r_outer", r_out)):
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                bad(key, val, "expected a number (Å)")
+        if not 0.0 < r_in < r_out:
+            bad("bridging_r_inner/bridging_r_outer", [r_in, r_out], "need 0 < r_inner < r_outer")
+        unknown = [s for s in self.type_map if s not in atomic_numbers or atomic_numbers[s] < 1]
+        if unknown:
+            bad("type_map", list(self.type_map), f"ZBL needs element symbols, not {unknown}")
+        if self.active_mode != "ener":  # deepmd-kit refuses it too
+            bad("bridging_method", self.bridging, f"not with the {self.active_mode} mode")
+        if self.spin is not None:
+            bad("bridging_method", self.bridging, "ZBL bridging of spin models is not implemented")

@@ -87,6 +87,8 @@ class Potential:
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
         self.spin = spin_config(config)  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
+        #: dtype of the edge vectors handed to the model: float64 if it declares float64_edges
+        self.edge_dtype = torch.float64 if getattr(model, "float64_edges", False) else self.dtype
         self._steps = None
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
@@ -235,7 +237,7 @@ class Potential:
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
                         magmoms=None):  # fmt: skip
         grad = grad and not self.direct_forces
-        ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
+        ev = edge_vec.detach().to(self.edge_dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
         if magmoms is not None:  # a native spin model's moments: a second autograd leaf
             model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
@@ -250,9 +252,7 @@ class Potential:
             n = int(types.shape[0])
             csr_pair = (csr(dst, n), csr(src, n))
             model_kw["csr_pair"] = csr_pair
-        extra = {}
-        if csr_pair is not None:
-            extra["csr_pair"] = csr_pair
+        extra = {} if csr_pair is None else {"csr_pair": csr_pair}
         if self.direct_forces:
             model_kw.pop("energy_rows", None)
             with torch.no_grad():

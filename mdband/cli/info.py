@@ -58,6 +58,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
             **pot.spin.to_dict(),
             "magnetic_types": pot.spin.magnetic_types(pot.type_map),
         },  # fmt: skip
+        "bridging": _bridging(pot.config) if pot.kind == "sezm" else None,
         "metadata": pot.metadata,
         "config": pot.config,
     }
@@ -109,6 +110,31 @@ def command(model, head, device, dtype, rotation_layout, as_json):
             "version",
         )
         click.echo("config           " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+        click.echo(f"bridging         {_bridging_text(info['bridging'])}")
+
+
+def _bridging(config: dict) -> dict:
+    """The zone bridging of a SeZM config: method and window (Å)."""
+    from mdband.config import SeZMConfig
+
+    cfg = SeZMConfig.from_dict(config)  # the window's defaults are left out of the dict
+    if cfg.bridging == "none":
+        return {"method": "none"}
+    return {
+        "method": cfg.bridging,
+        "r_inner": cfg.bridging_r_inner,
+        "r_outer": cfg.bridging_r_outer,
+    }
+
+
+def _bridging_text(b: dict) -> str:
+    if b["method"] == "none":
+        return "none"
+    return (
+        f"{b['method'].upper()} (deepmd-kit bridging_method): ZBL repulsion on every pair within "
+        f"the cutoff; network geometry clamped and sources gated over "
+        f"[{b['r_inner']:g}, {b['r_outer']:g}] Å"
+    )
 
 
 def _head_lines(pot) -> list[str]:

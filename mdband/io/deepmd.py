@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from mdband.errors import ModelFileError
+from mdband.errors import ModelFileError, UnsupportedModelError
 from mdband.io.deepmd_params import config_from_deepmd
 
 _DERIVED_SUFFIXES = (
@@ -145,6 +145,42 @@ def resolve_head(table: dict[str, list[str]], head: str | None, path) -> str:
     return names[head]
 
 
+def unwrap_bridged_composition(params: dict) -> dict:
+    """A DPA4 model section from deepmd-kit's canonical spelling of a bridged model.
+
+    deepmd-kit expands ``bridging_method`` into ``{"type": "linear_ener", "weights": "sum",
+    "models": [<dpa4 model>, {"type": "inner_potential", "mode", "r_inner", "r_outer"}]}`` and
+    accepts that form as input; its pt backend builds the same ``SeZMModel`` (same weight
+    names) from either. Any other ``linear_ener`` composition is refused. Other sections are
+    returned unchanged.
+    """
+    if str(params.get("type", "")).lower() != "linear_ener":
+        return params
+    children = [c for c in params.get("models") or [] if isinstance(c, dict)]
+    inner = [c for c in children if c.get("type") == "inner_potential"]
+    learned = [c for c in children if c.get("type") != "inner_potential"]
+    if len(inner) != 1 or len(learned) != 1 or len(children) != 2:
+        raise UnsupportedModelError(
+            "model.type", "linear_ener", "only deepmd-kit's bridged DPA4 [dpa4, inner_potential]"
+        )
+    if str(params.get("weights")) != "sum":
+        raise UnsupportedModelError("linear_ener.weights", params.get("weights"), "need 'sum'")
+    if params.get("shared_dict"):
+        raise UnsupportedModelError("linear_ener.shared_dict", params["shared_dict"])
+    out = dict(learned[0])
+    out.setdefault("type", "dpa4")
+    out["type_map"] = out.get("type_map", params.get("type_map"))
+    if out["type_map"] != params.get("type_map"):
+        raise UnsupportedModelError("linear_ener.models.type_map", out["type_map"])
+    for key in ("pair_exclude_types", "atom_exclude_types", "spin"):
+        if params.get(key):
+            out[key] = params[key]
+    out["bridging_method"] = inner[0].get("mode", "zbl")
+    out["bridging_r_inner"] = inner[0].get("r_inner", 0.5)
+    out["bridging_r_outer"] = inner[0].get("r_outer", 0.8)
+    return out
+
+
 def _select_branch(model_sd: dict, head: str | None, path) -> tuple[dict, str, dict]:
     """(model params, branch of the weights, metadata naming the head) of ``head``."""
     params = model_sd["_extra_state"]["model_params"]
@@ -191,7 +227,7 @@ def import_deepmd_checkpoint(obj: dict, path, head: str | None = None) -> Import
     version = 1.0 if version_t is None else round(float(version_t), 6)
     # deepmd-kit switches a model to its dens mode when the weights hold the dens heads
     mode = "dens" if any(k.startswith("dens_fitting_net.") for k in sd) else "ener"
-    config = config_from_deepmd(params, version, active_mode=mode)
+    config = config_from_deepmd(unwrap_bridged_composition(params), version, active_mode=mode)
     if not sd:
         raise ModelFileError(f"{path}: no weights under '{prefix}'")
     fold_lora(sd)

@@ -13,8 +13,8 @@ model (``sezm_model_args`` plus the common ``model_args``, ``descrpt_se_zm_args`
   :class:`~mdband.errors.UnsupportedModelError` naming the key and the value.
 
 A key that is not in the table is refused too. The ``spin`` section is read key by key by
-:func:`spin_from_deepmd`. Options being implemented elsewhere (ZBL
-``bridging_method``, charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``) are
+:func:`spin_from_deepmd`, ZBL bridging by :func:`bridging_from_deepmd`. Options being
+implemented elsewhere (charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``) are
 ``refused`` entries: implementing one means
 turning its entry into ``implemented`` and reading it in :func:`config_from_deepmd`.
 """
@@ -173,9 +173,9 @@ MODEL = {
     "enable_tf32": _inert("TF32 matmuls of deepmd-kit's CUDA training"),
     "model_branch_alias": _inert("names of a multi-task branch; the branch is chosen by head="),
     "info": _inert("free-form metadata"),
-    "bridging_method": _refused("None", _OTHER),
-    "bridging_r_inner": _inert("ZBL bridging window; inert while bridging_method is none"),
-    "bridging_r_outer": _inert("ZBL bridging window; inert while bridging_method is none"),
+    "bridging_method": _impl("zbl", "zbl_scatter"),
+    "bridging_r_inner": _impl("zbl"),  # zbl_scatter: the defaults
+    "bridging_r_outer": _impl("zbl"),
     "lora": _inert("LoRA training config; adapters in the weights are folded when loaded"),
 }
 
@@ -389,9 +389,23 @@ def config_from_deepmd(model_params: dict, version: float, active_mode: str = "e
         active_mode=active_mode,
         sel=_sel(d("sel", 256)) if active_mode == "dens" else 0,
         spin=spin_from_deepmd(model_params),
+        **bridging_from_deepmd(model_params),
     )
     cfg.validate()
     return cfg
+
+
+def bridging_from_deepmd(model_params: dict) -> dict:
+    """The bridging fields of :class:`SeZMConfig`: deepmd-kit reads ``bridging_method``
+    case-insensitively ("none" disables it; its pt backend builds only "zbl") and the window
+    ``bridging_r_inner`` / ``bridging_r_outer`` (defaults 0.5 and 0.8 Å)."""
+    method = read_str("model.bridging_method", model_params.get("bridging_method", "None"),
+                      ("none", "zbl"))  # fmt: skip
+    r_in = read_float("model.bridging_r_inner", model_params.get("bridging_r_inner", 0.5))
+    r_out = read_float("model.bridging_r_outer", model_params.get("bridging_r_outer", 0.8))
+    if method == "none":  # the window is inert then
+        return {}
+    return {"bridging": method, "bridging_r_inner": r_in, "bridging_r_outer": r_out}
 
 
 #: keys of the spin section: read, or (inert) not read by deepmd-kit's PyTorch models

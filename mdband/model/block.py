@@ -78,6 +78,9 @@ class EdgeCache:
     _src_csr: tuple | None = None
     rows: slice = field(default_factory=lambda: slice(None))
     n_src: int | None = None
+    #: (E,) zone-bridging source gate η[src] of each edge (mdband.model.bridging), None
+    #: without bridging: it scales what the edge carries to its centre, not the degree
+    gate: torch.Tensor | None = None
 
     def dst_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, row_ptr) of the edges grouped by destination, built once per evaluation."""
@@ -201,14 +204,15 @@ class SeZMDescriptor(nn.Module):
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
 
     def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None,
-                   csr_pair=None) -> EdgeCache:  # fmt: skip
+                   csr_pair=None, gate=None) -> EdgeCache:  # fmt: skip
         """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
         tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``).
-        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them."""
+        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them; ``gate``:
+        their bridging source gate (E,) or None."""
         dst_csr, src_csr = csr_pair if csr_pair is not None else (None, None)
         return self.edge_cache_from(src, dst, edge_vec, *self.edge_geometry(edge_vec), n_nodes,
                                     rows=rows, n_src=n_src, dst_csr=dst_csr,
-                                    src_csr=src_csr)  # fmt: skip
+                                    src_csr=src_csr, gate=gate)  # fmt: skip
 
     def edge_geometry(self, edge_vec):
         """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
@@ -230,16 +234,18 @@ class SeZMDescriptor(nn.Module):
         return r, env, rbf, rot
 
     def edge_cache_from(self, src, dst, edge_vec, r, env, rbf, rot, n_nodes: int, rows=None,
-                        n_src=None, dst_csr=None, src_csr=None) -> EdgeCache:  # fmt: skip
+                        n_src=None, dst_csr=None, src_csr=None,
+                        gate=None) -> EdgeCache:  # fmt: skip
         """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``,
-        ``src_csr``: the destinations' and sources' CSR when known)."""
+        ``src_csr``: the destinations' and sources' CSR when known; ``gate``: the bridging
+        source gate (E,) or None)."""
         if dst_csr is None:
             dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
         deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rows = slice(None) if rows is None else rows
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr,
-                         src_csr, rows=rows, n_src=n_src)  # fmt: skip
+                         src_csr, rows=rows, n_src=n_src, gate=gate)  # fmt: skip
 
     # ------------------------------------------------------------------ stages (also per chunk)
     def radial_features(self, ec) -> torch.Tensor:
@@ -292,6 +298,8 @@ class SeZMDescriptor(nn.Module):
         x = x0[:, None, :]
         if L > 0:
             if cfg.use_gie:
+                if ec.gate is not None:  # the bridging gate mutes what a source carries
+                    radial = radial * ec.gate[:, None, None]
                 if self.zonal_op and self.settings.ops_on(radial):
                     s = ec.inv_sqrt_deg.reshape(N)
                     gie = zonal_embed(ec.rotations, radial, ec.dst, s, csr=ec.dst_csr())
@@ -310,8 +318,8 @@ class SeZMDescriptor(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None, latent=False,
-                magmoms=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, latent=False, magmoms=None,
+                gate=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
         ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
@@ -322,7 +330,8 @@ class SeZMDescriptor(nn.Module):
         None; see :mod:`mdband.model.chunked`). ``csr_pair``: (dst CSR, src CSR) of the edges
         over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
         unchunked evaluation then sorts no edges itself). ``magmoms`` (N, 3): the atoms'
-        magnetic moments (μB) of a native spin model."""
+        magnetic moments (μB) of a native spin model. ``gate`` (E,): the zone-bridging source
+        gate of each edge (:mod:`mdband.model.bridging`), None without bridging."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -345,6 +354,7 @@ class SeZMDescriptor(nn.Module):
                 energy_rows,
                 latent,
                 magmoms,
+                gate,
             )
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
@@ -353,19 +363,19 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            desc = self._compiled(
-                types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent, magmoms=magmoms
-            )
+            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent,
+                                  magmoms=magmoms, gate=gate)  # fmt: skip
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent, magmoms)
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent, magmoms,
+                                   gate)  # fmt: skip
         return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
-                   latent=False, magmoms=None) -> torch.Tensor:  # fmt: skip
+                   latent=False, magmoms=None, gate=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
         ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
-        ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
+        ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair, gate=gate)
         te = self.node_embedding(types, magmoms)  # (N, C)
         radial = self.radial_features(ec)
         x = self.initial_features(ec, radial, te, types, magmoms)

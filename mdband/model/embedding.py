@@ -90,6 +90,8 @@ class EnvironmentSeed(nn.Module):
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
+        if ec.gate is not None:  # bridging: the source gate scales the edge's outer product
+            s = s * ec.gate[:, None]
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)

@@ -24,8 +24,10 @@ _HEADS = json.loads((FIX / "heads.json").read_text())  # make_heads_fixtures.py
 #: multi-task parity fixtures -> the head whose model_params stand for them
 HEAD_OF = {name: next(iter(m["heads"])) for name, m in _HEADS["multitask"].items()}
 _SPIN = json.loads((SPIN_FIX / "configs.json").read_text())["configs"]
+#: ZBL-bridged parity fixtures (make_zbl_fixtures.py): their npz meta holds the model_params
+ZBL = {name: None for name in ("zbl", "zbl_scatter")}
 CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"],
-           **_SPIN}  # fmt: skip
+           **_SPIN, **ZBL}  # fmt: skip
 
 
 def normalized(name: str = "s2ffn") -> dict:

@@ -6,36 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lammps_harness import make_frame
+from lammps_harness import ghost_layout, make_frame
 
 from mdband.errors import MdbandError
-from mdband.graph import build_edge_graph
 from mdband.lammps import bridge
 from mdband.lammps.exchange import GhostExchange, owner_backend
 from mdband.testing.lj import lennard_jones_potential
 from mdband.testing.mp import message_passing_potential
 
 ELEMENTS = ("Ar", "Kr")
-
-
-def ghost_layout(positions, cell, cutoff):
-    """Local atoms + one ghost per periodic image a local atom sees, as LAMMPS lays them out on
-    one rank: edges centred on local atoms, neighbours local or ghost, owner index per row."""
-    g = build_edge_graph(positions, cell, True, cutoff)
-    n = len(positions)
-    owner = list(range(n))
-    rows = [p for p in positions]
-    index = {}
-    src = g.src.copy()
-    for e in np.nonzero(np.any(g.shifts != 0, axis=1))[0]:
-        key = (int(g.src[e]), tuple(int(s) for s in g.shifts[e]))
-        if key not in index:
-            index[key] = len(rows)
-            rows.append(positions[g.src[e]] + g.shifts[e] @ cell)
-            owner.append(int(g.src[e]))
-        src[e] = index[key]
-    x = np.array(rows)
-    return x, np.array(owner), src, g.dst.copy()
 
 
 @pytest.fixture(scope="module")
