@@ -340,6 +340,17 @@ class Potential:
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
 
+    def evaluate_many(self, systems, **options) -> list[Result]:
+        """One numpy :class:`Result` per system, in input order, from few model calls: ASE
+        ``Atoms``, :class:`~mdband.io.frames.Frame` objects or ``(positions, cell, pbc,
+        species)`` records of any sizes, cells, boundaries and species, evaluated together as
+        disjoint graphs (the numbers of :meth:`evaluate` to rounding). ``options``:
+        ``batch_size``, ``batch_atoms``, ``compute_virial``, ``progress``; see
+        :func:`mdband.batch.evaluate_many`."""
+        from mdband.batch import evaluate_many
+
+        return [Result(*r) for r in evaluate_many(self, systems, **options)]
+
     def _run_graph(self, types, graph: EdgeGraph, positions, cell):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
