@@ -1,14 +1,17 @@
-"""``dp model-devi`` for mdband: a committee's deviations over a list of frames."""
+"""``dp model-devi`` for mdband: a committee's deviations over a list of frames, every model
+evaluating them in batches (:meth:`mdband.committee.Committee.evaluate_many`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-
 from mdband.committee.committee import Committee, CommitteeError
 from mdband.committee.devi_file import ModelDeviWriter
 from mdband.committee.deviation import ModelDeviation
+
+#: frames whose results are held at once (every model's forces of them): rows are written
+#: after each block
+BLOCK_FRAMES = 512
 
 
 def read_frames(
@@ -37,6 +40,7 @@ def model_devi_frames(
     steps: Iterable[int] | None = None,
     atomic: bool = False,
     overwrite: bool = False,
+    **batch,
 ) -> list[tuple[int, ModelDeviation]]:
     """Evaluate ``committee`` on every frame (ASE atoms) and, with ``output``, write the rows to
     a ``model_devi.out`` file.
@@ -53,6 +57,10 @@ def model_devi_frames(
         The step of every frame (overrides ``every``), e.g. an H5MD trajectory's own steps.
     atomic : bool
         Also write the per-atom force deviations (all frames must have the same atom count).
+    **batch
+        ``batch_size``, ``batch_atoms`` of :meth:`mdband.Potential.evaluate_many`: every model
+        evaluates the frames in batches, :data:`BLOCK_FRAMES` frames at a time (their rows are
+        written after each block).
 
     Returns
     -------
@@ -69,16 +77,12 @@ def model_devi_frames(
     writer = None if output is None else ModelDeviWriter.create(output, atomic, overwrite)
     out = []
     try:
-        for step, atoms in zip(steps, frames):
-            res = committee.evaluate(
-                atoms.get_positions(),
-                atoms.get_cell().array,
-                np.asarray(atoms.get_pbc(), dtype=bool),
-                atoms.get_atomic_numbers(),
-            )
-            out.append((step, res.deviation))
-            if writer is not None:
-                writer.write(step, res.deviation)
+        for start in range(0, len(frames), BLOCK_FRAMES):
+            block = frames[start : start + BLOCK_FRAMES]
+            for step, res in zip(steps[start:], committee.evaluate_many(block, **batch)):
+                out.append((step, res.deviation))
+                if writer is not None:
+                    writer.write(step, res.deviation)
     finally:
         if writer is not None:
             writer.close()
