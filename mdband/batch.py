@@ -295,8 +295,10 @@ class BatchEvaluator:
             atom_e, forces, atom_w = atom_e[:n], forces[:n], atom_w[:n]
         else:
             atom_e, forces, atom_w = batch_forward(self.pot, types, src, dst, vec)
-        system = torch.repeat_interleave(
-            torch.arange(len(batch), device=dev), torch.as_tensor(counts, device=dev)
+        system = torch.repeat_interleave(  # output_size: no device sync
+            torch.arange(len(batch), device=dev),
+            torch.as_tensor(counts, device=dev),
+            output_size=n,
         )
         f64 = dict(dtype=torch.float64, device=dev)
         energy = torch.zeros(len(batch), **f64).index_add_(0, system, atom_e)

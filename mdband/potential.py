@@ -349,7 +349,7 @@ class Potential:
         :func:`mdband.batch.evaluate_many`."""
         from mdband.batch import evaluate_many
 
-        return [Result(*r) for r in evaluate_many(self, systems, **options)]
+        return [Result(**r._asdict()) for r in evaluate_many(self, systems, **options)]
 
     def _run_graph(self, types, graph: EdgeGraph, positions, cell):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
