@@ -269,12 +269,19 @@ class BatchEvaluator:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: list[_Prepared]) -> list[SystemResult]:
-        """One model call over the systems of ``batch``."""
+        """One model call over the systems of ``batch`` (systems without atoms take no part:
+        zeros)."""
+        full = [p for p in batch if p.n_atoms > 0]
+        if not full:
+            return [_empty() for _ in batch]
+        results = iter(self._call(full))
+        return [next(results) if p.n_atoms > 0 else _empty() for p in batch]
+
+    def _call(self, batch: list[_Prepared]) -> list[SystemResult]:
+        """The model call over ``batch`` (systems of at least one atom)."""
         dev = self.pot.device
         counts = [p.n_atoms for p in batch]
         n = sum(counts)
-        if n == 0:
-            return [_empty() for _ in batch]
         offsets = np.cumsum([0, *counts[:-1]])
         types = torch.as_tensor(np.concatenate([p.types for p in batch]), device=dev)
         if self.on_device:
