@@ -9,6 +9,7 @@ is the shared trained water checkpoint (``dpa4-water-smoke/pretrained.pt``) unle
 
     python3 benchmarks/batch_throughput.py [--device cpu|cuda] [--cases mixed small]
         [--frames 1000] [--threads 1] [--repeat 3] [--batch-atoms 1024 ...]
+        [--neighbour-list vesin|cell_list]
         [--deepmd-python ${DEEPMD_REF_VENV:-<venv>}/bin/python | --no-deepmd] [--json FILE]
 
 Timed in this process after a warm-up (the model is loaded once; the neighbour lists are part
@@ -196,6 +197,12 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument(
+        "--neighbour-list",
+        default=None,
+        choices=["auto", "vesin", "cell_list"],
+        help="mdband's neighbour list (CUDA: the cell list by default)",
+    )
+    ap.add_argument(
         "--batch-atoms",
         type=int,
         nargs="+",
@@ -224,7 +231,9 @@ def main(argv=None) -> list[dict]:
     import mdband
 
     torch.set_num_threads(args.threads)
-    pot = mdband.load_model(args.model, device=args.device, dtype=args.dtype)
+    pot = mdband.load_model(
+        args.model, device=args.device, dtype=args.dtype, neighbour_list=args.neighbour_list
+    )
     rows = []
     print(
         json.dumps(
@@ -233,6 +242,8 @@ def main(argv=None) -> list[dict]:
                 "device": str(pot.device),
                 "threads": args.threads,
                 "model": args.model,
+                "neighbour_list": pot.neighbour_backend,
+                "cuda_graphs": pot.cuda_graphs,
             }
         ),
         flush=True,
