@@ -133,7 +133,7 @@ def command(ctx, data, model, head, numb_test, fmt, type_map, batch_size, batch_
         for note in notes:
             click.echo(note, err=True)
         total = sum(len(fs) for _, fs in systems)
-        with _progress(total, quiet) as advance:
+        with _Progress(total, quiet) as advance:
             report = run_test(pot, systems, batch_size=batch_size, batch_atoms=batch_atoms,
                               detail_file=detail_file, overwrite=overwrite,
                               progress=advance)  # fmt: skip
@@ -154,7 +154,7 @@ def command(ctx, data, model, head, numb_test, fmt, type_map, batch_size, batch_
                    + (f"; wrote {detail_file}.*" if detail_file else ""), err=True)  # fmt: skip
 
 
-class _progress:
+class _Progress:
     """A rich progress bar of frames on stderr (nothing when quiet or not a terminal)."""
 
     def __init__(self, total: int, quiet: bool) -> None:
