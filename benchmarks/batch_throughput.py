@@ -16,7 +16,9 @@ Timed in this process after a warm-up (the model is loaded once; the neighbour l
 of every timing): ``batched`` (every ``--batch-atoms`` value), ``one_by_one``. ``dp test``
 runs in a subprocess on the frames written as deepmd/npy systems (one per atom count, as it
 needs), ``-n 0``; its wall time includes its start-up (imports, model load), which is measured
-separately (``dp test`` of one frame) and also given subtracted. ``mdband test`` of the same
+separately (``dp test`` of one frame) and also given subtracted. Every figure comes as wall
+time and as CPU time (user + system; on a loaded machine the CPU time of a one-thread run is
+the steadier figure; on CUDA only wall time means anything). ``mdband test`` of the same
 systems is timed the same way, for a wall-clock comparison of the two commands. One JSON line
 per measurement, then a table. Prints the load average before and after (a shared machine).
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -88,26 +91,33 @@ def write_systems(frames, root: Path, type_map) -> list[str]:
     return out
 
 
-def timed(fn, repeat: int) -> list[float]:
-    out = []
+def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds (this process, all threads) of ``repeat`` calls: on a loaded
+    machine the CPU time of a one-thread run is the steadier figure."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        out.append(time.perf_counter() - t0)
-    return out
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return walls, cpus
 
 
 def command_wall(cmd: list[str], env: dict, repeat: int) -> dict:
-    """Median wall seconds of a command (and its last lines of output on failure)."""
-    walls = []
+    """Median wall and CPU seconds (user + system of the child) of a command (its last lines of
+    output on failure)."""
+    walls, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if proc.returncode:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             return {"error": " | ".join(tail)[:300]}
-    return {"wall_s": statistics.median(walls), "walls_s": walls}
+    return {"wall_s": statistics.median(walls), "walls_s": walls, "cpu_s": statistics.median(cpus)}
 
 
 def run_commands(args, model: str, systems: list[str], tmp: Path, n_frames: int) -> dict:
@@ -155,11 +165,15 @@ def _net(full: dict, start: dict, n_frames: int) -> dict:
     if "error" in full or "error" in start:
         return {"error": full.get("error") or start.get("error")}
     net = max(full["wall_s"] - start["wall_s"], 1e-9)
+    net_cpu = max(full["cpu_s"] - start["cpu_s"], 1e-9)
     return {
         "wall_s": full["wall_s"],
         "startup_s": start["wall_s"],
+        "cpu_s": full["cpu_s"],
+        "startup_cpu_s": start["cpu_s"],
         "net_frames_per_s": n_frames / net,
         "wall_frames_per_s": n_frames / full["wall_s"],
+        "net_frames_per_cpu_s": n_frames / net_cpu,
     }
 
 
@@ -264,12 +278,14 @@ def main(argv=None) -> list[dict]:
         for p, c, _, s in systems[:10]:
             pot.evaluate(p, c, True, s)
         for limit in args.batch_atoms:
-            ts = timed(_batched(pot, systems, limit), args.repeat)
+            ts, cpu = timed(_batched(pot, systems, limit), args.repeat)
             row[f"batched_{limit or 'default'}_frames_per_s"] = len(frames) / min(ts)
+            row[f"batched_{limit or 'default'}_frames_per_cpu_s"] = len(frames) / min(cpu)
             row[f"batched_{limit or 'default'}_s"] = ts
         some = systems[: args.one_by_one_frames or len(systems)]
-        ts = timed(_one_by_one(pot, some), args.repeat)
+        ts, cpu = timed(_one_by_one(pot, some), args.repeat)
         row["one_by_one_frames_per_s"] = len(some) / min(ts)
+        row["one_by_one_frames_per_cpu_s"] = len(some) / min(cpu)
         row["one_by_one_s"] = ts
         if not args.no_commands:
             with tempfile.TemporaryDirectory() as tmp:
@@ -285,27 +301,28 @@ def main(argv=None) -> list[dict]:
 
 
 def _table(rows, args) -> None:
+    """Frames per second: wall time, and in brackets per CPU second."""
     print(
-        "\n| case | frames | atoms | batched (frames/s) | one by one | speed-up | "
-        "dp test net (wall) | mdband test net (wall) |"
+        "\n| case | frames | atoms | batched | one by one | speed-up | dp test, net | "
+        "mdband test, net |  (frames/s wall (per CPU s))"
     )
     print("|---|---|---|---|---|---|---|---|")
+    tag = args.batch_atoms[0] or "default"
     for r in rows:
-        key = f"batched_{args.batch_atoms[0] or 'default'}_frames_per_s"
-        dp = r.get("dp_test", {})
-        mt = r.get("mdband_test", {})
+        b, o = r[f"batched_{tag}_frames_per_s"], r["one_by_one_frames_per_s"]
+        bc, oc = r[f"batched_{tag}_frames_per_cpu_s"], r["one_by_one_frames_per_cpu_s"]
 
         def cmd(x):
             if not x:
                 return "-"
             if "error" in x:
                 return "error"
-            return f"{x['net_frames_per_s']:.1f} ({x['wall_frames_per_s']:.1f})"
+            return f"{x['net_frames_per_s']:.1f} ({x['net_frames_per_cpu_s']:.1f})"
 
         print(
             f"| {r['case']} | {r['frames']} | {r['atoms_min']}-{r['atoms_max']} | "
-            f"{r[key]:.1f} | {r['one_by_one_frames_per_s']:.1f} | "
-            f"{r[key] / r['one_by_one_frames_per_s']:.2f}x | {cmd(dp)} | {cmd(mt)} |"
+            f"{b:.1f} ({bc:.1f}) | {o:.1f} ({oc:.1f}) | {b / o:.2f}x ({bc / oc:.2f}x) | "
+            f"{cmd(r.get('dp_test'))} | {cmd(r.get('mdband_test'))} |"
         )
 
 

@@ -62,4 +62,5 @@ def test_cpu_run_without_commands(tmp_path, capsys):
     assert row == rows[0] and row["frames"] == 6 and row["atoms_max"] <= 63
     assert row["batched_64_frames_per_s"] > 0 and row["batched_1024_frames_per_s"] > 0
     assert row["one_by_one_frames_per_s"] > 0 and "dp_test" not in row
+    assert row["batched_64_frames_per_cpu_s"] > 0 and row["one_by_one_frames_per_cpu_s"] > 0
     assert "| small | 6 |" in capsys.readouterr().out
