@@ -40,6 +40,7 @@ from mdband.cell_list import cell_list_edges
 from mdband.errors import MdbandError
 from mdband.graph import build_edge_graph, validate_structure
 from mdband.io.frames import Frame
+from mdband.result import Result
 from mdband.step_graph import DeviceStep, StepGraphs, edge_capacity
 from mdband.validate import check_frame_input
 
@@ -64,16 +65,6 @@ class BatchSystem(NamedTuple):
     species: object = None
 
 
-class SystemResult(NamedTuple):
-    """The numbers of one system (float64 numpy; see :class:`mdband.result.Result`)."""
-
-    energy: float
-    forces: np.ndarray
-    virial: np.ndarray
-    atom_energy: np.ndarray
-    chunks: int
-
-
 def atom_capacity(n_atoms: int) -> int:
     """Padded atom count of a CUDA-graph batch: the next multiple of ``next_pow2(n) / 16``
     (at least :data:`MIN_ATOM_GRANULE`): at most 16 buckets per doubling, under 12.5 % of the
@@ -90,9 +81,13 @@ def batch_forward(pot, types, src, dst, vectors):
     of one model call over concatenated systems; ``vectors`` (E, 3) float64 on the device.
 
     An edge's virial term ``−g_e ⊗ v_e`` is booked to its centre atom ``dst``; a system's
-    virial is the sum over its atoms (rows xx, xy, xz, yx, … of ``W``)."""
+    virial is the sum over its atoms (rows xx, xy, xz, yx, … of ``W``). A direct-force model
+    (deepmd-kit's dens mode) gives its own forces and NaN virials."""
     n = int(types.shape[0])
     out = pot.evaluate_edges(types, src, dst, vectors)
+    if out.forces is not None:  # a direct-force model: no virial (NaN, as evaluate gives it)
+        nan = torch.full((n, 9), float("nan"), dtype=torch.float64, device=out.forces.device)
+        return out.atom_energy, out.forces.to(torch.float64), nan
     g = out.edge_grad.to(torch.float64)
     forces, _ = pot.assemble(g, vectors, src, dst, n, out.extra.get("csr_pair"))
     w = -(g[:, :, None] * vectors[:, None, :]).reshape(-1, 9)
@@ -179,6 +174,11 @@ class BatchEvaluator:
     def __init__(self, potential, *, batch_size=None, batch_atoms=None, graphs=None,
                  compute_virial: bool = True) -> None:  # fmt: skip
         self.pot = potential
+        if potential.spin is not None:
+            raise MdbandError(
+                "evaluate_many does not batch spin models (every atom's magnetic moment); "
+                "evaluate them one by one: Potential.evaluate(..., magmoms=...)"
+            )
         for name, value in (("batch_size", batch_size), ("batch_atoms", batch_atoms)):
             if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
                 raise MdbandError(f"{name} must be a positive integer, got {value!r}")
@@ -234,8 +234,8 @@ class BatchEvaluator:
             n_atoms, n_edges = atom_capacity(n_atoms), edge_capacity(n_edges)
         return not self.pot.would_chunk(n_atoms, n_edges)
 
-    def run(self, systems: Iterable) -> Iterator[list[tuple[int, SystemResult]]]:
-        """``(index, SystemResult)`` of every system, in order: one list per model call."""
+    def run(self, systems: Iterable) -> Iterator[list[tuple[int, Result]]]:
+        """``(index, Result)`` of every system, in order: one list per model call."""
         pending: list[_Prepared] = []
         atoms = edges = 0
         for index, item in enumerate(systems):
@@ -249,7 +249,7 @@ class BatchEvaluator:
         if pending:
             yield from self._flush(pending)
 
-    def _flush(self, batch: list[_Prepared]) -> Iterator[list[tuple[int, SystemResult]]]:
+    def _flush(self, batch: list[_Prepared]) -> Iterator[list[tuple[int, Result]]]:
         """The results of ``batch``: one model call, or two halves after running out of GPU
         memory (recursively, down to single systems, whose error is raised)."""
         try:
@@ -268,7 +268,7 @@ class BatchEvaluator:
         yield [(p.index, r) for p, r in zip(batch, out)]
 
     # ------------------------------------------------------------------ evaluation
-    def _evaluate(self, batch: list[_Prepared]) -> list[SystemResult]:
+    def _evaluate(self, batch: list[_Prepared]) -> list[Result]:
         """One model call over the systems of ``batch`` (systems without atoms take no part:
         zeros)."""
         full = [p for p in batch if p.n_atoms > 0]
@@ -277,7 +277,7 @@ class BatchEvaluator:
         results = iter(self._call(full))
         return [next(results) if p.n_atoms > 0 else _empty() for p in batch]
 
-    def _call(self, batch: list[_Prepared]) -> list[SystemResult]:
+    def _call(self, batch: list[_Prepared]) -> list[Result]:
         """The model call over ``batch`` (systems of at least one atom)."""
         dev = self.pot.device
         counts = [p.n_atoms for p in batch]
@@ -321,13 +321,13 @@ class BatchEvaluator:
         chunks = self.pot.last_chunks
         out = []
         for k, (o, c) in enumerate(zip(offsets, counts)):
-            out.append(SystemResult(float(e_host[k]), f_host[o : o + c], v_host[k],
-                                    a_host[o : o + c], chunks))  # fmt: skip
+            out.append(Result(float(e_host[k]), f_host[o : o + c], v_host[k],
+                              a_host[o : o + c], chunks=chunks))  # fmt: skip
         return out
 
 
-def _empty() -> SystemResult:
-    return SystemResult(0.0, np.zeros((0, 3)), np.zeros((3, 3)), np.zeros(0), 1)
+def _empty() -> Result:
+    return Result(0.0, np.zeros((0, 3)), np.zeros((3, 3)), np.zeros(0), chunks=1)
 
 
 #: each potential's CUDA-graph replay of batches (made at its first batched call)
@@ -346,38 +346,55 @@ def batch_graphs(potential) -> BatchGraphs | None:
 
 def evaluate_many(potential, systems, *, batch_size: int | None = None,
                   batch_atoms: int | None = None, compute_virial: bool = True,
-                  progress: Callable[[int], None] | None = None) -> list[SystemResult]:  # fmt: skip
-    """What :meth:`mdband.Potential.evaluate_many` computes: one :class:`SystemResult` per
-    system, in input order (see the module docstring).
-
-    Parameters
-    ----------
-    potential : Potential
-    systems : iterable
-        ASE ``Atoms``, mdband :class:`~mdband.io.frames.Frame` objects, :class:`BatchSystem`
-        records or ``(positions, cell, pbc, species)`` tuples; any sizes (zero atoms too),
-        cells, boundary conditions and species.
-    batch_size : int, optional
-        Most systems per model call (None: no limit of its own).
-    batch_atoms : int, optional
-        Most atoms per model call (None: :data:`DEFAULT_BATCH_ATOMS` of the device); the
-        memory budget may cut a call shorter, never longer. A larger system runs alone.
-    compute_virial : bool
-        False gives zero virials.
-    progress : callable, optional
-        Called with the number of systems done after every model call.
-
-    Raises
-    ------
-    MdbandError
-        A system is not a structure, or is unusable (its message starts ``system K:``).
-    """
+                  progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
+    """:meth:`BatchEvaluation.evaluate_many` of ``potential`` (see there)."""
     ev = BatchEvaluator(potential, batch_size=batch_size, batch_atoms=batch_atoms,
                         graphs=batch_graphs(potential),
                         compute_virial=compute_virial)  # fmt: skip
-    out: list[SystemResult] = []
+    out: list[Result] = []
     for done in ev.run(systems):
         out.extend(r for _, r in done)
         if progress is not None:
             progress(len(out))
     return out
+
+
+class BatchEvaluation:
+    """:meth:`evaluate_many`, which :class:`~mdband.potential.Potential` inherits."""
+
+    def evaluate_many(self, systems, *, batch_size: int | None = None,
+                      batch_atoms: int | None = None, compute_virial: bool = True,
+                      progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
+        """Energy, forces, virial and per-atom energies of many frames, in few model calls.
+
+        Parameters
+        ----------
+        systems : iterable
+            ASE ``Atoms``, mdband :class:`~mdband.io.frames.Frame` objects,
+            :class:`BatchSystem` records or ``(positions, cell, pbc, species)`` tuples; any
+            sizes (zero atoms too), cells, boundary conditions and species.
+        batch_size : int, optional
+            Most systems per model call (None: no limit of its own).
+        batch_atoms : int, optional
+            Most atoms per model call (None: :data:`DEFAULT_BATCH_ATOMS` of the device); the
+            memory budget (``memory_budget`` setting) may cut a call shorter, never longer. A
+            larger system runs alone (chunked if the budget says so).
+        compute_virial : bool
+            False gives zero virials.
+        progress : callable, optional
+            Called with the number of systems done after every model call.
+
+        Returns
+        -------
+        list of Result
+            One numpy :class:`~mdband.result.Result` per system, in input order: the numbers
+            of :meth:`evaluate` to rounding (see :mod:`mdband.batch`; zeros for no atoms).
+
+        Raises
+        ------
+        MdbandError
+            A system is not a structure or is unusable (the message starts ``system K:``), or
+            the model is a spin model (not batched).
+        """
+        return evaluate_many(self, systems, batch_size=batch_size, batch_atoms=batch_atoms,
+                             compute_virial=compute_virial, progress=progress)  # fmt: skip

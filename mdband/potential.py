@@ -3,8 +3,7 @@
 A :class:`Potential` wraps an energy module ``model(types, src, dst, edge_vec, exchange=None)``
 that returns per-atom energies. Forces and the virial come from one autograd pass over the edge
 vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` and
-``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V).
-"""
+``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V); many frames: :mod:`mdband.batch`."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
+from mdband.batch import BatchEvaluation
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -32,7 +32,7 @@ from mdband.validate import check_frame_input
 OOM_RETRIES = 3
 
 
-class Potential:
+class Potential(BatchEvaluation):
     """A loaded model, ready to evaluate frames.
 
     Parameters
@@ -339,17 +339,6 @@ class Potential:
                 graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
-
-    def evaluate_many(self, systems, **options) -> list[Result]:
-        """One numpy :class:`Result` per system, in input order, from few model calls: ASE
-        ``Atoms``, :class:`~mdband.io.frames.Frame` objects or ``(positions, cell, pbc,
-        species)`` records of any sizes, cells, boundaries and species, evaluated together as
-        disjoint graphs (the numbers of :meth:`evaluate` to rounding). ``options``:
-        ``batch_size``, ``batch_atoms``, ``compute_virial``, ``progress``; see
-        :func:`mdband.batch.evaluate_many`."""
-        from mdband.batch import evaluate_many
-
-        return [Result(**r._asdict()) for r in evaluate_many(self, systems, **options)]
 
     def _run_graph(self, types, graph: EdgeGraph, positions, cell):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its

@@ -1,12 +1,16 @@
 """Potential.evaluate_many (mdband.batch): many systems as disjoint graphs in few model calls,
 the numbers of one-by-one Potential.evaluate per system."""
 
+from pathlib import Path
+
+import ase.io
 import numpy as np
 import pytest
 import torch
 from ase import Atoms
 from ase.build import bulk, molecule
 
+import mdband
 from mdband import batch as bt
 from mdband.errors import MdbandError, StructureError, UnknownElementError
 from mdband.io.frames import Frame
@@ -234,3 +238,27 @@ def test_other_model_kinds_batch():
     systems = mixed_systems()
     assert_same(pot.evaluate_many(systems, compute_virial=True), one_by_one(pot, systems))
     assert not any(r.virial.any() for r in pot.evaluate_many(systems, compute_virial=False))
+
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_direct_force_model_batches():
+    """deepmd-kit's dens mode (forces from the network, no virial): the forces of one by one,
+    NaN virials as evaluate gives them (zeros without compute_virial)."""
+    pot = mdband.load_model(FIX / "deepmd" / "dens.pt", dtype="float64")
+    assert pot.direct_forces
+    frames = ase.io.read(FIX / "deepmd" / "structures.extxyz", ":")
+    many = pot.evaluate_many(frames, batch_size=2)
+    for atoms, r in zip(frames, many):
+        ref = pot.evaluate(atoms.positions, atoms.cell.array, atoms.pbc, atoms.numbers)
+        assert r.energy == pytest.approx(ref.energy, rel=1e-12)
+        np.testing.assert_allclose(r.forces, ref.forces, rtol=0, atol=1e-10)
+        assert np.isnan(r.virial).all() and np.isnan(ref.virial).all()
+    assert not pot.evaluate_many(frames[:1], compute_virial=False)[0].virial.any()
+
+
+def test_spin_models_are_refused():
+    pot = mdband.load_model(FIX / "deepmd_spin" / "spin_native.pt", dtype="float64")
+    with pytest.raises(MdbandError, match="evaluate_many does not batch spin models"):
+        pot.evaluate_many([])

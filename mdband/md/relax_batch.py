@@ -49,13 +49,13 @@ class _BatchSlot(Calculator):
     def prime(self, atoms: Atoms, result) -> None:
         self._primed = (atoms.positions.copy(), atoms.cell.array.copy(), result)
 
-    def _evaluate(self, positions, cell, pbc, numbers, **kw):
+    def _evaluate(self, positions, cell, pbc, numbers, *args, **kw):
         primed = self._primed
         if primed is not None and np.array_equal(positions, primed[0]):
             if np.array_equal(cell, primed[1]):
                 return primed[2]
         self.unbatched += 1
-        return super()._evaluate(positions, cell, pbc, numbers, **kw)
+        return super()._evaluate(positions, cell, pbc, numbers, *args, **kw)
 
 
 @dataclass
@@ -160,6 +160,16 @@ def relax_many(config: RelaxConfig, *, potential=None, logfile=sys.stdout) -> Ba
 
         potential = load_model(config.model, device=config.device, dtype=config.dtype,
                                head=config.head)  # fmt: skip
+    if config.cell and potential.direct_forces:
+        raise ConfigError(
+            "the model gives direct forces and no virial (deepmd-kit's dens mode); "
+            "--cell needs the stress"
+        )
+    if potential.spin is not None:
+        raise ConfigError(
+            "several structures of a spin model are not relaxed together (their magnetic "
+            "moments are not batched); relax them one at a time"
+        )
     notes: list[str] = []
     batch = read_batch(config, potential, notes)
     atoms = [a for _, a in batch]

@@ -1,6 +1,8 @@
 """Batched relaxations (mdband.md.relax_batch): ASE's optimisers in lockstep, one batched
 model call per step, the minima of one-by-one relax."""
 
+from pathlib import Path
+
 import ase.io
 import numpy as np
 import pytest
@@ -173,3 +175,19 @@ def test_optimiser_methods_the_lockstep_calls():
             assert hasattr(opt, name), (cls.__name__, name)
         assert hasattr(opt.optimizable, "get_gradient")
         assert hasattr(opt.optimizable, "gradient_norm")
+
+
+def test_spin_and_direct_force_models_refused(tmp_path):
+    import mdband
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures"
+    write_inputs(tmp_path, rattled_cells())
+    base = dict(structure=str(tmp_path / "single_*.extxyz"), model="unused",
+                output=str(tmp_path / "o.extxyz"))  # fmt: skip
+    spin = mdband.load_model(fix / "deepmd_spin" / "spin_native.pt", dtype="float64")
+    with pytest.raises(ConfigError, match="spin model are not relaxed together"):
+        relax_many(RelaxConfig(**base), potential=spin, logfile=None)
+    dens = mdband.load_model(fix / "deepmd" / "dens.pt", dtype="float64")
+    with pytest.raises(ConfigError, match="--cell needs the stress"):
+        relax_many(RelaxConfig(**base, cell=True), potential=dens, logfile=None)
+    assert not (tmp_path / "o.extxyz").exists()
