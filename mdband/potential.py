@@ -3,8 +3,7 @@
 A :class:`Potential` wraps an energy module ``model(types, src, dst, edge_vec, exchange=None)``
 that returns per-atom energies. Forces and the virial come from one autograd pass over the edge
 vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` and
-``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V).
-"""
+``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V); many frames: :mod:`mdband.batch`."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
+from mdband.batch import BatchEvaluation
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, validate_structure
 from mdband.neighbours import HostNeighbourList
@@ -33,7 +33,7 @@ from mdband.validate import check_frame_input
 OOM_RETRIES = 3
 
 
-class Potential:
+class Potential(BatchEvaluation):
     """A loaded model, ready to evaluate frames.
 
     Parameters

@@ -20,6 +20,7 @@ _SUBCOMMANDS = {
     "plot": "mdband.cli.plot",
     "model-devi": "mdband.cli.model_devi",
     "repair": "mdband.cli.repair",
+    "test": "mdband.cli.test",
 }
 
 

@@ -166,5 +166,28 @@ class Committee:
         )
         return CommitteeResult(results, devi)
 
+    def evaluate_many(self, systems, **options) -> list[CommitteeResult]:
+        """:meth:`evaluate` of every system, each model evaluating all of them in batches
+        (:meth:`mdband.Potential.evaluate_many`; ``options`` as there, ``progress`` excepted)
+        with its own neighbour lists; results in input order."""
+        systems = list(systems)
+        per_model = []
+        for k, pot in enumerate(self.potentials):
+            try:
+                per_model.append(pot.evaluate_many(systems, **options))
+            except UnknownElementError as exc:
+                err = UnknownElementError(exc.elements, exc.type_map)
+                err.args = (f"committee model {k + 1}: {exc}",)
+                raise err from None
+        out = []
+        for results in zip(*per_model):
+            devi = model_deviation(
+                np.stack([r.forces for r in results]),
+                np.stack([r.virial for r in results]),
+                np.array([r.energy for r in results]),
+            )
+            out.append(CommitteeResult(list(results), devi))
+        return out
+
     def __repr__(self) -> str:
         return f"Committee({len(self)} models, cutoffs {self.cutoffs})"

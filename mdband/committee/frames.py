@@ -1,4 +1,5 @@
-"""``dp model-devi`` for mdband: a committee's deviations over a list of frames."""
+"""``dp model-devi`` for mdband: a committee's deviations over a list of frames, every model
+evaluating them in batches (:meth:`mdband.committee.Committee.evaluate_many`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import numpy as np
 from mdband.committee.committee import Committee, CommitteeError
 from mdband.committee.devi_file import ModelDeviFileError, format_row, header
 from mdband.committee.deviation import ModelDeviation
+
+#: frames evaluated together at most (every model's forces of them are held at once)
+BLOCK_FRAMES = 512
 
 
 def read_frames(
@@ -39,6 +43,7 @@ def model_devi_frames(
     steps: Iterable[int] | None = None,
     atomic: bool = False,
     overwrite: bool = False,
+    **batch,
 ) -> list[tuple[int, ModelDeviation]]:
     """Evaluate ``committee`` on every frame (ASE atoms) and, with ``output``, write the rows to
     a ``model_devi.out`` file.
@@ -57,6 +62,9 @@ def model_devi_frames(
         The step of every frame (overrides ``every``), e.g. an H5MD trajectory's own steps.
     atomic : bool
         Also write the per-atom force deviations (all frames must have the same atom count).
+    **batch
+        ``batch_size``, ``batch_atoms`` of :meth:`mdband.Potential.evaluate_many`: every model
+        evaluates the frames in batches, :data:`BLOCK_FRAMES` frames at a time.
 
     Returns
     -------
@@ -75,14 +83,10 @@ def model_devi_frames(
     for numbers in {tuple(np.unique(a.get_atomic_numbers()).tolist()) for a in frames}:
         committee.check_species(np.asarray(numbers, dtype=np.int64))
     out = []
-    for step, atoms in zip(steps, frames):
-        res = committee.evaluate(
-            atoms.get_positions(),
-            atoms.get_cell().array,
-            np.asarray(atoms.get_pbc(), dtype=bool),
-            atoms.get_atomic_numbers(),
-        )
-        out.append((step, res.deviation))
+    for start in range(0, len(frames), BLOCK_FRAMES):
+        block = frames[start : start + BLOCK_FRAMES]
+        for step, res in zip(steps[start:], committee.evaluate_many(block, **batch)):
+            out.append((step, res.deviation))
     if output is not None:
         _write_rows(Path(output), out, atomic, overwrite)
     return out

@@ -34,11 +34,13 @@ _TRAJECTORY_SUFFIXES = (".traj", ".xyz", ".extxyz")
 class RelaxConfig:
     """Settings of one ``mdband relax`` (each is a flag: ``fmax`` is ``--fmax``)."""
 
-    structure: str | None = setting(
+    structure: list[str] | None = setting(
         None,
         "Structure to relax: a deepmd-kit system, a LAMMPS data file or dump, a VASP OUTCAR or "
-        "vasprun.xml, or any ase.io.read file.",
+        "vasprun.xml, or any ase.io.read file; a glob pattern ('cands/*.xyz') or a repeated "
+        "flag relaxes several together (one multi-frame --output).",
         metavar="FILE",
+        repeatable=True,
     )
     format: str | None = setting(
         None,
@@ -55,6 +57,11 @@ class RelaxConfig:
         default_text="names in the file, LAMMPS Masses, else the model's type map",
     )
     frame: int = setting(-1, "Image of the structure file.", default_text="last")
+    all_frames: bool = setting(
+        False,
+        "Relax every image of every structure file, together (one multi-frame --output), "
+        "instead of one --frame.",
+    )
     model: str | None = setting(
         None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
     )
@@ -86,6 +93,9 @@ class RelaxConfig:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.structure, (str, tuple)):  # one file, or a tuple from the API
+            one = isinstance(self.structure, str)
+            object.__setattr__(self, "structure", [self.structure] if one else list(self.structure))
         check_values(self, ConfigError)
         if not self.fmax > 0:
             raise ConfigError(f"fmax must be positive; got {self.fmax}")
@@ -95,6 +105,8 @@ class RelaxConfig:
             raise ConfigError("min_distance must be >= 0 Å")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1; got {self.threads}")
+        if self.all_frames and self.frame != -1:
+            raise ConfigError("--frame and --all-frames exclude each other")
         for name, flag in (("structure", "--structure"), ("model", "--model")):
             if not getattr(self, name):
                 raise ConfigError(f"no {name} given ({flag})")
@@ -117,6 +129,32 @@ def _check_format_and_type_map(c: RelaxConfig) -> None:
             parse_type_map(c.type_map)
     except (DatasetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+
+
+def structure_paths(c: RelaxConfig) -> list[str]:
+    """The ``structure`` entries with glob patterns expanded (each pattern's matches in natural
+    order); an existing path is taken as it is, a pattern that matches nothing is an error."""
+    import glob
+    import re
+
+    def natural(text: str) -> list:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+    out = []
+    for entry in c.structure or []:
+        if Path(entry).exists() or not glob.has_magic(entry):
+            out.append(entry)
+            continue
+        found = sorted(glob.glob(entry), key=natural)
+        if not found:
+            raise ConfigError(f"no structure file matches {entry}")
+        out += found
+    return out
+
+
+def is_batch(c: RelaxConfig) -> bool:
+    """Whether ``c`` relaxes several structures (:mod:`mdband.md.relax_batch`)."""
+    return c.all_frames or len(structure_paths(c)) > 1
 
 
 if RelaxConfig.__doc__:  # None under python -OO
@@ -158,7 +196,10 @@ def _claim_outputs(c: RelaxConfig):
     output_format(c.output)
     if c.trajectory and Path(c.trajectory).suffix.lower() not in _TRAJECTORY_SUFFIXES:
         raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
-    inputs = {"structure": c.structure}
+    paths = structure_paths(c)
+    inputs = {
+        f"structure {k + 1}" if len(paths) > 1 else "structure": p for k, p in enumerate(paths)
+    }
     if not str(c.model).startswith("builtin:"):
         inputs["model"] = c.model
     return claim_outputs(
@@ -240,6 +281,9 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
 
     from mdband.calculator import Calculator, magmoms_of
 
+    paths = structure_paths(config)
+    if config.all_frames or len(paths) != 1:
+        raise ConfigError("several structures: relax them with mdband.md.relax_batch.relax_many")
     if config.threads is not None:
         import torch
 
@@ -257,7 +301,7 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
         )
     notes: list[str] = []
     atoms = read_structure(
-        config.structure,
+        paths[0],
         config.frame,
         format=config.format,
         type_map=config.type_map,
