@@ -13,6 +13,7 @@ import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
+from mdband.atom_virial import evaluate_atom_virial
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -294,6 +295,7 @@ class Potential:
         neighbours=None,
         compute_virial: bool = True,
         magmoms=None,
+        atom_virial: bool = False,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -313,8 +315,12 @@ class Potential:
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         magmoms : (N, 3) array_like or tensor, μB
             Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
+        atom_virial : bool
+            Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
         """
         check_frame_input(positions, cell, pbc)
+        if atom_virial:
+            return evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
         if self.spin is not None or magmoms is not None:
             out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
             tensors = isinstance(positions, torch.Tensor)
@@ -332,11 +338,8 @@ class Potential:
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
             return _result(*out, compute_virial, True, self.last_chunks)
-        if graph is None:
-            if neighbours is not None:
-                graph = neighbours.edges(pos, cell_np, pbc)
-            else:
-                graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        if graph is None:  # vesin's numpy edges (the cell list returned above)
+            graph = self.edges(pos, cell_np, pbc, neighbours)
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
 
@@ -349,8 +352,7 @@ class Potential:
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
         edge_vec = graph.edge_vectors(pos_t, cell_t)
-        src = torch.as_tensor(graph.src, device=dev)
-        dst = torch.as_tensor(graph.dst, device=dev)
+        src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
         types_t = torch.as_tensor(types, device=dev)
         return self.forces_from_vectors(types_t, src, dst, edge_vec)
 
@@ -452,10 +454,8 @@ class Potential:
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan
-        forces, virial = self.assemble(
-            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0]),
-            out.extra.get("csr_pair"),
-        )  # fmt: skip
+        forces, virial = self.assemble(out.edge_grad, edge_vec.detach(), src, dst,
+                                       int(types.shape[0]), out.extra.get("csr_pair"))  # fmt: skip
         return out.atom_energy, forces, virial
 
     @staticmethod
