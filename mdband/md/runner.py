@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from ase import Atoms, units
 
+from mdband import host_threads
 from mdband._version import __version__
 from mdband.errors import MdbandError, ResourceExhaustedError, StructureError
 from mdband.io.atomic import is_disk_full
@@ -273,6 +274,7 @@ class _Run:
         lines.append(f"Memory budget: {pot.memory_budget}")
         if pot.device.type == "cpu":
             lines.append(f"Host memory: {pot.host_memory}")
+            lines.append(f"CPU: {host_threads.describe()}")
         settings = getattr(pot.model, "settings", None)
         if settings is not None and pot.device.type == "cuda":
             lines.append(f"Engine: SO(2) products {settings.stack_precision}, "
