@@ -133,3 +133,14 @@ def test_pages_use_known_block_kinds():
     for page in PAGES:
         for lang, _ in blocks(page):
             assert lang in RUN | {"text"}, (page, lang)
+
+
+@pytest.mark.parametrize("page", [DOCS / "cli.md", REPO / "README.md"])
+def test_command_tables_list_every_command(page):
+    """The command tables of docs/cli.md and the README name every ``mdband`` subcommand."""
+    from mdband.cli import _SUBCOMMANDS
+
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `mdband ")]
+    assert rows, page
+    for name in _SUBCOMMANDS:
+        assert any(row.startswith(f"| `mdband {name} ") for row in rows), (page.name, name)

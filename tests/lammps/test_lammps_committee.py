@@ -147,6 +147,21 @@ def test_existing_file_append_and_overwrite(frames, committee_files, tmp_path):
     np.testing.assert_array_equal(read_model_devi(out), rows)
 
 
+def test_model_devi_in_real_units(frames, committee_files, tmp_path):
+    """units real: the rows are in kcal/mol and kcal/mol/A, as pair_style deepmd converts them
+    (virial deviations x boltz/8.617343e-5, force deviations x that / angstrom)."""
+    data = frames["tri"][1]
+    metal = _script(data, committee_files, "metal.out", extra="atomic")
+    real = _script(data, committee_files, "real.out", extra="atomic").replace(
+        "units metal", "units real"
+    )
+    run_lmp(metal + real, tmp_path)
+    a, b = read_model_devi(tmp_path / "metal.out"), read_model_devi(tmp_path / "real.out")
+    energy = 0.0019872067 / 8.617343e-5  # LAMMPS' real and metal Boltzmann constants
+    assert a[0, 0] == b[0, 0] == 0
+    np.testing.assert_allclose(b[0, 1:], a[0, 1:] * energy, rtol=1e-5)  # %18.6e rows
+
+
 @pytest.mark.parametrize(
     "rows_mode, expected", [("", [0, 4, 8, 8, 12]), ("restart_rows continue", [0, 4, 8, 12])]
 )
