@@ -98,6 +98,7 @@ def trajectory_header(s, lammps_version: int, mpi_ranks: int) -> TrajectoryHeade
         "run_id": s.plan.run_id,
         "model_hash": s.model_hash,
         "model_kind": s.model_kind,
+        "type_map": s.type_map,
         "mdband_version": __version__,
         "ensemble": c.ensemble,
         "timestep_fs": c.timestep,
