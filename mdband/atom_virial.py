@@ -66,15 +66,14 @@ def ase_stresses(atom_virial, volume: float):
 
 
 def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbours=None):
-    """What :meth:`Potential.evaluate` returns with ``atom_virial=True``: its
-    :class:`~mdband.result.Result` with ``atom_virial`` (N, 3, 3) set, from one eager
-    evaluation (no CUDA-graph replay) on the neighbour list ``pot.edges`` gives (or ``graph``);
-    tensors in give tensors out on their device. A direct-force model's virials are NaN, as its
-    virial is; spin models are refused."""
+    """What :meth:`Potential.evaluate` computes with ``atom_virial=True``, as float64 tensors:
+    (atom energies, forces, virial, per-atom virials (N, 3, 3)), from one eager evaluation (no
+    CUDA-graph replay) on the neighbour list ``pot.edges`` gives (or ``graph``), on the device
+    of ``positions`` when a tensor, else on the potential's. A direct-force model's virials are
+    NaN, as its virial is; spin models are refused."""
     import numpy as np
 
     from mdband.errors import MdbandError
-    from mdband.result import _result
 
     if pot.spin is not None:
         raise MdbandError("per-atom virials of spin models are not implemented (atom_virial)")
@@ -104,7 +103,6 @@ def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbo
                                       out.extra.get("csr_pair"))  # fmt: skip
         per_atom = atom_virials(out.edge_grad, vec, src, dst, n)
     parts = (out.atom_energy, forces, virial, per_atom)
-    tensors = isinstance(positions, torch.Tensor)
-    if tensors:
+    if isinstance(positions, torch.Tensor):  # tensors in: tensors out on their device
         parts = tuple(t.to(positions.device) for t in parts)
-    return _result(*parts[:3], True, not tensors, pot.last_chunks, atom_virial=parts[3])
+    return parts

@@ -319,11 +319,12 @@ class Potential:
             Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
         """
         check_frame_input(positions, cell, pbc)
+        tensors = isinstance(positions, torch.Tensor)
         if atom_virial:
-            return evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
+            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
+            return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
         if self.spin is not None or magmoms is not None:
             out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
-            tensors = isinstance(positions, torch.Tensor)
             return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
@@ -420,9 +421,8 @@ class Potential:
         return _result(*out, virial, False, self.last_chunks)
 
     def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
-        """(atom energies, forces, virial) from positions on the potential's device; the
-        neighbour list (torch cell list) is built there, or taken from ``graph`` /
-        ``neighbours``."""
+        """(atom energies, forces, virial) from positions on the potential's device; the neighbour
+        list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
