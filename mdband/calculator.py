@@ -20,6 +20,7 @@ from ase.calculators.calculator import Calculator as _AseCalculator
 from ase.calculators.calculator import all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
+from mdband.atom_virial import ase_stresses
 from mdband.errors import MdbandError, SpinInputError
 from mdband.neighbours import NeighbourReference
 from mdband.potential import Potential
@@ -82,10 +83,15 @@ class Calculator(_AseCalculator):
     (deepmd-kit's virial). Moments fixed in space exert a torque on the lattice, so that
     virial is not symmetric: ASE's stress is its symmetric part (``Result.virial`` of
     :meth:`Potential.evaluate` keeps all of it).
+
+    ``stresses`` (``atoms.get_stresses()``, computed only when asked for) are the per-atom
+    stresses as ASE's own pair potentials define them: ``σ_i = −W_i / V`` (N, 6; Voigt, eV/Å³)
+    with ``W_i`` deepmd-kit's per-atom virial (half of each edge's ``−g ⊗ r`` on each of its
+    atoms, :mod:`mdband.atom_virial`), so ``Σ_i σ_i`` is ``stress``.
     """
 
     implemented_properties = [
-        "energy", "free_energy", "energies", "forces", "stress", "magnetic_forces",
+        "energy", "free_energy", "energies", "forces", "stress", "stresses", "magnetic_forces",
     ]  # fmt: skip
 
     def __init__(
@@ -142,12 +148,11 @@ class Calculator(_AseCalculator):
         """Rebuild the reusable list exactly as it was built from ``reference``."""
         self._neighbours.restore(reference)
 
-    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None):
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False):
         """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook;
-        ``magmoms``: a spin model's moments)."""
-        return self.potential.evaluate(
-            positions, cell, pbc, numbers, neighbours=self._neighbours, magmoms=magmoms
-        )
+        ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom virials)."""
+        return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours,
+                                       magmoms=magmoms, atom_virial=atom_virial)  # fmt: skip
 
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
@@ -159,7 +164,8 @@ class Calculator(_AseCalculator):
         numbers = atoms.get_atomic_numbers()
         magmoms = magmoms_of(atoms, self.potential)
         t0 = time.perf_counter()
-        res = self._evaluate(positions, cell, pbc, numbers, magmoms)  # numpy out: device done
+        per_atom = "stresses" in properties
+        res = self._evaluate(positions, cell, pbc, numbers, magmoms, per_atom)  # numpy out
         self.model_seconds += time.perf_counter() - t0
         self.model_calls += 1
         self.results = {
@@ -173,3 +179,5 @@ class Calculator(_AseCalculator):
         volume = abs(float(np.linalg.det(cell)))
         if volume > _MIN_VOLUME:
             self.results["stress"] = full_3x3_to_voigt_6_stress(res.stress(volume))
+            if per_atom:
+                self.results["stresses"] = ase_stresses(res.atom_virial, volume)

@@ -12,6 +12,7 @@ import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
+from mdband.atom_virial import evaluate_atom_virial
 from mdband.batch import BatchEvaluation
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, validate_structure
@@ -295,6 +296,7 @@ class Potential(BatchEvaluation):
         neighbours=None,
         compute_virial: bool = True,
         magmoms=None,
+        atom_virial: bool = False,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -314,27 +316,30 @@ class Potential(BatchEvaluation):
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         magmoms : (N, 3) array_like or tensor, μB
             Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
+        atom_virial : bool
+            Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
         """
         check_frame_input(positions, cell, pbc)
+        tensors = isinstance(positions, torch.Tensor)
+        if atom_virial:
+            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
+            return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
         if self.spin is not None or magmoms is not None:
             out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
-            tensors = isinstance(positions, torch.Tensor)
             return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
-        if isinstance(positions, torch.Tensor):
-            return self._evaluate_tensor(
-                positions, cell, pbc, species, graph, neighbours, compute_virial
-            )
+        if tensors:
+            args = (positions, cell, pbc, species, graph, neighbours, compute_virial)
+            return self._evaluate_tensor(*args)
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+        cell_np = cell_np.reshape(3, 3)
         types = self._types_for(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
-            dev = self.device
-            pos_t = torch.as_tensor(pos, device=dev)
-            cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
+            pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
             return _result(*out, compute_virial, True, self.last_chunks)
-        if graph is None:  # vesin, or the cell list where vesin cannot search (neighbours.py)
-            graph = (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
+        if graph is None:  # vesin's numpy edges (the cell list returned above)
+            graph = self.edges(pos, cell_np, pbc, neighbours)
         out = self._run_graph(types, graph, pos, cell_np)
         return _result(*out, compute_virial, True, self.last_chunks)
 
@@ -350,8 +355,7 @@ class Potential(BatchEvaluation):
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
         edge_vec = graph.edge_vectors(pos_t, cell_t)
-        src = torch.as_tensor(graph.src, device=dev)
-        dst = torch.as_tensor(graph.dst, device=dev)
+        src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
         types_t = torch.as_tensor(types, device=dev)
         return self.forces_from_vectors(types_t, src, dst, edge_vec)
 
@@ -417,9 +421,8 @@ class Potential(BatchEvaluation):
         return _result(*out, virial, False, self.last_chunks)
 
     def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
-        """(atom energies, forces, virial) from positions on the potential's device; the
-        neighbour list (torch cell list) is built there, or taken from ``graph`` /
-        ``neighbours``."""
+        """(atom energies, forces, virial) from positions on the potential's device; the neighbour
+        list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
@@ -451,10 +454,8 @@ class Potential(BatchEvaluation):
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan
-        forces, virial = self.assemble(
-            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0]),
-            out.extra.get("csr_pair"),
-        )  # fmt: skip
+        forces, virial = self.assemble(out.edge_grad, edge_vec.detach(), src, dst,
+                                       int(types.shape[0]), out.extra.get("csr_pair"))  # fmt: skip
         return out.atom_energy, forces, virial
 
     @staticmethod

@@ -45,7 +45,11 @@ class Result:
     spin model also the magnetic forces ``-∂E/∂s`` (N, 3; eV/μB; None for other models).
 
     numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
-    (energy a 0-d tensor) for tensor input.
+    (energy a 0-d tensor) for tensor input. ``atom_virial`` (N, 3, 3; eV) is there when the
+    evaluation was asked for it (``atom_virial=True``), else None: deepmd-kit's per-atom
+    virial (``DeepPot.eval(..., atomic=True)``; ``atom_virial.reshape(N, 9)`` is its layout),
+    half of each edge's ``−g ⊗ r`` on each of its atoms, summing to ``virial``
+    (:mod:`mdband.atom_virial`).
     """
 
     energy: float
@@ -54,6 +58,7 @@ class Result:
     atom_energy: np.ndarray
     chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
     magnetic_forces: np.ndarray | None = None
+    atom_virial: np.ndarray | None = None
 
     def stress(self, volume: float) -> np.ndarray:
         """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
@@ -85,26 +90,30 @@ class DirectForceModel:
 
 
 def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1,
-            magnetic_forces=None) -> Result:  # fmt: skip
+            magnetic_forces=None, atom_virial=None) -> Result:  # fmt: skip
     if not compute_virial:
         virial = torch.zeros_like(virial)
     if not to_numpy:
         return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks,
-                      magnetic_forces=magnetic_forces)  # fmt: skip
+                      magnetic_forces=magnetic_forces, atom_virial=atom_virial)  # fmt: skip
     # one device → host copy (each copy waits for the device): energy, atom energies, forces,
     # virial (and magnetic forces) in one float64 vector
     n = atom_e.shape[0]
     parts = [atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)]
     if magnetic_forces is not None:
         parts.append(magnetic_forces.reshape(-1))
+    if atom_virial is not None:
+        parts.append(atom_virial.reshape(-1))
     host = torch.cat(parts).cpu().numpy()
+    tail = 10 + 4 * n + (0 if magnetic_forces is None else 3 * n)
     return Result(
         energy=float(host[0]),
         forces=host[1 + n : 1 + 4 * n].reshape(n, 3),
         virial=host[1 + 4 * n : 10 + 4 * n].reshape(3, 3),
         atom_energy=host[1 : 1 + n],
         chunks=chunks,
-        magnetic_forces=None if magnetic_forces is None else host[10 + 4 * n :].reshape(n, 3),
+        magnetic_forces=None if magnetic_forces is None else host[10 + 4 * n : tail].reshape(n, 3),
+        atom_virial=None if atom_virial is None else host[tail:].reshape(n, 3, 3),
     )
 
 

@@ -71,6 +71,7 @@ def test_exported_and_properties(lj):
         "energies",
         "forces",
         "stress",
+        "stresses",
         "magnetic_forces",  # spin models only
     }
     atoms = triclinic()

@@ -9,8 +9,9 @@ Layout (one particle group, ``all``; MDAnalysis reads only the first one)::
                         (MDAnalysis reads box/edges/value[frame] even for a fixed box)
         position/       {step, time (ps), value (T, N, 3) Å}
         velocity/       {step -> position/step, time -> position/time, value Å ps-1}
-        force/          {step, time (links), value}: kJ mol-1 Angstrom-1 by default, which
-                        MDAnalysis reads (it knows no eV-based force unit), or eV Angstrom-1
+        force/          {step, time (links), value}: kJ mol-1 Angstrom-1 by default, kcal
+                        mol-1 Angstrom-1 or kJ mol-1 nm-1 (MDAnalysis converts them), or
+                        eV Angstrom-1 (MDAnalysis reads it through mdband.io.mdanalysis)
         image/          {step, time (links), value (T, N, 3) int32}: position + image @ edges is
                         the continuous (unwrapped) position; position is folded into the box
         species         (N,) atomic numbers;   mass (N,) u

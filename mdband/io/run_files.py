@@ -6,33 +6,22 @@
   forces), so ``mdband run --structure`` can start from it and MDAnalysis can take it as
   the topology of the H5MD trajectory.
 * The log (``RunConfig.log``) is a plain-text copy of the thermo table and summary, or,
-  when its name ends in ``.csv``, the thermo rows as CSV (one header line, full precision).
+  when its name ends in ``.csv``, the thermo rows as CSV (one header line, full precision;
+  columns: :class:`mdband.io.thermo_table.ThermoTable`).
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import numpy as np
 from ase import Atoms
 
 from mdband.io.atomic import atomic_path
+from mdband.io.thermo_table import ThermoTable, csv_values
 
 FINAL_SUFFIX = ".final.xyz"
-# CSV column -> key of :func:`mdband.md.thermo.observables` (None: step and time)
-CSV_COLUMNS = {
-    "step": None,
-    "time_ps": None,
-    "potential_energy_eV": "potential_energy",
-    "kinetic_energy_eV": "kinetic_energy",
-    "total_energy_eV": "total_energy",
-    "conserved_energy_eV": "conserved_energy",
-    "temperature_K": "temperature",
-    "pressure_GPa": "pressure",
-    "volume_A3": "volume",
-}
 
 
 def default_final(trajectory: str | None, log: str | None) -> str | None:
@@ -107,31 +96,36 @@ class _TextLog:
 
 
 class _CsvLog:
-    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows."""
+    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows under the
+    file's own header (its columns, whatever columns and units the resumed run chose)."""
 
-    def __init__(self, path: Path, append: bool) -> None:
+    def __init__(self, path: Path, append: bool, table: ThermoTable) -> None:
         fresh = not append or not path.exists() or path.stat().st_size == 0
+        self._table = table
+        self._names = table.csv_header()
+        if not fresh:
+            with open(path, newline="") as fh:
+                self._names = next(csv.reader(fh), None) or self._names
         self._fh = open(path, "a" if append else "w", newline="")  # noqa: SIM115
         self._csv = csv.writer(self._fh)
         if fresh:
-            self._csv.writerow(CSV_COLUMNS)
+            self._csv.writerow(self._names)
             self._fh.flush()
 
     def line(self, text: str) -> None:
         """Descriptions and the summary stay on the console."""
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
-        row = [step, repr(float(time_ps))]
-        row += [repr(float(obs.get(k, math.nan))) for k in list(CSV_COLUMNS.values())[2:]]
-        self._csv.writerow(row)
+        self._csv.writerow(csv_values(self._names, step, time_ps, obs))
         self._fh.flush()
 
     def close(self) -> None:
         self._fh.close()
 
 
-def open_log(path, append: bool):
-    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``.
+def open_log(path, append: bool, table: ThermoTable | None = None):
+    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``;
+    ``table``: the run's thermo columns (CSV logs).
 
     A new log (``append`` false; the run checked that it may replace the path) starts as a new
     file renamed onto the path: an old file or a link there is replaced, never written
@@ -142,7 +136,9 @@ def open_log(path, append: bool):
     path = Path(path)
     if not append:
         start_new_file(path, overwrite=True, what="log")
-    return (_CsvLog if path.suffix.lower() == ".csv" else _TextLog)(path, append)
+    if path.suffix.lower() == ".csv":
+        return _CsvLog(path, append, table or ThermoTable())
+    return _TextLog(path, append)
 
 
 def read_csv_log(path) -> dict[str, np.ndarray]:

@@ -44,6 +44,7 @@ class Start:
     model_hash: str
     notes: list[str] = field(default_factory=list)
     plan: outputs.ResumePlan | None = None  # what happens to the outputs (mdband.md.outputs)
+    type_map: str = ""  # the model's, space-separated (what `mdband export` numbers types by)
 
     @property
     def resumed(self) -> bool:
@@ -113,6 +114,7 @@ def prepare(config: RunConfig) -> Start:
         restart=restart,
         bath_energy=bath,
         model_kind=potential.kind,
+        type_map=" ".join(potential.type_map),
         model_hash=potential.model_hash,
         notes=notes,
         plan=plan,

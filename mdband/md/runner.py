@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from ase import Atoms, units
 
+from mdband import host_threads
 from mdband._version import __version__
 from mdband.errors import (
     MdbandError,
@@ -44,7 +45,7 @@ from mdband.md.errors import RunInterrupted, SimulationDivergedError
 from mdband.md.guards import RunawayGuard
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
-from mdband.md.thermo import observables
+from mdband.md.thermo import ThermoTable, observables
 from mdband.potential import Potential
 
 _PS = 1000.0 * units.fs  # ASE time units per ps
@@ -112,6 +113,7 @@ class _Run:
             append=p.resumed,
             show_progress=self.c.progress,
             console=console,
+            table=ThermoTable(self.c.thermo_columns, self.c.pressure_unit),
         )
         self.reporter.plot_source = self.c.trajectory or self.c.log
 
@@ -154,18 +156,20 @@ class _Run:
     def _exhausted(self, what: str) -> ResourceExhaustedError:
         return ResourceExhaustedError(f"run stopped at step {self.step}: {what}; {self._kept()}")
 
-    def _sample(self, step: int) -> None:
+    def _sample(self, step: int, thermo: bool = True, frame: bool = True) -> None:
+        """A thermo line (``thermo``) and/or a trajectory frame (``frame``) of this step."""
         self._check_runaway(step)
         try:
             conserved = self.p.ensemble.conserved_energy()
         except ArithmeticError as exc:  # e.g. a barostat mass of 0 from a 1e-300 fs timestep
             raise self._diverged(step, f"the integrator failed ({exc})") from None
         obs = observables(self.atoms, conserved)
-        if self.p.model_devi is not None:
+        if frame and self.p.model_devi is not None:
             obs.update(self.p.model_devi.observables(step, self.atoms))
         t = self._time_ps(step)
-        self.reporter.thermo(step, t, obs)
-        if self.writer is not None:
+        if thermo:
+            self.reporter.thermo(step, t, obs)
+        if frame and self.writer is not None:
             a = self.atoms
             self.writer.append(
                 Frame(
@@ -275,6 +279,7 @@ class _Run:
         lines.append(f"Memory budget: {pot.memory_budget}")
         if pot.device.type == "cpu":
             lines.append(f"Host memory: {pot.host_memory}")
+            lines.append(f"CPU: {host_threads.describe()}")
         settings = getattr(pot.model, "settings", None)
         if settings is not None and pot.device.type == "cuda":
             lines.append(f"Engine: SO(2) products {settings.stack_precision}, "
@@ -337,8 +342,9 @@ class _Run:
                 self._advance(step)
                 if devi is not None:
                     devi.at_step(step, self.atoms)
-                if step % c.traj_every == 0:
-                    self._sample(step)
+                thermo_now = step % (c.thermo_every or c.traj_every) == 0
+                if thermo_now or step % c.traj_every == 0:
+                    self._sample(step, thermo_now, step % c.traj_every == 0)
                 if step % c.checkpoint_every == 0 or step == c.steps:
                     with stop.shielded():
                         self._checkpoint(step)

@@ -197,7 +197,7 @@ def _ignored_on_resume(config: RunConfig, ck: Checkpoint) -> list[str]:
 
 def _resume_config(config: RunConfig, ck: Checkpoint) -> RunConfig:
     explicit = config.to_dict()
-    for name in ("seed", "tdamp", "pdamp"):
+    for name in ("seed", "tdamp", "pdamp", "thermo_every"):  # None: the recorded value
         if explicit[name] is None:
             del explicit[name]
     merged = merge_for_resume(ck.config, explicit)

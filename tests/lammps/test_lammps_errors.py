@@ -33,7 +33,7 @@ def data(tmp_path_factory):
     [
         ("unknown-element", 1, "element(s) Xe not in the model's type map ['Ar', 'Kr']"),
         ("unknown-element", 2, "element(s) Xe not in the model's type map ['Ar', 'Kr']"),
-        ("units-real", 1, "pair_style mdband requires 'units metal'"),
+        ("units-lj", 1, "pair_style mdband does not support 'units lj'"),
         ("missing-model", 1, "does-not-exist.pt does not exist"),
         ("coeff-count", 1, "one element per atom type"),
         ("bad-dtype", 1, "dtype must be float32 or float64"),
@@ -45,8 +45,8 @@ def test_errors(case, nprocs, expected, data, models, tmp_path):
     kw = {"pair_style": style}
     if case == "unknown-element":
         kw["coeff"] = "pair_coeff * * Ar Xe"
-    elif case == "units-real":
-        kw["units"] = "real"
+    elif case == "units-lj":
+        kw["units"] = "lj"
     elif case == "missing-model":
         kw["pair_style"] = "pair_style mdband does-not-exist.pt"
     elif case == "coeff-count":
