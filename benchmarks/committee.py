@@ -33,7 +33,7 @@ from ase.build import bulk
 
 from mdband.committee import Committee, CommitteeCalculator, model_deviation
 from mdband.config import SeZMConfig
-from mdband.model.factory import random_potential
+from mdband.testing.sezm import random_potential
 
 CFG = SeZMConfig(type_map=("C",)).to_dict()
 #: ``--tiny``: a small model to smoke-test this script on a CPU

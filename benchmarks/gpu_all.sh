@@ -66,7 +66,7 @@ if has committee; then
     tail -12 "$OUT/committee.log"
 fi
 if has run; then
-    python3 -c "from mdband.model.factory import random_potential; from mdband.config import \
+    python3 -c "from mdband.testing.sezm import random_potential; from mdband.config import \
 SeZMConfig; random_potential(SeZMConfig(type_map=('C',)).to_dict(), seed=0, gain=0.02).save(\
 '/tmp/mdband-default.mdband')" && OUT=$OUT timeout 125 python3 benchmarks/vs_deepmd.py mdband \
         --name default --checkpoint /tmp/mdband-default.mdband --sizes 4 --md-size 4 \

@@ -121,7 +121,7 @@ import numpy as np
 from ase.build import bulk
 from mdband import load_model
 from mdband.config import SeZMConfig
-from mdband.model.factory import random_potential
+from mdband.testing.sezm import random_potential
 
 cfg = SeZMConfig(type_map=("Si", "C"), rcut=5.0, channels=16, n_radial=8, l_schedule=(2, 2),
                  mixing_layers=2)

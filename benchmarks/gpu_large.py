@@ -35,8 +35,9 @@ from ase.build import bulk
 from mdband.config import SeZMConfig
 from mdband.model import chunked
 from mdband.model.chunking import plan_chunks, row_pointer
-from mdband.model.factory import build_sezm, random_potential
+from mdband.model.factory import build_sezm
 from mdband.potential import Potential
+from mdband.testing.sezm import random_potential
 
 CFG = SeZMConfig(type_map=("C",)).to_dict()
 TINY = SeZMConfig(type_map=("C",), channels=8, n_radial=4, l_schedule=(1,), mixing_layers=1,

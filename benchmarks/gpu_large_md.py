@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_md  # noqa: E402  (the restart check and its helpers)
 
 from mdband.io.h5md import H5MDReader  # noqa: E402
-from mdband.model.factory import random_potential  # noqa: E402
+from mdband.testing.sezm import random_potential  # noqa: E402
 
 #: the run's folder (``--state``): in the repository, ignored by git, carried to the next call
 STATE = Path(__file__).resolve().parent.parent / ".large-md"

@@ -30,8 +30,9 @@ from ase.io import write
 from mdband.config import SeZMConfig
 from mdband.io.h5md import H5MDReader
 from mdband.md import RunConfig, run
-from mdband.model.factory import build_sezm, random_potential
+from mdband.model.factory import build_sezm
 from mdband.potential import Potential
+from mdband.testing.sezm import random_potential
 
 CFG = SeZMConfig(type_map=("C",)).to_dict()
 #: ``--tiny``: a small model to smoke-test this script on a CPU

@@ -26,8 +26,9 @@ from ase.build import bulk
 
 from mdband.config import SeZMConfig
 from mdband.graph import build_edge_graph
-from mdband.model.factory import build_sezm, random_potential
+from mdband.model.factory import build_sezm
 from mdband.potential import Potential
+from mdband.testing.sezm import random_potential
 
 CFG = SeZMConfig(type_map=("C",)).to_dict()
 #: float32 GPU forces against the float64 CPU reference (eV/Å), the issue's acceptance bound

@@ -31,7 +31,7 @@ from gpu_large import CFG, TINY, diamond, profiled
 from vs_deepmd import MINI, median_ms
 
 from mdband.config import config_from_deepmd
-from mdband.model.factory import random_potential
+from mdband.testing.sezm import random_potential
 
 #: the two configs of the comparisons: deepmd-kit's default DPA4 and DPA4-Mini (its water example)
 CONFIGS = {

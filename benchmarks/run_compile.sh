@@ -12,7 +12,7 @@ import sys
 from ase.io import write
 from gpu_profile import config
 from vs_deepmd import diamond
-from mdband.model.factory import random_potential
+from mdband.testing.sezm import random_potential
 random_potential(config("mini"), seed=0, gain=0.5).save(f"{sys.argv[1]}/mini.mdband")
 write(f"{sys.argv[1]}/d8.extxyz", diamond(8), format="extxyz")
 PY

@@ -8,9 +8,8 @@ from ase.build import bulk, molecule
 
 from mdband import Calculator, StructureError
 from mdband import step_graph as sg
-from mdband.model.factory import random_potential
 from mdband.testing.lj import lennard_jones_potential
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 
 def diamond(seed=0, triclinic=False):

@@ -12,9 +12,8 @@ from ase.build import bulk
 
 from mdband import step_graph as sg
 from mdband.graph import build_edge_graph
-from mdband.model.factory import random_potential
 from mdband.settings import EngineSettings
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 
 def frame(seed=4):

@@ -52,29 +52,3 @@ def initialise_weights(model: torch.nn.Module, seed: int = 0, gain: float = 1.0)
             else:
                 std = 0.1
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype) * std)
-
-
-def random_potential(
-    config: dict,
-    seed: int = 0,
-    gain: float = 1.0,
-    device="cpu",
-    dtype="float64",
-    rotation_layout=None,
-):
-    """A SeZM :class:`~mdband.potential.Potential` with random weights (tests, fitting)."""
-    from mdband.potential import Potential
-
-    model = build_sezm(config, None, {"rotation_layout": rotation_layout})
-    initialise_weights(model, seed, gain)
-    cfg = SeZMConfig.from_dict(config)
-    return Potential(
-        model,
-        kind="sezm",
-        type_map=list(cfg.type_map),
-        cutoff=cfg.rcut,
-        config=cfg.to_dict(),
-        metadata={"source": "random"},
-        device=device,
-        dtype=dtype,
-    )

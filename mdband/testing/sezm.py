@@ -1,8 +1,11 @@
-"""A small SeZM configuration for tests: every consumer present, fast on a CPU."""
+"""SeZM for tests: a small configuration (every consumer present, fast on a CPU) and potentials
+with random weights."""
 
 from __future__ import annotations
 
 from mdband.config import SeZMConfig
+from mdband.model.factory import build_sezm, initialise_weights
+from mdband.potential import Potential
 
 SMALL = dict(
     type_map=("H", "C", "O"),
@@ -21,3 +24,28 @@ SMALL = dict(
 def small_config(**overrides) -> dict:
     """The validated config dict of :data:`SMALL` with ``overrides`` applied."""
     return SeZMConfig.from_dict({**SMALL, **overrides}).to_dict()
+
+
+def random_potential(
+    config: dict,
+    seed: int = 0,
+    gain: float = 1.0,
+    device="cpu",
+    dtype="float64",
+    rotation_layout=None,
+) -> Potential:
+    """A SeZM :class:`~mdband.potential.Potential` of ``config`` with random weights
+    (:func:`~mdband.model.factory.initialise_weights`), for tests, examples and benchmarks."""
+    model = build_sezm(config, None, {"rotation_layout": rotation_layout})
+    initialise_weights(model, seed, gain)
+    cfg = SeZMConfig.from_dict(config)
+    return Potential(
+        model,
+        kind="sezm",
+        type_map=list(cfg.type_map),
+        cutoff=cfg.rcut,
+        config=cfg.to_dict(),
+        metadata={"source": "random"},
+        device=device,
+        dtype=dtype,
+    )

@@ -5,8 +5,7 @@ import pytest
 import torch
 from ase import Atoms
 
-from mdband.model.factory import random_potential
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 
 @pytest.fixture(autouse=True)

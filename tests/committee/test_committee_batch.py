@@ -15,8 +15,7 @@ from mdband.cli import main
 from mdband.committee import Committee, model_devi_frames, read_model_devi
 from mdband.committee import frames as committee_frames
 from mdband.errors import UnknownElementError
-from mdband.model.factory import random_potential
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
 

@@ -93,8 +93,7 @@ def test_partials_over_domains_equal_whole():
 def test_committee_equals_separate_bitwise_on_the_cell_list(monkeypatch, frame):
     """With the device-step neighbour list (the torch cell list, what CUDA models use) the
     committee's members see the list their own evaluate builds: the same bits."""
-    from mdband.model.factory import random_potential
-    from mdband.testing.sezm import small_config
+    from mdband.testing.sezm import random_potential, small_config
 
     monkeypatch.setenv("MDBAND_NEIGHBOUR_LIST", "cell_list")
     models = [random_potential(small_config(), seed=s, gain=0.5, dtype="float64") for s in (4, 5)]

@@ -17,7 +17,7 @@ from mdband.fit import (
 )
 from mdband.fit.data import collate, read_frames, to_graph
 from mdband.fit.loss import loss_terms, predict
-from mdband.model.factory import random_potential
+from mdband.testing.sezm import random_potential
 
 FAST = {
     "batch_size": 1,

@@ -135,8 +135,7 @@ def _raw_compute(model, frame, x, owner, src, dst):
 
 
 def _sezm_potential():
-    from mdband.model.factory import random_potential
-    from mdband.testing.sezm import small_config
+    from mdband.testing.sezm import random_potential, small_config
 
     cfg = small_config(type_map=ELEMENTS, rcut=5.0)
     return random_potential(cfg, seed=2, gain=0.5, dtype="float64")

@@ -1,7 +1,6 @@
 import pytest
 
-from mdband.model.factory import random_potential
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 
 @pytest.fixture

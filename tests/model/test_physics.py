@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from ase.build import bulk, molecule
 
-from mdband.model.factory import random_potential
-from mdband.testing.sezm import small_config
+from mdband.testing.sezm import random_potential, small_config
 
 
 def rotation(seed):
@@ -158,7 +157,7 @@ def test_recompute_gives_identical_forces(mode):
     from mdband.potential import Potential
 
     cfg = small_config(n_focus=2, n_atten_head=2)
-    plain = fac.random_potential(cfg, seed=9, gain=0.5)
+    plain = random_potential(cfg, seed=9, gain=0.5)
     model = fac.build_sezm(cfg, None, {"recompute": mode})
     model.load_state_dict(plain.model.state_dict())
     assert model.descriptor.recompute == mode
