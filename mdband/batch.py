@@ -100,7 +100,9 @@ class BatchStep(DeviceStep):
     :func:`batch_forward`'s (per-atom virials instead of one virial)."""
 
     def compute(self, pot):
-        return batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors())
+        out = batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors())
+        self.chunks = pot.last_chunks
+        return out
 
 
 class BatchGraphs(StepGraphs):
@@ -298,10 +300,12 @@ class BatchEvaluator:
         if self.graphs is not None and src.shape[0] > 0:
             pad = atom_capacity(n) - n
             padded = torch.cat([types, types.new_zeros(pad)])  # isolated atoms of type 0
-            atom_e, forces, atom_w = self.graphs.run_batch(padded, src, dst, vec)
-            atom_e, forces, atom_w = atom_e[:n], forces[:n], atom_w[:n]
+            out = self.graphs.run_batch(padded, src, dst, vec)
+            atom_e, forces, atom_w = (t[:n] for t in out)
+            chunks = out.chunks
         else:
             atom_e, forces, atom_w = batch_forward(self.pot, types, src, dst, vec)
+            chunks = self.pot.last_chunks
         system = torch.repeat_interleave(  # output_size: no device sync
             torch.arange(len(batch), device=dev),
             torch.as_tensor(counts, device=dev),
@@ -318,7 +322,6 @@ class BatchEvaluator:
         e_host, v_host = host[:s], host[s : 10 * s].reshape(s, 3, 3)
         a_host = host[10 * s : 10 * s + n]
         f_host = host[10 * s + n :].reshape(n, 3)
-        chunks = self.pot.last_chunks
         out = []
         for k, (o, c) in enumerate(zip(offsets, counts)):
             out.append(Result(float(e_host[k]), f_host[o : o + c], v_host[k],

@@ -61,6 +61,18 @@ class UnknownModelKindError(ModelFileError):
         )
 
 
+class ModelContractError(ModelFileError):
+    """A model kind's network lacks a member of the model contract (:mod:`mdband.contract`)."""
+
+    def __init__(self, kind: str, missing: list[str]) -> None:
+        self.kind = kind
+        self.missing = list(missing)
+        super().__init__(
+            f"model kind {kind!r} does not satisfy mdband's model contract "
+            f"(mdband.contract.ModelContract): it does not declare {', '.join(self.missing)}"
+        )
+
+
 class PluginImportError(MdbandError):
     """A module named in ``MDBAND_PLUGINS`` or an ``mdband.model_kinds`` entry point fails."""
 

@@ -9,26 +9,26 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
 from mdband.atom_virial import evaluate_atom_virial
 from mdband.batch import BatchEvaluation
-from mdband.errors import MdbandError, UnknownElementError
+from mdband.contract import check_model
+from mdband.errors import MdbandError
 from mdband.graph import EdgeGraph, validate_structure
 from mdband.neighbours import HostNeighbourList
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
-    DirectForceModel,
     EdgeResult,
     Result,
     _result,
+    assemble_forces,
     resolve_device,
     resolve_dtype,
     weights_hash,
 )
 from mdband.settings import EngineSettings
-from mdband.spin import evaluate_spin, leaf_gradients, spin_config
-from mdband.validate import check_frame_input
+from mdband.spin import evaluate_spin, leaf_gradients
+from mdband.validate import SpeciesTypes, check_frame_input
 
 #: runs again in smaller chunks after an out-of-memory error, per evaluation
 OOM_RETRIES = 3
@@ -40,7 +40,8 @@ class Potential(BatchEvaluation):
     Parameters
     ----------
     model : torch.nn.Module
-        ``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64 atom energies``.
+        ``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64 atom energies``,
+        declaring :class:`mdband.contract.ModelContract` (else ModelContractError).
     kind : str
         Model family stored in the model file (``"sezm"``; ``"lj"`` for the test potential).
     type_map : list of str
@@ -77,30 +78,29 @@ class Potential(BatchEvaluation):
         self.metadata = dict(metadata or {})
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.model = check_model(model, kind).to(device=self.device, dtype=self.dtype).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
-        #: forces from the network, no virial (deepmd-kit's dens mode; see DirectForceModel)
-        self.direct_forces = isinstance(self.model, DirectForceModel)
-        self._znum = {
-            atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
-        }
-        self._tindex = {s: i for i, s in enumerate(self.type_map)}
-        self.spin = spin_config(config)  #: a spin model's SpinConfig (else None): mdband.spin
+        #: forces from the network, no virial (deepmd-kit's dens mode: mdband.contract)
+        self.direct_forces = bool(self.model.direct_forces)
+        self._species = SpeciesTypes(self.type_map)
+        self.spin = self.model.spin  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
         #: dtype of the edge vectors handed to the model: float64 if it declares float64_edges
-        self.edge_dtype = torch.float64 if getattr(model, "float64_edges", False) else self.dtype
-        self._steps = None
-        settings = getattr(self.model, "settings", None)
-        if settings is None:  # model kinds without engine settings (test potentials)
-            settings = EngineSettings.resolve(
-                neighbour_list=neighbour_list, host_memory=host_memory
-            )
+        self.edge_dtype = torch.float64 if self.model.float64_edges else self.dtype
+        #: the network's engine settings (None: a kind without them, e.g. the test potentials)
+        self.settings: EngineSettings | None = self.model.settings
+        #: doubles per atom moved by one LAMMPS call of a per-layer ghost exchange (lammps/)
+        self.exchange_width = int(self.model.exchange_width)
+        self._steps, self._step_chunks = None, None  # StepGraphs; chunks of its last call
+        settings = self.settings or EngineSettings.resolve(
+            neighbour_list=neighbour_list, host_memory=host_memory
+        )
         #: "cell_list" (torch, on the device) or "vesin" (numpy): see :meth:`neighbour_list`
         self.neighbour_backend = settings.neighbour_backend(self.device)
         #: what the ``host_memory`` setting did for this process, one line (mdband.host_memory)
         self.host_memory = _host_memory.apply(settings.host_memory, self.device)
-        if getattr(self.model, "zero_beyond_cutoff", False) and self.device.type == "cuda":
+        if self.model.zero_beyond_cutoff and self.device.type == "cuda":
             if settings.cuda_graphs == "auto":
                 from mdband.step_graph import StepGraphs
 
@@ -118,12 +118,12 @@ class Potential(BatchEvaluation):
     @property
     def rotation_layout(self) -> str:
         """Rotation storage the model uses (``"band"`` or ``"dense"``), ``"n/a"`` if none."""
-        layout = getattr(self.model, "rotation_layout", None)
-        return "n/a" if layout is None else str(getattr(layout, "value", layout))
+        layout = self.model.rotation_layout
+        return "n/a" if layout is None else str(layout.value)
 
     @property
     def rotation_layout_reason(self) -> str:
-        return str(getattr(self.model, "rotation_layout_reason", ""))
+        return str(self.model.rotation_layout_reason)
 
     @property
     def cuda_graphs(self) -> str:
@@ -131,7 +131,7 @@ class Potential(BatchEvaluation):
         if self._steps is None:
             if self.device.type != "cuda":
                 return "off (not on CUDA)"
-            if not getattr(self.model, "zero_beyond_cutoff", False):
+            if not self.model.zero_beyond_cutoff:
                 return f"off (model kind {self.kind!r} cannot pad its edge list)"
             return "off (cuda_graphs=off)"
         if self._steps.disabled_reason:
@@ -140,22 +140,26 @@ class Potential(BatchEvaluation):
 
     @property
     def last_chunks(self) -> int:
-        """Chunks of destination atoms the model's last evaluation used (1: unchunked)."""
-        return int(getattr(self.model, "last_chunks", 1))
+        """Chunks of destination atoms the last evaluation used (1: unchunked; 1 too for a
+        replayed CUDA graph, which runs no forward)."""
+        if self._step_chunks is not None:
+            return self._step_chunks
+        chunking = self.model.chunking
+        return 1 if chunking is None else int(chunking.last_chunks)
 
     def would_chunk(self, n_atoms: int, n_edges: int) -> bool:
         """Whether an evaluation of this size runs in chunks under the memory budget."""
-        check = getattr(getattr(self.model, "descriptor", None), "would_chunk", None)
-        if check is None:
+        if self.model.chunking is None:
             return False
         like = torch.empty(0, dtype=self.dtype, device=self.device)
-        return bool(check(int(n_atoms), int(n_edges), like))
+        return bool(self.model.chunking.would_chunk(int(n_atoms), int(n_edges), like))
 
     @property
     def memory_budget(self) -> str:
         """The resolved memory budget of an evaluation (``memory_budget`` setting), one line."""
-        describe = getattr(self.model, "memory_budget_text", None)
-        return "n/a (this model is never chunked)" if describe is None else describe(self.device)
+        if self.model.chunking is None:
+            return "n/a (this model is never chunked)"
+        return self.model.chunking.memory_budget_text(self.device)
 
     def n_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
@@ -163,27 +167,7 @@ class Potential(BatchEvaluation):
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
         """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised."""
-        arr = np.asarray(species).reshape(-1)
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        uniq, inverse = np.unique(arr, return_inverse=True)
-        lookup = np.empty(len(uniq), dtype=np.int64)
-        unknown: list[str] = []
-        for k, s in enumerate(uniq):
-            if np.issubdtype(uniq.dtype, np.integer):
-                z = int(s)
-                t = self._znum.get(z)
-                name = chemical_symbols[z] if 0 <= z < len(chemical_symbols) else str(z)
-            else:
-                name = str(s)
-                t = self._tindex.get(name)
-            if t is None:
-                unknown.append(name)
-            else:
-                lookup[k] = t
-        if unknown:
-            raise UnknownElementError(unknown, self.type_map)
-        return lookup[inverse.reshape(-1)]
+        return self._species(species)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate_edges(
@@ -227,25 +211,25 @@ class Potential(BatchEvaluation):
         plans, multi-rank exchanges (every rank would have to repeat its exchanges) or
         CUDA-graph captures (:class:`StepGraphs` handles those), at most :data:`OOM_RETRIES`
         times per call."""
-        desc = getattr(self.model, "descriptor", None)
-        if plan is not None or exchange is not None or retries >= OOM_RETRIES:
+        chunking = self.model.chunking
+        if chunking is None or plan is not None or exchange is not None or retries >= OOM_RETRIES:
             return False
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             return False
-        shrink = getattr(desc, "shrink_chunks", None)
-        return shrink is not None and shrink(self.device, n_atoms)
+        return bool(chunking.shrink_chunks(self.device, n_atoms))
 
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
                         magmoms=None):  # fmt: skip
         grad = grad and not self.direct_forces
+        self._step_chunks = None  # the model's own count from here on
         ev = edge_vec.detach().to(self.edge_dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
         if magmoms is not None:  # a native spin model's moments: a second autograd leaf
             model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
-        if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
+        if n_local is not None and self.model.accepts_energy_rows:
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
-        if getattr(self.model, "accepts_edge_csr", False) and self.model.settings.ops_on(ev):
+        if self.model.accepts_edge_csr and self.settings.ops_on(ev):
             # both CSRs once per call where the fused ops run: the model's node sums and
             # by-source kernels and the force assembly read the same two (each sorts the edges)
             from mdband.kernels._common import csr
@@ -333,7 +317,7 @@ class Potential(BatchEvaluation):
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         cell_np = cell_np.reshape(3, 3)
-        types = self._types_for(species, pos.shape[0])
+        types = self._species.of_frame(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
             pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
@@ -347,7 +331,9 @@ class Potential(BatchEvaluation):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
         if self._steps is not None and graph.n_edges > 0:
-            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+            out = self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+            self._step_chunks = out.chunks
+            return out
         dev = self.device
         if graph.n_atoms == 0:  # no atoms: no energy, no forces, no virial
             zero = torch.zeros(0, dtype=torch.float64, device=dev)
@@ -381,14 +367,6 @@ class Potential(BatchEvaluation):
             return nl.edges(pos_t, cell_t, pbc, host_cell=cell_np)
         return nl.edges(pos_t, cell_t, pbc)
 
-    def _types_for(self, species, n_atoms: int) -> np.ndarray:
-        if isinstance(species, torch.Tensor):
-            species = species.detach().cpu().numpy()
-        types = self.types_of(species)
-        if types.shape[0] != n_atoms:
-            raise MdbandError(f"{n_atoms} positions but {types.shape[0]} species")
-        return types
-
     def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
@@ -416,7 +394,7 @@ class Potential(BatchEvaluation):
         else:
             cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
-        types = self._types_for(species, pos_t.shape[0])
+        types = self._species.of_frame(species, pos_t.shape[0])
         out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
         return _result(*out, virial, False, self.last_chunks)
 
@@ -437,7 +415,9 @@ class Potential(BatchEvaluation):
         On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
         if self._steps is not None and len(src) > 0:
-            return self._steps.run_vectors(types, src, dst, vectors)
+            out = self._steps.run_vectors(types, src, dst, vectors)
+            self._step_chunks = out.chunks
+            return out
         dev = self.device
 
         def t(a):
@@ -446,6 +426,11 @@ class Potential(BatchEvaluation):
             return torch.as_tensor(np.ascontiguousarray(a), device=dev)
 
         return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
+
+    def graph_step(self, types, src, dst, edge_vec):
+        """:meth:`forces_from_vectors` and the chunks its forward used: the step that
+        :class:`~mdband.step_graph.StepGraphs` runs eagerly or captures."""
+        return (*self.forces_from_vectors(types, src, dst, edge_vec), self.last_chunks)
 
     def forces_from_vectors(self, types, src, dst, edge_vec):
         """(atom energies, forces, virial), float64, of one evaluation from device tensors
@@ -458,21 +443,8 @@ class Potential(BatchEvaluation):
                                        int(types.shape[0]), out.extra.get("csr_pair"))  # fmt: skip
         return out.atom_energy, forces, virial
 
-    @staticmethod
-    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
-        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
-        ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
-        if edge_grad.is_cuda:
-            # deterministic CSR reduction with float64 accumulation (no atomics)
-            from mdband.kernels.force_assembly import force_assembly
-
-            d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
-            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
-        g = edge_grad.to(torch.float64)
-        forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
-        forces.index_add_(0, dst, g)
-        forces.index_add_(0, src, -g)
-        return forces, -(g.T @ edge_vec.to(torch.float64))
+    #: forces and virial from ``∂E/∂edge_vec`` (:func:`mdband.result.assemble_forces`)
+    assemble = staticmethod(assemble_forces)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

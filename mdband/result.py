@@ -68,25 +68,13 @@ class Result:
 @dataclass
 class EdgeResult:
     """Tensor results of :meth:`Potential.evaluate_edges` (all float64): ``edge_grad``
-    ∂E/∂edge_vec, or for a :class:`DirectForceModel` the ``forces`` (N, 3) it returns."""
+    ∂E/∂edge_vec, or for a :class:`~mdband.contract.DirectForceModel` the ``forces`` (N, 3)
+    it returns."""
 
     atom_energy: torch.Tensor
     edge_grad: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     forces: torch.Tensor | None = None
-
-
-class DirectForceModel:
-    """What a model kind declares (as a base class) when its forces come out of the network
-    instead of the gradient of its energy (deepmd-kit's dens mode): then
-    :meth:`energies_and_forces` replaces the forward plus autograd, and there is no virial
-    (:class:`Result.virial` is NaN, as deepmd-kit returns it)."""
-
-    def energies_and_forces(
-        self, types, src, dst, edge_vec, exchange=None, plan=None, csr_pair=None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Atom energies (N,) and forces (N, 3), float64, of an edge list (no autograd)."""
-        raise NotImplementedError
 
 
 def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1,
@@ -156,3 +144,19 @@ def verified_hash(
         if narrowed and weights_hash(config, narrow) == claimed:
             return claimed
     return own
+
+
+def assemble_forces(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
+    """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
+    ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
+    if edge_grad.is_cuda:
+        # deterministic CSR reduction with float64 accumulation (no atomics)
+        from mdband.kernels.force_assembly import force_assembly
+
+        d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
+        return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
+    g = edge_grad.to(torch.float64)
+    forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
+    forces.index_add_(0, dst, g)
+    forces.index_add_(0, src, -g)
+    return forces, -(g.T @ edge_vec.to(torch.float64))

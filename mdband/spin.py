@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mdband.config import SpinConfig
 from mdband.errors import MdbandError, SpinInputError
 from mdband.graph import COINCIDENT_R2
 
@@ -55,12 +54,6 @@ def check_magmoms(magmoms, n_atoms: int, spin) -> torch.Tensor | np.ndarray:
     if not bool(finite):
         raise SpinInputError("magmoms contain NaN or inf")
     return magmoms
-
-
-def spin_config(config) -> SpinConfig | None:
-    """The :class:`~mdband.config.SpinConfig` of a model's config dict (None: no spin)."""
-    spin = (config or {}).get("spin")
-    return None if spin is None else SpinConfig.from_dict(spin)
 
 
 def leaf_gradients(energy, edge_vec, magmoms, extra: dict) -> torch.Tensor:

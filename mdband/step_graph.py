@@ -26,6 +26,11 @@ otherwise (an operation not allowed in a graph) switches graphs off for this pot
 :class:`RuntimeWarning`; weights edited in place drop the graphs.
 Calls from several threads are serialised (the static buffers are shared) and get copies of a
 graph's outputs.
+
+``StepGraphs`` uses its potential through :class:`StepSource` alone (held weakly): one step
+function, the size check of the memory budget, the module whose weights a graph bakes in. It
+reads nothing of the model's contract and writes nothing into the potential or its model:
+every call returns :class:`StepOutputs`, which carry the chunks the step used.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -47,6 +53,37 @@ PAD_DISTANCE = 1.5
 MAX_GRAPHS = 8
 #: smallest capacity step (edges)
 MIN_GRANULE = 64
+
+
+class StepSource(Protocol):
+    """What :class:`StepGraphs` and :class:`DeviceStep` use of their potential, and nothing
+    else (:class:`~mdband.potential.Potential` provides it)."""
+
+    device: torch.device
+    cutoff: float
+    #: the module whose parameters and buffers a captured graph bakes in (edits drop graphs)
+    model: torch.nn.Module
+
+    def would_chunk(self, n_atoms: int, n_edges: int) -> bool:
+        """Whether the memory budget evaluates this size in chunks (then never captured)."""
+        ...
+
+    def graph_step(self, types, src, dst, edge_vec) -> tuple:
+        """(atom energies (N,), forces (N, 3), virial (3, 3), chunks used) of device tensors."""
+        ...
+
+
+class StepOutputs(tuple):
+    """(atom energies (N,), forces (N, 3), virial (3, 3)), float64 device tensors, of one call;
+    ``chunks``: the chunks of destination atoms its forward used (1 for a replayed graph, which
+    runs no forward: captured buckets are never chunked)."""
+
+    chunks: int
+
+    def __new__(cls, outputs, chunks: int) -> StepOutputs:
+        out = super().__new__(cls, outputs)
+        out.chunks = int(chunks)
+        return out
 
 
 def edge_capacity(n_edges: int) -> int:
@@ -88,7 +125,7 @@ class DeviceStep:
     (types, src, dst, vectors) with the edge vectors given (LAMMPS).
     """
 
-    def __init__(self, potential, mode: str, n_atoms: int, capacity: int) -> None:
+    def __init__(self, potential: StepSource, mode: str, n_atoms: int, capacity: int) -> None:
         dev = potential.device
         self.mode, self.n_atoms, self.capacity = mode, n_atoms, capacity
         i64, f64 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.float64, device=dev)
@@ -111,6 +148,7 @@ class DeviceStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.outputs: tuple[torch.Tensor, ...] | None = None
         self.calls = 0
+        self.chunks = 1  # chunks the last eager compute used
 
     def load(self, types, src, dst, rows, positions=None, cell=None) -> None:
         """Copy one frame into the static buffers, padding the edges on the device.
@@ -144,9 +182,13 @@ class DeviceStep:
             ev = self.edge_rows
         return torch.where(self.is_pad[:, None], self.pad_vector, ev)
 
-    def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
-        return pot.forces_from_vectors(self.types, self.src, self.dst, self.edge_vectors())
+    def compute(self, source: StepSource) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers (the
+        chunks the step used in :attr:`chunks`)."""
+        *outputs, self.chunks = source.graph_step(
+            self.types, self.src, self.dst, self.edge_vectors()
+        )
+        return tuple(outputs)
 
 
 def _put(buf: torch.Tensor, arr) -> None:
@@ -209,7 +251,7 @@ class StepGraphs:
     #: the bucket class (:class:`DeviceStep`; :mod:`mdband.batch` gives its own)
     step_class = DeviceStep
 
-    def __init__(self, potential, capture: bool = True) -> None:
+    def __init__(self, potential: StepSource, capture: bool = True) -> None:
         self._potential = weakref.ref(potential)
         self.device = potential.device
         self.capture = bool(capture) and potential.device.type == "cuda"
@@ -258,9 +300,9 @@ class StepGraphs:
             torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ evaluation
-    def run(self, types, src, dst, shifts, positions, cell):
+    def run(self, types, src, dst, shifts, positions, cell) -> StepOutputs:
         """Device (atom energies, forces, virial) of one frame from numpy arrays or tensors
-        (unpadded edges).
+        (unpadded edges), with the chunks the step used.
 
         Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
         call runs outside it): every graph is dropped, garbage collected, and the call runs
@@ -269,7 +311,7 @@ class StepGraphs:
         """
         return self._evaluate("positions", (types, src, dst, shifts, positions, cell))
 
-    def run_vectors(self, types, src, dst, vectors):
+    def run_vectors(self, types, src, dst, vectors) -> StepOutputs:
         """As :meth:`run` for edge vectors (E, 3) given directly (LAMMPS, one rank: ghost
         neighbours already mapped to their owners)."""
         return self._evaluate("vectors", (types, src, dst, vectors))
@@ -302,7 +344,7 @@ class StepGraphs:
         step.load(*frame)
         step.calls += 1
         if not self.capture:
-            return step.compute(pot)
+            return StepOutputs(step.compute(pot), step.chunks)
         if step.graph is not None:
             return self._replay(step, pot)
         if step.calls >= 2 and not self.disabled_reason and not step.chunked:
@@ -320,14 +362,12 @@ class StepGraphs:
                 self._give_up(exc)
             else:
                 return self._replay(step, pot)
-        return self._on_stream(lambda: step.compute(pot))
+        return StepOutputs(self._on_stream(lambda: step.compute(pot)), step.chunks)
 
-    def _replay(self, step: DeviceStep, pot):
+    def _replay(self, step: DeviceStep, pot) -> StepOutputs:
         step.graph.replay()
         self.n_replays += 1
-        if hasattr(pot.model, "last_chunks"):
-            pot.model.last_chunks = 1  # captured buckets are never chunked (no forward ran)
-        return _copies(step.outputs)
+        return StepOutputs(_copies(step.outputs), 1)  # no forward ran: one chunk (never chunked)
 
     def _on_stream(self, fn):
         cur = torch.cuda.current_stream(self.device)

@@ -20,6 +20,17 @@ DOC = ROOT / "docs" / "architecture.md"
 MAX_LINES = 500
 
 FRONT_ENDS = ("calculator", "lammps/", "md/", "cli/")
+#: the evaluation side of Potential: it reads its model through the contract alone
+CONTRACT_READERS = (
+    "mdband.potential",
+    "mdband.step_graph",
+    "mdband.batch",
+    "mdband.spin",
+    "mdband.atom_virial",
+)
+#: what Potential may use of its model besides the contract's members (torch's, and a
+#: DirectForceModel's method)
+MODULE_USE = {"parameters", "state_dict", "energies_and_forces"}
 MODEL_SIDE = ("model/", "kernels/", "so3/")
 #: the band's index functions: defined in so3/storage.py and nowhere else
 STORAGE = "mdband.so3.storage"
@@ -217,6 +228,58 @@ def test_front_ends_reach_the_model_only_through_potential():
         if room(m) == "fit/" and room(t) in MODEL_SIDE and t != "mdband.model.factory"
     ]
     assert not bad, "\n".join(bad)
+
+
+def contract_members() -> set[str]:
+    """The members ``ModelContract`` declares in mdband/contract.py (read from the source)."""
+    tree = ast.parse((PACKAGE / "contract.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelContract")
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
+
+
+def _model_reaches(tree):
+    """``(node, base, attr)`` of every ``base.model.attr`` in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute):
+            if node.value.attr == "model":
+                yield node, ast.unparse(node.value.value), node.attr
+
+
+def test_the_model_is_read_through_the_contract_only():
+    """Potential, StepGraphs and the evaluation helpers beside them probe nothing (no getattr,
+    hasattr); Potential reads its model's contract members and torch's methods only and writes
+    nothing into it; the others and the front ends reach no ``x.model.attr`` at all."""
+    allowed = contract_members() | MODULE_USE
+    bad = []
+    for mod, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if mod in CONTRACT_READERS:
+            bad += [
+                f"{where(mod, n.lineno)}: {n.func.id}()"
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id in ("getattr", "hasattr", "setattr")
+            ]
+        front = room(mod) in (*FRONT_ENDS, "committee/", "model_test/")
+        if front:  # getattr(pot.model, ...)
+            bad += [
+                f"{where(mod, n.lineno)}: {ast.unparse(n)}"
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Name)
+                and n.func.id in ("getattr", "hasattr", "setattr")
+                and n.args
+                and isinstance(n.args[0], ast.Attribute)
+                and n.args[0].attr == "model"
+            ]
+        for node, base, attr in _model_reaches(tree):
+            own = mod == "mdband.potential" and base == "self"
+            if own and attr in allowed and not isinstance(node.ctx, ast.Store):
+                continue
+            if own or front or mod in CONTRACT_READERS:
+                bad.append(f"{where(mod, node.lineno)}: {base}.model.{attr}")
+    assert not bad, "the model reached outside mdband/contract.py's contract:\n" + "\n".join(bad)
 
 
 def test_nothing_imports_the_test_potentials():

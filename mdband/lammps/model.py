@@ -95,7 +95,7 @@ class LammpsModel:
         self.potential = potential
         self.cutoff = float(potential.cutoff)
         self.device_name = str(potential.device)
-        self.exchange_width = int(getattr(potential.model, "exchange_width", 0) or 128)
+        self.exchange_width = potential.exchange_width
         self.options = dict(options or {})
         self.lammps_handle = None
         self._backend = backend  # stands in for LAMMPS' communication in tests

@@ -280,7 +280,7 @@ class _Run:
         if pot.device.type == "cpu":
             lines.append(f"Host memory: {pot.host_memory}")
             lines.append(f"CPU: {host_threads.describe()}")
-        settings = getattr(pot.model, "settings", None)
+        settings = pot.settings  # the network's engine settings (None: a test potential)
         if settings is not None and pot.device.type == "cuda":
             lines.append(f"Engine: SO(2) products {settings.stack_precision}, "
                          f"torch.compile {settings.compile}")  # fmt: skip

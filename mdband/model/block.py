@@ -25,7 +25,7 @@ from mdband.model import compiling
 from mdband.model import conv as _conv
 from mdband.model import embedding as _embedding
 from mdband.model import grids as _grids
-from mdband.model.chunking import plan_for_budget, resolve_budget
+from mdband.model.chunking import describe_budget, plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
     EnvironmentSeed,
@@ -148,7 +148,8 @@ class InteractionBlock(nn.Module):
 
 
 class SeZMDescriptor(nn.Module):
-    """Scalar SeZM descriptor (N, C) from edges; parameter names follow deepmd-kit."""
+    """Scalar SeZM descriptor (N, C) from edges; parameter names follow deepmd-kit. It plans
+    the chunks of an evaluation: the model's :class:`~mdband.contract.Chunking`."""
 
     def __init__(self, cfg, rotation_layout: st.RotationLayout, settings=None) -> None:
         super().__init__()
@@ -427,3 +428,7 @@ class SeZMDescriptor(nn.Module):
             return False
         cap = self.chunk_edge_cap
         return est.unchunked(n_atoms, n_edges) > budget or (cap is not None and n_edges > cap)
+
+    def memory_budget_text(self, device) -> str:
+        """The memory budget setting and what it resolves to on ``device`` (one line)."""
+        return describe_budget(self.settings.memory_budget, device)

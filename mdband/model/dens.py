@@ -23,7 +23,6 @@ import torch
 from mdband.config import SeZMConfig
 from mdband.model.energy import SeZMEnergyModel
 from mdband.model.fitting import DensFittingNet
-from mdband.result import DirectForceModel
 
 
 def nearest_edges(dst: torch.Tensor, r: torch.Tensor, n_keep: int) -> torch.Tensor:
@@ -40,8 +39,12 @@ def nearest_edges(dst: torch.Tensor, r: torch.Tensor, n_keep: int) -> torch.Tens
     return keep
 
 
-class SeZMDensModel(SeZMEnergyModel, DirectForceModel):
-    """The SeZM network with deepmd-kit's dens heads (``config.active_mode == "dens"``)."""
+class SeZMDensModel(SeZMEnergyModel):
+    """The SeZM network with deepmd-kit's dens heads (``config.active_mode == "dens"``): a
+    :class:`~mdband.contract.DirectForceModel`."""
+
+    #: forces from the direct-force head, no virial
+    direct_forces = True
 
     def build_heads(self, cfg: SeZMConfig) -> None:
         self.dens_fitting_net = DensFittingNet(cfg)

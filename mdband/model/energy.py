@@ -14,16 +14,17 @@ import torch
 from torch import nn
 
 from mdband.config import SeZMConfig
+from mdband.contract import DEFAULT_EXCHANGE_WIDTH
 from mdband.model.block import SeZMDescriptor
 from mdband.model.bridging import ZBLBridging
-from mdband.model.chunking import describe_budget
 from mdband.model.fitting import FittingNet
 from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
 
 
 class SeZMEnergyModel(nn.Module):
-    """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies."""
+    """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies; it
+    declares :class:`~mdband.contract.ModelContract`."""
 
     #: forward takes ``energy_rows``: the caller sums the first ``energy_rows`` atom energies
     accepts_energy_rows = True
@@ -32,6 +33,10 @@ class SeZMEnergyModel(nn.Module):
     zero_beyond_cutoff = True
     #: forward takes ``csr_pair``, the (dst, src) CSRs of the edges, built once by the caller
     accepts_edge_csr = True
+    #: forces are the gradient of the energy (the dens mode's come from the network)
+    direct_forces = False
+    #: LAMMPS moves the node features of a per-layer ghost exchange in calls of this width
+    exchange_width = DEFAULT_EXCHANGE_WIDTH
 
     def __init__(
         self,
@@ -47,6 +52,7 @@ class SeZMEnergyModel(nn.Module):
         self.build_heads(cfg)
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
+        self.spin = cfg.spin  #: a spin model's SpinConfig (None: no spin)
         self.bridging = None
         if cfg.bridging == "zbl":
             self.bridging = ZBLBridging(
@@ -71,17 +77,14 @@ class SeZMEnergyModel(nn.Module):
         return out
 
     @property
+    def chunking(self) -> SeZMDescriptor:
+        """The descriptor plans the chunks under the memory budget (:mod:`.chunking`)."""
+        return self.descriptor
+
+    @property
     def last_chunks(self) -> int:
         """Chunks of destination atoms the last forward used (1: unchunked)."""
         return self.descriptor.last_chunks
-
-    @last_chunks.setter
-    def last_chunks(self, n: int) -> None:  # a replayed CUDA graph ran no forward: it says 1
-        self.descriptor.last_chunks = int(n)
-
-    def memory_budget_text(self, device) -> str:
-        """The memory budget setting and what it resolves to on ``device`` (one line)."""
-        return describe_budget(self.settings.memory_budget, device)
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
                 energy_rows=None, csr_pair=None, magmoms=None) -> torch.Tensor:  # fmt: skip

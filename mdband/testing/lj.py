@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from mdband.contract import DEFAULT_EXCHANGE_WIDTH
 from mdband.kinds import register_kind
 from mdband.potential import Potential
 
@@ -19,7 +20,19 @@ from mdband.potential import Potential
 class LennardJones(torch.nn.Module):
     """``E_i = ½ Σ_{j} 4ε[(σ/r)^12 − (σ/r)^6]·S(r)`` summed on the centre atom ``dst``."""
 
+    # the model contract (mdband.contract.ModelContract), declared: no engine settings,
+    # rotations, spin, padding, chunks or optional forward arguments
+    settings = None
     rotation_layout = None
+    rotation_layout_reason = ""
+    spin = None
+    direct_forces = False
+    float64_edges = False
+    zero_beyond_cutoff = False
+    accepts_energy_rows = False
+    accepts_edge_csr = False
+    chunking = None
+    exchange_width = DEFAULT_EXCHANGE_WIDTH  # it exchanges nothing: no node features
 
     def __init__(self, epsilon: float, sigma: float, cutoff: float, r_on: float) -> None:
         super().__init__()

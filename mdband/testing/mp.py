@@ -32,7 +32,18 @@ from mdband.potential import Potential
 class MessagePassing2(torch.nn.Module):
     """Two scalar message-passing layers on top of a smooth Lennard-Jones pair term."""
 
+    # the model contract (mdband.contract.ModelContract), declared: no engine settings,
+    # rotations, spin, padding, chunks or optional forward arguments
+    settings = None
     rotation_layout = None
+    rotation_layout_reason = ""
+    spin = None
+    direct_forces = False
+    float64_edges = False
+    zero_beyond_cutoff = False
+    accepts_energy_rows = False
+    accepts_edge_csr = False
+    chunking = None
 
     def __init__(
         self,
@@ -50,7 +61,8 @@ class MessagePassing2(torch.nn.Module):
         self.r_on = float(r_on)
         self.coupling = float(coupling)
         self.norm = float(norm)
-        self.exchange_width = int(channels)  # row width of every exchanged feature tensor
+        #: the contract's exchange width: the row width of every exchanged feature tensor
+        self.exchange_width = int(channels)
         f64 = torch.float64
         self.register_buffer("epsilon", torch.tensor(float(epsilon), dtype=f64))
         self.register_buffer("sigma", torch.tensor(float(sigma), dtype=f64))

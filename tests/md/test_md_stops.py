@@ -19,7 +19,12 @@ from mdband.testing.lj import LennardJones
 class Sabotaged(torch.nn.Module):
     """LJ that turns NaN, or sends this process SIGTERM, from its ``after``-th call on."""
 
-    rotation_layout = None
+    # the model contract (mdband.contract.ModelContract), as the LJ it wraps declares it
+    settings = rotation_layout = spin = chunking = None
+    rotation_layout_reason = ""
+    direct_forces = float64_edges = zero_beyond_cutoff = False
+    accepts_energy_rows = accepts_edge_csr = False
+    exchange_width = LennardJones.exchange_width
 
     def __init__(self, after=None, action="nan"):
         super().__init__()

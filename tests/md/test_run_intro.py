@@ -15,8 +15,7 @@ def intro(device: str, skin: float = 0.0, settings=None) -> list[str]:
     pot = SimpleNamespace(kind="sezm", model_hash="ab" * 32, device=torch.device(device),
                           dtype=torch.float32, cuda_graphs="on",
                           neighbour_backend=backend, memory_budget="8 GB (8gb)",
-                          host_memory="auto: freed memory kept",
-                          model=SimpleNamespace(settings=settings))  # fmt: skip
+                          host_memory="auto: freed memory kept", settings=settings)  # fmt: skip
     run.p = SimpleNamespace(potential=pot, start_step=0, notes=[])
     run.atoms = [0] * 4
     return run._intro()
