@@ -21,13 +21,6 @@ from ase.data import chemical_symbols
 from mdband.io.h5md_reader import H5MDReader
 
 
-def frame_interval_ps(path) -> float | None:
-    """Time between the first two frames in ps (None for fewer than two frames)."""
-    with H5MDReader(path) as r:
-        times = r.times
-    return float(times[1] - times[0]) if len(times) > 1 else None
-
-
 def universe(path, **kwargs):
     """``MDAnalysis.Universe`` of ``path`` with elements, names, types, masses and ``dt``.
 

@@ -350,13 +350,6 @@ class GridBranch(_ProjectedGridOp):
         return proj.analyse(out, n_rows)
 
 
-class GridProductOp(GridOp):
-    """Parameter-free op wrapper around :func:`grid_product` (deepmd-kit ``GridProduct``)."""
-
-    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False, exact=False):
-        return grid_product(proj, left, right, n_rows, fused, exact)
-
-
 def make_grid_op(op_type: str, channels: int, mode: str, n_branches: int) -> nn.Module | None:
     """The ``grid_op`` submodule for ``op_type`` ∈ {glu, mlp, branch} (None for glu)."""
     if op_type == "branch":

@@ -251,14 +251,6 @@ def rotate_back(
     return out if scale is None else out * scale[:, None]
 
 
-def _reduced_rows(t: dict, lmax_storage: int, lmax: int) -> torch.Tensor:
-    rows = t["rows"]
-    L = lmax_storage
-    return torch.cat(
-        [rows[: lmax + 1], rows[L + 1 : L + 1 + lmax], rows[2 * L + 1 : 2 * L + 1 + lmax]]
-    )
-
-
 # ---------------------------------------------------------------------------- kernel index tables
 #: slot order of the band rows inside a degree block, used by every table below
 SLOT_M = (0, -1, 1)
