@@ -16,26 +16,26 @@ Check stage, for every op, forward and backward (autograd through the registered
 * Triton vs the torch reference, fp64 inputs: max-norm relative error ≤ 1e-6 (typically 1e-14);
 * Triton fp32 vs the fp64 reference: ≤ 2e-5 (fp32 rounding of sums over ~100 edges per node).
 
-aggregate is checked with both kernel families of ``aggregate.KERNELS`` ("walk", and "dot" as
-``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..] dot~walk``, same thresholds);
-rotate_mix likewise with ``rotate_mix.KERNELS`` ("edge", and "dot" as ``rotate_mix[mode] dot``,
-plus ``rotate_mix[mode] dot~edge``).
+aggregate is checked with both backward kernel families of the tuning table's ``aggregate.bwd``
+("walk", and "dot" as ``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..]
+dot~walk``, same thresholds); rotate_mix's radial rows likewise with ``rotate_mix.bwd`` ("edge",
+and "dot" as ``rotate_mix[none] dot``, plus ``rotate_mix[none] dot~edge``; the mixer has the
+edge kernels only).
 
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
 milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
 storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
-aggregate's forward and backward are timed with both kernel families (rows ``aggregate[H]`` =
-"walk", ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage
-only, the dot kernels at other (``DOT_EDGES``, ``DOT_WARPS``) settings (``aggregate[H] dot BE=8
-w=4``; ``--no-dot-sweep`` skips them); a walk/dot summary follows the table. rotate_mix (both
-modes, ``rotate_mix[mix]`` and ``rotate_mix[none]``) the same way: "edge" kernels, ``dot`` rows and
-the dot sweep of ``_rotate_mix_dot``; an edge/dot summary follows.
+aggregate's backward is timed with both kernel families (rows ``aggregate[H]`` = "walk",
+``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage only, the
+dot kernel at other (edges per step, warps) launches (``aggregate[H] dot BE=8 w=4``;
+``--no-dot-sweep`` skips them); a walk/dot summary follows the table. rotate_mix's radial rows
+(``rotate_mix[none]``) the same way: "edge" kernels, ``dot`` rows and the dot sweep; an edge/dot
+summary follows. Every setting goes through ``mdband.kernels.tuning.override``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -54,11 +54,8 @@ if "mdband" not in sys.modules:
     _pkg.__path__ = [str(ROOT / "mdband")]
     sys.modules["mdband"] = _pkg
 
-from mdband.kernels import _aggregate_dot as aggregate_dot  # noqa: E402
 from mdband.kernels import _common as cm  # noqa: E402
-from mdband.kernels import _rotate_mix_dot as rotate_mix_dot  # noqa: E402
-from mdband.kernels import aggregate as aggregate_mod  # noqa: E402
-from mdband.kernels import rotate_mix as rotate_mix_mod  # noqa: E402
+from mdband.kernels import tuning  # noqa: E402
 from mdband.kernels.aggregate import aggregate  # noqa: E402
 from mdband.kernels.band_producer import band_producer  # noqa: E402
 from mdband.kernels.edge_dot import edge_dot  # noqa: E402
@@ -137,41 +134,32 @@ def cast(case, dtype):
 
 
 # ---------------------------------------------------------------------------- op runners
-@contextlib.contextmanager
-def kernels(mod, name):
-    """``mod``'s Triton path (aggregate or rotate_mix) on the kernels ``name`` ("walk" / "edge"
-    or "dot"), both passes, in the block."""
-    old = dict(mod.KERNELS)
-    mod.KERNELS.update(fwd=name, bwd=name)
-    try:
-        yield
-    finally:
-        mod.KERNELS.update(old)
+def kernels(op, name):
+    """``op``'s Triton path ("aggregate" or "rotate_mix") with its backward on the kernels
+    ``name`` ("walk" / "edge" or "dot") in the block (the forward has one family)."""
+    return tuning.override(**{op: {"bwd": name}})
 
 
 def aggregate_kernels(name):
-    return kernels(aggregate_mod, name)
+    return kernels("aggregate", name)
 
 
 def rotate_mix_kernels(name):
-    return kernels(rotate_mix_mod, name)
+    return kernels("rotate_mix", name)
 
 
-@contextlib.contextmanager
-def dot_config(edges, warps, mod=aggregate_dot):
-    """The dot kernels of ``mod`` (aggregate's, or ``rotate_mix_dot``) at ``edges`` per step and
-    ``warps`` per program in the block."""
-    old = mod.DOT_EDGES, mod.DOT_WARPS
-    mod.DOT_EDGES, mod.DOT_WARPS = edges, warps
-    try:
-        yield
-    finally:
-        mod.DOT_EDGES, mod.DOT_WARPS = old
+def dot_config(edges, warps, op="aggregate"):
+    """The dot backward of ``op`` at ``edges`` per step and ``warps`` per program in the
+    block."""
+    if op == "aggregate":
+        launch = tuning.DotLaunch(edges=edges, warps=warps)
+        return tuning.override(aggregate={"dot_ieee": launch, "dot_tf32x3": launch})
+    return tuning.override(rotate_mix={"dot_edges": edges, "dot_warps": warps})
 
 
 #: (edges per step, warps) of the dot kernels timed besides their default (band storage)
 DOT_SWEEP = ((4, 4), (8, 4), (8, 8))
-#: the same for rotate_mix's dot kernels (their defaults: 4 edges, 2 / 1 warps fwd / bwd)
+#: the same for rotate_mix's dot backward (its default: 4 edges, 1 warp)
 RM_DOT_SWEEP = ((4, 1), (4, 2), (4, 4), (8, 2))
 
 
@@ -308,8 +296,9 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
 
 
 def compare_dot(checks, op, case, run, mod, base, c64, c32, names):
-    """``mod``'s "dot" Triton kernels against its ``base`` ones ("walk" for aggregate, "edge"
-    for rotate_mix), band storage: rounding only. ``run(c)`` gives the op's outputs."""
+    """The "dot" backward of ``mod`` ("aggregate" or "rotate_mix") against its ``base``
+    kernels ("walk" for aggregate, "edge" for rotate_mix), band storage: rounding only.
+    ``run(c)`` gives the op's outputs."""
     for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
         res = {}
         for kern in (base, "dot"):
@@ -334,16 +323,17 @@ def run_checks(device, full, E, N):
         c32 = cast(c64, F32)
         # rotate_mix and aggregate on each of their kernels: (op, module, base kernels, run,
         # output names); the "dot" kernels are also compared with the base ones
-        variants = [(f"rotate_mix[{m}]", rotate_mix_mod, "edge",
+        variants = [(f"rotate_mix[{m}]", "rotate_mix", "edge",
                      lambda c, lay, m=m: run_rotate_mix(c, lay, m),
                      ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]))
                     for m in ("mix", "none")]  # fmt: skip
-        variants += [(f"aggregate[H={H}]", aggregate_mod, "walk",
+        variants += [(f"aggregate[H={H}]", "aggregate", "walk",
                       lambda c, lay, H=H: run_aggregate(c, lay, H),
                       ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]))
                      for H in (0, 1, 2)]  # fmt: skip
         for name, mod, base, run, names in variants:
-            for kern in (base, "dot"):
+            has_dot = name != "rotate_mix[mix]"  # the mixer has the edge kernels only
+            for kern in (base, "dot") if has_dot else (base,):
                 op = name + (" dot" if kern == "dot" else "")
                 with kernels(mod, kern):
                     for lay in (BAND, DENSE):
@@ -352,8 +342,9 @@ def run_checks(device, full, E, N):
                                              names)  # fmt: skip
                     for cc in (c64, c32):
                         compare_layouts(checks, op, tag, run, cc, names, 2, Ls)
-            compare_dot(checks, f"{name} dot~{base}", tag, lambda c, run=run: run(c, BAND), mod,
-                        base, c64, c32, names)  # fmt: skip
+            if has_dot:
+                compare_dot(checks, f"{name} dot~{base}", tag, lambda c, run=run: run(c, BAND),
+                            mod, base, c64, c32, names)  # fmt: skip
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(
@@ -518,14 +509,14 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
-        # aggregate and rotate_mix on their "dot" kernels (same op calls; aggregate's bwd
-        # reuses the walk's out/stats), with the launch sweeps on the band layout
-        dots = [(n, aggregate_kernels, DOT_SWEEP, aggregate_dot)
+        # the backward of aggregate and of rotate_mix's radial rows on their "dot" kernels
+        # (same op calls; aggregate's bwd reuses the walk's out/stats), with the launch sweeps
+        # on the band layout
+        dots = [(n, aggregate_kernels, DOT_SWEEP, "aggregate")
                 for n in ("aggregate[H]", "aggregate[plain]")]  # fmt: skip
-        dots += [(n, rotate_mix_kernels, RM_DOT_SWEEP, rotate_mix_dot)
-                 for n in ("rotate_mix[mix]", "rotate_mix[none]")]  # fmt: skip
+        dots += [("rotate_mix[none]", rotate_mix_kernels, RM_DOT_SWEEP, "rotate_mix")]
         for name, kernels, sweep, module in dots:
-            for pas in ("fwd", "bwd"):
+            for pas in ("bwd",):
                 with kernels("dot"), cm.force_backend("triton"):
                     t_dot = bench(ops[(name, pas)], device)
                     mem = peak_mb(runners[name], device) if pas == "fwd" else None

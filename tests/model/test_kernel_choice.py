@@ -47,8 +47,8 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     seen = _launched(monkeypatch)
     with force_triton():
         got = pot.evaluate(POS, None, False, SYM)
-    assert "_agg_dot_bwd_kernel" in seen and "_agg_bwd_kernel" not in seen
-    assert "_agg_fwd_kernel" in seen  # the forward stays the walk
+    assert "aggregate_dot_bwd_kernel" in seen and "aggregate_walk_bwd_kernel" not in seen
+    assert "aggregate_walk_fwd_kernel" in seen  # the forward is the walk
     assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
     assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
     assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
@@ -66,17 +66,17 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
 
     import torch
 
-    from mdband.kernels import _aggregate_dot as ad
     from mdband.kernels import _rotate_mix_dot as rmd
     from mdband.kernels import grid_product as gp
     from mdband.kernels import zonal
+    from mdband.kernels.aggregate import launch as agg_launch
 
     monkeypatch.setattr(cm, "interpret_mode", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     gpu = SimpleNamespace(dtype=torch.float32, device=torch.device("cuda"))
     assert cm.has_tf32_cores(gpu.device) is dot
     assert not cm.has_tf32_cores("cpu")
-    assert ad.chosen({"fwd": "walk", "bwd": "auto"}, "bwd", gpu) == ("dot" if dot else "walk")
+    assert agg_launch.bwd_kernels(gpu) == ("dot" if dot else "walk")
     assert rmd.chosen({"fwd": "edge", "bwd": "auto"}, "bwd", gpu, False) == (
         "dot" if dot else "edge"
     )
