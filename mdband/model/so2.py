@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mdband.kernels._mixer import mixer_matrix
+from mdband.kernels.rotate_mix import mixer_matrix
 from mdband.kernels.so2_stack import so2_linear
 from mdband.so3 import storage as st
 
@@ -127,7 +127,7 @@ class RadialDegreeMixer(nn.Module):
     def _one_product(self, k: torch.Tensor, xl: torch.Tensor) -> torch.Tensor:
         """The three |m| blocks as one block-diagonal (E, Dm·R', Dm) product (R' = 1 for
         "degree", the rank for "degree_channel"; rows (l_out, r), the matrix of
-        :func:`mdband.kernels._mixer.mixer_matrix`), then the channel basis (see
+        :func:`mdband.kernels.rotate_mix.mixer.mixer_matrix`), then the channel basis (see
         :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; forward + backward at 34,128 edges,
         one CPU thread: L = 2, C = 32 143 → 39 ms; L = 3, C = 64 189 → 115 ms)."""
         E, dm = xl.shape[0], xl.shape[1]

@@ -141,7 +141,14 @@ KERNEL_META_NAMES: dict[str, dict[str, str]] = {
 }
 #: (pinned kernel name, pinned constexpr) -> the value it always had, for constexprs the code
 #: no longer passes (the launch is the same: the kernel compiled that value in)
-DROPPED: dict[tuple[str, str], object] = {}
+DROPPED: dict[tuple[str, str], object] = {
+    # the dot backward of rotate_mix serves radial rows only (its mixer branch, never chosen
+    # by a default, is gone): no mixer, rank 1, and the mixer's output lanes it never read
+    ("_rm_dot_bwd_kernel", "MIX"): False,
+    ("_rm_dot_bwd_kernel", "R"): 1,
+    ("_rm_dot_bwd_kernel", "RP"): 1,
+    ("_rm_dot_bwd_kernel", "LP"): 4,
+}
 
 
 def _simulate(monkeypatch, device: str) -> None:

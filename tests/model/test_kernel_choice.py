@@ -49,8 +49,8 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
         got = pot.evaluate(POS, None, False, SYM)
     assert "aggregate_dot_bwd_kernel" in seen and "aggregate_walk_bwd_kernel" not in seen
     assert "aggregate_walk_fwd_kernel" in seen  # the forward is the walk
-    assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
-    assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
+    assert ("rotate_mix_dot_bwd_kernel" in seen) is rm_dot
+    assert ("rotate_mix_edge_bwd_kernel" in seen) is not rm_dot
     assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
     assert {"_radial_fwd_kernel", "_radial_bwd_kernel"} <= seen  # envelope and radial basis
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
@@ -66,10 +66,10 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
 
     import torch
 
-    from mdband.kernels import _rotate_mix_dot as rmd
     from mdband.kernels import grid_product as gp
     from mdband.kernels import zonal
     from mdband.kernels.aggregate import launch as agg_launch
+    from mdband.kernels.rotate_mix import launch as rm_launch
 
     monkeypatch.setattr(cm, "interpret_mode", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
@@ -77,9 +77,7 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
     assert cm.has_tf32_cores(gpu.device) is dot
     assert not cm.has_tf32_cores("cpu")
     assert agg_launch.bwd_kernels(gpu) == ("dot" if dot else "walk")
-    assert rmd.chosen({"fwd": "edge", "bwd": "auto"}, "bwd", gpu, False) == (
-        "dot" if dot else "edge"
-    )
+    assert rm_launch.bwd_kernels(gpu, mix=False) == ("dot" if dot else "edge")
     assert zonal.bwd_kernel(gpu) == ("dot" if dot else "walk")
     assert gp._precision(gpu, exact=False) == int(dot)
     assert cm.dot_precision("auto", gpu.device) == ("tf32x3" if dot else "ieee")  # the MLP ops

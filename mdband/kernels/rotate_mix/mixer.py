@@ -1,4 +1,4 @@
-"""Index tables of rotate_mix's degree mixer, shared by its torch reference and its kernels.
+"""rotate_mix's degree mixer: the index tables shared by its torch reference and its kernels.
 
 The compact mixer kernel k (E, K, R), K = (L+1)² + L², holds block |m| = 0 ((L+1)×(L+1)) then
 block |m| = 1 (L×L); entry ``(l_in − |m|)(L − |m| + 1) + (l_out − |m|)`` inside block |m|
