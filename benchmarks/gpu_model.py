@@ -15,6 +15,7 @@ Writes ``$OUT/gpu_model.json`` when ``OUT`` is set; prints a table last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -101,11 +102,16 @@ def main() -> None:
     ap.add_argument("--switch-size", type=int, default=0, help="bucket-switch check cell (n)")
     args = ap.parse_args()
     if args.stack_config and os.path.exists(args.stack_config):
-        from mdband.kernels import so2_stack
+        from mdband.kernels import tuning
 
         with open(args.stack_config) as fh:
-            so2_stack.CONFIG.update(json.load(fh)["timing"]["best"])
-        print("so2_mix_layer configs:", so2_stack.CONFIG, flush=True)
+            best = json.load(fh)["timing"]["best"]
+        linear = dict(tuning.current().so2_stack.linear)
+        linear.update({p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
+                       for p, b in best.items() if p in tuning.SPLIT_MODES})  # fmt: skip
+        # the whole run with these launches (tuning.override, left when the script ends)
+        contextlib.ExitStack().enter_context(tuning.override(so2_stack={"linear": linear}))
+        print("so2_mix_layer launches:", linear, flush=True)
     out = {
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,

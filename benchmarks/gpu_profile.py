@@ -25,6 +25,7 @@ Prints JSON lines and writes ``$OUT/profile.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -64,16 +65,23 @@ def call_args(atoms):
     return atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols()
 
 
-def use_stack_configs(paths) -> None:
-    """Take the best launches of ``benchmarks/gpu_stack.py`` sweeps for their (L, C)."""
-    from mdband.kernels import so2_stack as ss
+def use_stack_configs(paths):
+    """The tuning-table override (a context manager) with the best launches of
+    ``benchmarks/gpu_stack.py`` sweeps for their (L, C)."""
+    from mdband.kernels import tuning
 
+    shapes = dict(tuning.current().so2_stack.shapes)
     for path in paths:
         doc = json.loads(Path(path).read_text())
         t = doc["timing"]
         key = (doc["args"]["lmax"], doc["args"]["channels"])
-        ss.SHAPE_CONFIG[key] = {"linear": t["best"]["tf32x3"], "gate": t["best_gate"]}
-        print("so2_mix_layer launch", key, ss.SHAPE_CONFIG[key], flush=True)
+        lin, gate = t["best"]["tf32x3"], t["best_gate"]
+        linear = tuning.LinearLaunch(edges=lin["BE"], warps=lin["warps"], stages=lin["stages"])
+        gate = tuning.GateLaunch(edges=gate["BE"], fwd_warps=gate["fwd_warps"],
+                                 bwd_warps=gate["bwd_warps"])  # fmt: skip
+        shapes[key] = tuning.StackShape(linear={"tf32x3": linear}, gate=gate)
+        print("so2_mix_layer launch", key, shapes[key], flush=True)
+    return tuning.override(so2_stack={"shapes": shapes})
 
 
 # ------------------------------------------------------------------ profile
@@ -319,7 +327,8 @@ def main(argv=None) -> None:
     ap.add_argument("--stack-config", nargs="*", default=[],
                     help="gpu_stack-L*-C*.json files whose best launches to use")  # fmt: skip
     args = ap.parse_args(argv)
-    use_stack_configs(args.stack_config)
+    # the whole run with those launches (left when the script ends)
+    contextlib.ExitStack().enter_context(use_stack_configs(args.stack_config))
     t_start = time.perf_counter()
     res: dict = {"torch": torch.__version__, "profile": {}, "compile": []}
     out = Path(os.environ.get("OUT", "benchmarks/out"))

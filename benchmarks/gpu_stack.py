@@ -23,6 +23,7 @@ import triton.testing
 
 from mdband.kernels import _common as cm
 from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
 from mdband.model.so2 import GatedActivation, SO2Linear
 
 F64, F32 = torch.float64, torch.float32
@@ -107,13 +108,16 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
     y_t = None
     sweep = []
     runs = [(p, c) for p in precisions for c in configs] + [("ieee", (64, 4, 2))]  # ieee: cuBLAS
-    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
+    table = tuning.current().so2_stack
+    # the sweep's launch, not a tuned per-shape one
+    shapes = {key: shape for key, shape in table.shapes.items() if key != (L, C)}
     for prec, (be, warps, stages) in runs:
-        ss.CONFIG[prec] = dict(BE=be, warps=warps, stages=stages)
-        for key in ("linear", "linear-fp16x3", "linear-fp16"):
-            shape.pop(key, None)  # the sweep's launch, not a tuned one
+        linear = dict(table.linear)
+        if prec in tuning.SPLIT_MODES:
+            linear[prec] = tuning.LinearLaunch(edges=be, warps=warps, stages=stages)
         try:
-            row = time_config(x, w0, wm, wg, gy, L, prec)
+            with tuning.override(so2_stack={"linear": linear, "shapes": shapes}):
+                row = time_config(x, w0, wm, wg, gy, L, prec)
         except Exception as exc:  # a config the compiler refuses (shared memory, registers)
             print(f"  config {be}/{warps}/{stages} {prec}: {type(exc).__name__}: {exc}"[:200])
             continue
@@ -133,8 +137,13 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
             b = min(rows, key=lambda r: r["fwd_ms"] + r["bwd_ms"])
             best[prec] = {k: b[k] for k in ("BE", "warps", "stages")}
     out["best"] = best
-    ss.CONFIG.update(best)
-    out["gate_sweep"], out["best_gate"] = gate_sweep(x, w0, wm, wg, gy, L) if gates else ([], None)
+    linear = dict(table.linear)
+    linear.update({p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
+                   for p, b in best.items() if p in tuning.SPLIT_MODES})  # fmt: skip
+    with tuning.override(so2_stack={"linear": linear, "shapes": shapes}):
+        out["gate_sweep"], out["best_gate"] = (
+            gate_sweep(x, w0, wm, wg, gy, L) if gates else ([], None)
+        )
     return out
 
 
@@ -142,13 +151,14 @@ def gate_sweep(x, w0, wm, wg, gy, L):
     """Gate kernels' launch (edges per program, warps): the whole op timed per launch with the
     linear kernel at its best; returns (rows, best {BE, fwd_warps, bwd_warps})."""
     C = x.shape[-1]
-    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
     rows = []
     for be in (16, 32, 64, 128):
         for warps in (2, 4, 8):
-            shape["gate"] = {"BE": be, "fwd_warps": warps, "bwd_warps": warps}
+            gate = tuning.GateLaunch(edges=be, fwd_warps=warps, bwd_warps=warps)
             try:
-                t = time_config(x, w0, wm, wg, gy, L, "tf32x3")
+                shapes = {(L, C): tuning.StackShape(gate=gate)}
+                with tuning.override(so2_stack={"shapes": shapes}):
+                    t = time_config(x, w0, wm, wg, gy, L, "tf32x3")
             except Exception as exc:  # registers or shared memory: not a candidate
                 print(f"  gate BE={be} w={warps}: {type(exc).__name__}"[:200])
                 continue
@@ -162,7 +172,6 @@ def gate_sweep(x, w0, wm, wg, gy, L):
         if fwd["fwd_ms"] + bwd["bwd_ms"] < best_ms:
             best_ms = fwd["fwd_ms"] + bwd["bwd_ms"]
             best = {"BE": be, "fwd_warps": fwd["warps"], "bwd_warps": bwd["warps"]}
-    shape.pop("gate", None)
     return rows, best
 
 

@@ -11,6 +11,7 @@ both orientations, one or two output rows per program (``rows``), tf32x3 and fp1
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -18,10 +19,12 @@ import torch
 import triton
 import triton.language as tl
 
-from mdband.kernels import _split_dots as sd
-from mdband.kernels import _stack_linear as sl
-from mdband.kernels import _stack_weights as sw
-from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
+from mdband.kernels.so2_stack import launch as so2_launch
+from mdband.kernels.so2_stack import op as so2_op
+from mdband.kernels.so2_stack import reference as ss
+from mdband.kernels.so2_stack import weights as sw
+from mdband.kernels.so2_stack.split_dots import rna_tf32
 
 
 @triton.jit
@@ -29,7 +32,7 @@ def _trunc(x):
     return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
 
 
-_rna = sd.rna_tf32  # round to the nearest TF32 value (the product kernel's split)
+_rna = rna_tf32  # round to the nearest TF32 value (the product kernel's split)
 
 
 @triton.jit
@@ -267,7 +270,7 @@ def main():
             return
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
-        ran = list(sl._WORKING.values())
+        ran = [dataclasses.asdict(launch) for launch in so2_launch._WORKING.values()]
         print(json.dumps({"variant": name, "ms": round(ms, 3), "useful_tflops": round(tf, 1),
                           "rel_err": err, "launch": ran[-1] if ran else None}),
               flush=True)  # fmt: skip
@@ -275,7 +278,7 @@ def main():
     y = torch.empty_like(x)
     if not args.product_only:
         experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, args.tma_only)
-    # ss._linear is called here outside its triton_op: torch's wrap_triton would then trace each
+    # so2_op._linear is called here outside its triton_op: torch's wrap_triton would then trace each
     # launch and keep its TensorDescriptors (and so x, y) in its kernel side table for good
     from torch._library.triton import set_wrap_triton_enabled
 
@@ -345,22 +348,23 @@ def product(x, w0, wm, L, C, report, tma_only=False):
                 (128, 8, 1, 2), (64, 4, 3, 2), (32, 4, 2, 2), (256, 8, 2, 2)]  # fmt: skip
     if tma_only:
         launches = launches[:1]
-    splits = ("rna", "trunc", "trunc-rna") if tma_only else ("rna",)
-    for mode, split in [("tf32x3", sp) for sp in splits] + ([] if tma_only else [("fp16x3", "")]):
-        sl.X_SPLIT["tf32x3"] = split or "rna"
+    table = tuning.current().so2_stack
+    shapes = {key: shape for key, shape in table.shapes.items() if key != (L, C)}
+    for mode in ("tf32x3",) if tma_only else ("tf32x3", "fp16x3"):
         for be, warps, stages, rows in launches:
-            ss.CONFIG[mode] = dict(BE=be, warps=warps, stages=stages, rows=rows)
-            ss.SHAPE_CONFIG.pop((L, C), None)
-            sl._WORKING.clear()
-            for t in (False, True):
-                tag = f"mdband {mode}{'-' + split if split else ''} {'xWt' if t else 'xW'} "
-                tag += f"{be}/{warps}/{stages} rows={rows}"
-                try:
-                    out = ss._linear(x, x, w0, wm, L, t, mode)
-                except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
-                    print(json.dumps({"variant": tag, "error": str(exc)[:1500]}), flush=True)
-                    continue
-                report(tag, lambda t=t, mode=mode: ss._linear(x, x, w0, wm, L, t, mode), out, t)
+            linear = dict(table.linear)
+            linear[mode] = tuning.LinearLaunch(edges=be, warps=warps, stages=stages, rows=rows)
+            so2_launch._WORKING.clear()
+            with tuning.override(so2_stack={"linear": linear, "shapes": shapes}):
+                for t in (False, True):
+                    tag = f"mdband {mode} {'xWt' if t else 'xW'} {be}/{warps}/{stages} rows={rows}"
+                    try:
+                        out = so2_op._linear(x, x, w0, wm, L, t, mode)
+                    except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
+                        print(json.dumps({"variant": tag, "error": str(exc)[:1500]}), flush=True)
+                        continue
+                    fn = lambda t=t, mode=mode: so2_op._linear(x, x, w0, wm, L, t, mode)  # noqa: E731
+                    report(tag, fn, out, t)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Experiment: the SO(2) linear kernel on x pre-split into fp16 hi/lo parts (times, errors).
 
-Not part of the product: the exploration behind :mod:`mdband.kernels._presplit_linear`. The
-in-register kernel (:mod:`mdband.kernels._stack_linear`) loads each fp32 x tile once per output
+Not part of the product: the exploration behind :mod:`mdband.kernels.so2_stack.presplit`. The
+in-register kernel (:mod:`mdband.kernels.so2_stack.linear`) loads each fp32 x tile once per output
 row that reads it (4 times at m = 0, 6 at |m| = 1 for L = 3) and splits it in registers each
 time; its one-fp16-product mode still took 1.64 ms at the default shape (647,154 edges, L = 3,
 C = 64), against a tensor-core floor of ≈ 0.3 ms. The candidates take x already split, as its
@@ -29,11 +29,13 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from mdband.kernels import _presplit_linear as ps
-from mdband.kernels import _split_dots as sd
-from mdband.kernels import _stack_linear as sl
-from mdband.kernels import _stack_weights as sw
-from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
+from mdband.kernels.so2_stack import launch as so2_launch
+from mdband.kernels.so2_stack import op as so2_op
+from mdband.kernels.so2_stack import presplit as ps
+from mdband.kernels.so2_stack import reference as ss
+from mdband.kernels.so2_stack import split_dots as sd
+from mdband.kernels.so2_stack import weights as sw
 
 LO = sw.FP16_LO_SCALE
 
@@ -59,7 +61,7 @@ def split_rows(x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.conste
 @triton.jit
 def lin_f16pre(xh_d, xl_d, inv_ptr, res_d, wh_d, wl_d, y_d, w_inv, E,
                L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, NR: tl.constexpr):  # fmt: skip
-    """The product's pre-split kernel (:func:`mdband.kernels._presplit_linear.presplit_kernel`,
+    """The product's pre-split kernel (:mod:`mdband.kernels.so2_stack.presplit`,
     same grid and tiles) with one scale per edge (inv (F·E,)) instead of one per edge and row:
     the k-tiles' products accumulate in two fp32 accumulators inside the tensor-core chain
     (hi·hi; the cross products) and the scales apply once at the end."""
@@ -111,20 +113,18 @@ def presplit_linear(parts, res, w0, wm, L, nr=1, be=128, warps=8, stages=2, per_
                     transpose=False):  # fmt: skip
     """x·W + res (x·Wᵀ + res) from ``parts`` = :func:`split_x` (x): one scale per edge by
     :func:`lin_f16pre`, per edge and row (``per_row``) by the product's
-    :func:`mdband.kernels._presplit_linear.linear` at this launch (weights packed once per
-    weight pair, as in the product)."""
+    :func:`mdband.kernels.so2_stack.launch.presplit_linear` at this launch (weights packed once
+    per weight pair, as in the product)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     xh, xl, inv = parts
     F, E, dm, C = xh.shape
     if per_row:
-        ps._WORKING.clear()
-        launch = {"BE": be, "warps": warps, "stages": stages, "rows": nr}
-        saved, ps.LAUNCHES = ps.LAUNCHES, (launch,)
-        try:
-            return ps.linear(ps.SplitRows(xh, xl, inv.view(F, E, dm)), res, w0, wm, L, transpose)
-        finally:
-            ps.LAUNCHES = saved
+        so2_launch._PRESPLIT_WORKING.clear()
+        launch = tuning.LinearLaunch(edges=be, warps=warps, stages=stages, rows=nr)
+        with tuning.override(so2_stack={"presplit": (launch,)}):
+            split = ps.SplitRows(xh, xl, inv.view(F, E, dm))
+            return so2_launch.presplit_linear(split, res, w0, wm, L, transpose)
     y = torch.empty(xh.shape, dtype=torch.float32, device=xh.device)
 
     def d(t, width):
@@ -189,8 +189,10 @@ def main():
 
     with set_wrap_triton_enabled(False):  # launches outside a triton_op (linear_variants.py)
         for mode in ("tf32x3", "fp16x3"):
-            sl._WORKING.clear()
-            report(f"product {mode}", lambda mode=mode: ss._linear(x, x, w0, wm, L, False, mode))
+            so2_launch._WORKING.clear()
+            report(
+                f"product {mode}", lambda mode=mode: so2_op._linear(x, x, w0, wm, L, False, mode)
+            )
         for be, warps in [(16, 4), (32, 8), (8, 4)]:
             report(
                 f"split {be}/{warps}", lambda be=be, warps=warps: (split_x(x, be, warps), None)[1]
@@ -208,12 +210,10 @@ def main():
 
 
 def gate_split_sweep(E, L, C):
-    """The gate backward kernel (``_stack_gate.gate_bwd``) per launch, gh in fp32 and split
-    (:class:`mdband.kernels._presplit_linear.SplitRows`): ms, and the split's worst element
+    """The gate backward kernel (``so2_stack.launch.gate_bwd``) per launch, gh in fp32 and split
+    (:class:`mdband.kernels.so2_stack.presplit.SplitRows`): ms, and the split's worst element
     against the fp32 output relative to its row's largest."""
     from torch._library.triton import set_wrap_triton_enabled
-
-    from mdband.kernels import _stack_gate as sg
 
     g = torch.Generator(device="cpu").manual_seed(1)
     dm = 3 * L + 1
@@ -228,7 +228,9 @@ def gate_split_sweep(E, L, C):
                 try:
 
                     def fn(out=out, be=be, warps=warps):
-                        sg.gate_bwd(gy, h, wg, out, L, be, warps)
+                        gate = tuning.GateLaunch(edges=be, fwd_warps=warps, bwd_warps=warps)
+                        with tuning.override(so2_stack={"gate": gate, "shapes": {}}):
+                            so2_launch.gate_bwd(gy, h, wg, out, L)
 
                     row[f"{name}_ms"] = round(triton.testing.do_bench(fn, warmup=5, rep=60), 3)
                 except Exception as exc:  # noqa: BLE001 - an experiment: record and go on

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels import so2_stack as ss
+from mdband.kernels.so2_stack import reference as ss
 
 pytestmark = pytest.mark.skipif(
     not cm.TRITON_AVAILABLE or os.environ.get("TRITON_INTERPRET") != "1",

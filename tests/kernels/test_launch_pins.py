@@ -36,11 +36,10 @@ DEVICES = (*GPUS, "interpreter")
 # ============================================================================ ADAPTER
 # (the code's names; the only part of this file a refactor may edit)
 def _modules():
-    from mdband.kernels import _presplit_linear as ps
-    from mdband.kernels import _stack_linear as sl
-    from mdband.kernels import cell_pairs, grid_product, radial_basis, so2_stack
+    from mdband.kernels import cell_pairs, grid_product, radial_basis
+    from mdband.kernels.so2_stack import launch as so2_launch
 
-    return ps, sl, cell_pairs, grid_product, radial_basis, so2_stack
+    return so2_launch, cell_pairs, grid_product, radial_basis
 
 
 #: kernel function name -> its name in the pins
@@ -148,21 +147,24 @@ DROPPED: dict[tuple[str, str], object] = {
     ("_rm_dot_bwd_kernel", "R"): 1,
     ("_rm_dot_bwd_kernel", "RP"): 1,
     ("_rm_dot_bwd_kernel", "LP"): 4,
+    # the SO(2) linear kernel's tf32x3 split of x is the rounded one (the truncating
+    # variants, never chosen by a default, are gone)
+    ("linear_kernel", "XS"): 0,
 }
 
 
 def _simulate(monkeypatch, device: str) -> None:
     """Patch the device predicates so the dispatch sees ``device`` (tensors stay on the CPU)."""
-    ps, sl, cell_pairs, gp, rb, ss = _modules()
-    monkeypatch.setattr(sl, "_WORKING", {})
-    monkeypatch.setattr(ps, "_WORKING", {})
+    so2_launch, cell_pairs, gp, rb = _modules()
+    monkeypatch.setattr(so2_launch, "_WORKING", {})
+    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
     if device == "interpreter":
         return
     cap = GPUS[device]
     monkeypatch.setattr(cm, "interpret_mode", lambda: False)
     monkeypatch.setattr(cm, "triton_available", lambda device: True)
     monkeypatch.setattr(cm, "has_tf32_cores", lambda device: cap >= (8, 0))
-    monkeypatch.setattr(ss, "_tma_capable", lambda device: cap >= (9, 0))
+    monkeypatch.setattr(cm, "has_tma", lambda device: cap >= (9, 0))
     monkeypatch.setattr(
         gp, "_precision", lambda x, exact: int(not exact and x.dtype == F32 and cap >= (8, 0))
     )
@@ -171,7 +173,7 @@ def _simulate(monkeypatch, device: str) -> None:
 
 def _patch_direct_launches(monkeypatch, record) -> None:
     """Kernels launched without ``cm.wrap`` (run after recording)."""
-    _, _, cell_pairs, _, _, _ = _modules()
+    _, cell_pairs, _, _ = _modules()
     kernel = cell_pairs._pairs_kernel
 
     class Launcher:

@@ -1,5 +1,5 @@
-"""Weight tiles of the so2_mix_layer linear kernel (:mod:`mdband.kernels.so2_stack`), split into
-the operand pairs of its precision mode and cached per frozen weight pair.
+"""Weight tiles of the so2_mix_layer linear kernel, split into the operand pairs of its
+precision mode and cached per frozen weight pair.
 
 Precision modes of the kernel's products (x and W both split, accumulation in fp32):
 
@@ -31,13 +31,16 @@ import weakref
 
 import torch
 
-#: precision modes of the Triton linear kernel (``ieee`` is the exact cuBLAS path)
-SPLIT_MODES = ("tf32x3", "fp16x3", "fp16")
-#: the kernel's constexpr MODE of each split mode
-MODE_CODE = {"tf32x3": 0, "fp16x3": 1, "fp16": 2}
+from mdband.kernels.tuning import SPLIT_MODES
+
 FP16_LO_SCALE = 2048.0  # 2**11: an fp16 lo part is (v - hi) * 2**11
 #: the largest weight after scaling lies in [2**13, 2**14)
 _FP16_W_TOP = 13
+
+
+def mode_code(mode: str) -> int:
+    """The kernel's constexpr MODE of a split mode (0 tf32x3, 1 fp16x3, 2 fp16)."""
+    return SPLIT_MODES.index(mode)
 
 
 def blocks(w0, wm, F, L):
@@ -94,8 +97,8 @@ def split_fp16(t):
 def row_block_tiles(tiles, F, L, C, rows):
     """:func:`weight_tiles` regrouped for ``rows`` output rows per program: tile (f, p, k) of
     (rows·C, C) stacks the tiles (f, p·rows + i, k), i = 0..rows−1 (the pre-split kernel of
-    :mod:`mdband.kernels._presplit_linear`); ``rows`` divides 3L + 1 and no block crosses the
-    m-groups (the caller's :func:`~mdband.kernels._presplit_linear.rows_per_program`)."""
+    :mod:`.presplit`); ``rows`` divides 3L + 1 and no block crosses the m-groups (the caller's
+    :func:`.presplit.rows_per_program`)."""
     if rows == 1:
         return tiles
     t = tiles.view(F, (3 * L + 1) // rows, rows, 2 * L, C, C)
