@@ -6,7 +6,8 @@
 * hyper-dual numbers (value, gradient (x, y, z), Hessian (xx, xy, xz, yy, yz, zz)) of functions
   of û: :func:`t_hd`, :func:`t_mul`, :func:`t_lin` and :func:`hessian` in torch (the closed-form
   reference backward), ``hd_var``/``hd_r2``/``hd_mul``/``hd_lin``/``hd_scale`` in Triton (the
-  kernel; with ``HESS`` false they carry value and gradient only).
+  kernel; a hyper-dual is a tuple of its ten components, and with ``HESS`` false the Hessian
+  slots carry a copy of the value, unused).
 """
 
 from __future__ import annotations
@@ -124,16 +125,16 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def hd_var(p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz, w, AX: tl.constexpr,
-                HESS: tl.constexpr):  # fmt: skip
-        """w · P where w is the coordinate AX (0 x, 1 y, 2 z)."""
+    def hd_var(p, w, AXIS: tl.constexpr, HESS: tl.constexpr):
+        """w · p where w is the coordinate AXIS (0 x, 1 y, 2 z)."""
+        p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz = p
         r0 = w * p0
         rx = w * px
         ry = w * py
         rz = w * pz
-        if AX == 0:
+        if AXIS == 0:
             rx = rx + p0
-        elif AX == 1:
+        elif AXIS == 1:
             ry = ry + p0
         else:
             rz = rz + p0
@@ -144,11 +145,11 @@ if cm.TRITON_AVAILABLE:
             ryy = w * pyy
             ryz = w * pyz
             rzz = w * pzz
-            if AX == 0:
+            if AXIS == 0:
                 rxx = rxx + 2 * px
                 rxy = rxy + py
                 rxz = rxz + pz
-            elif AX == 1:
+            elif AXIS == 1:
                 rxy = rxy + px
                 ryy = ryy + 2 * py
                 ryz = ryz + pz
@@ -161,8 +162,9 @@ if cm.TRITON_AVAILABLE:
         return r0, rx, ry, rz, rxx, rxy, rxz, ryy, ryz, rzz
 
     @triton.jit
-    def hd_r2(p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz, x, y, z, r2, HESS: tl.constexpr):
-        """r² · P, r² = x² + y² + z² (as a polynomial: ∇r² = 2u, H = 2I)."""
+    def hd_r2(p, x, y, z, r2, HESS: tl.constexpr):
+        """r² · p, r² = x² + y² + z² (as a polynomial: ∇r² = 2u, H = 2I)."""
+        p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz = p
         r0 = r2 * p0
         rx = r2 * px + (2 * x) * p0
         ry = r2 * py + (2 * y) * p0
@@ -179,8 +181,10 @@ if cm.TRITON_AVAILABLE:
         return r0, rx, ry, rz, rxx, rxy, rxz, ryy, ryz, rzz
 
     @triton.jit
-    def hd_mul(a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz,
-                b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz, HESS: tl.constexpr):  # fmt: skip
+    def hd_mul(a, b, HESS: tl.constexpr):
+        """a · b."""
+        a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
+        b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz = b
         r0 = a0 * b0
         rx = a0 * bx + b0 * ax
         ry = a0 * by + b0 * ay
@@ -197,8 +201,10 @@ if cm.TRITON_AVAILABLE:
         return r0, rx, ry, rz, rxx, rxy, rxz, ryy, ryz, rzz
 
     @triton.jit
-    def hd_lin(ca, a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz,
-                cb, b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz, HESS: tl.constexpr):  # fmt: skip
+    def hd_lin(ca, a, cb, b, HESS: tl.constexpr):
+        """ca · a + cb · b."""
+        a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
+        b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz = b
         r0 = ca * a0 + cb * b0
         rx = ca * ax + cb * bx
         ry = ca * ay + cb * by
@@ -215,7 +221,9 @@ if cm.TRITON_AVAILABLE:
         return r0, rx, ry, rz, rxx, rxy, rxz, ryy, ryz, rzz
 
     @triton.jit
-    def hd_scale(c, a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz, HESS: tl.constexpr):
+    def hd_scale(c, a, HESS: tl.constexpr):
+        """c · a."""
+        a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
         r0 = c * a0
         if HESS:
             rxx = c * axx
