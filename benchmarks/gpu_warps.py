@@ -3,18 +3,19 @@
     python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096] [--aggregate 3x64 2x32]
         [--gate 3x64 2x32] [--no-rotate-mix]
 
-Times each op's forward and backward (median of ``triton.testing.do_bench``) for 1, 2, 4 and 8
-warps per program, then the backward for edges per program and pipeline stages of its edge
-kernel (``rotate_mix.BWD_EDGE``), band storage, L = 3, C = 64, mixer rank 1, and checks that
-every launch agrees with the module's default to 1e-5 relative; then aggregate's walk kernels
-(``aggregate.WALK``: warps, edge-loop pipeline stages, prefetch) per (L, C), forward + backward
-with one attention head, and its "dot" backward per tl.dot precision (ieee, tf32x3), edges per
-step and warps; then so2_mix_layer's backward gate kernel per edges per program and warps
-(``SHAPE_CONFIG``'s "gate" entry), each timed as the gated backward op less the ungated one (the
-linear kernel alone) and checked against the default launch; then rotate_mix's by-source "dot"
-kernels (``rotate_mix.KERNELS``) per tl.dot precision, edges per step and warps against its edge
-kernels, forward and backward op apart, with the mixer of rank 1 and with radial rows
-(``--rotate-mix-dot``); radial_basis against its torch path (``--radial n``); seed_mlp and
+Every launch below is set through ``mdband.kernels.tuning.override`` (the tuning table's
+records named in brackets). Times rotate_mix's forward and backward (median of
+``triton.testing.do_bench``) for 1, 2, 4 and 8 warps per program, then the backward for edges
+per program and pipeline stages of its edge kernel (``rotate_mix``: edge_block, edge_stages),
+band storage, L = 3, C = 64, mixer rank 1, and checks that every launch agrees with the default
+to 1e-5 relative; then aggregate's walk kernels (``aggregate``: walk_warps, walk_stages, the
+prefetches) per (L, C), forward + backward with one attention head, and its "dot" backward per
+tl.dot precision (ieee, tf32x3), edges per step and warps; then so2_mix_layer's backward gate
+kernel per edges per program and warps (``so2_stack`` shapes' gate launch), each timed as the
+gated backward op less the ungated one (the linear kernel alone) and checked against the default
+launch; then rotate_mix's by-source "dot" backward of radial rows per tl.dot precision, edges
+per step and warps against its edge kernels (``--rotate-mix-dot rad:3x64``; the mixer has the
+edge kernels only); radial_basis against its torch path (``--radial n``); seed_mlp and
 radial_mlp against theirs (``--seed-mlp 32 64``, ``--radial-mlp 2x32 3x64``). Prints one line
 per setting.
 """
@@ -27,14 +28,15 @@ import sys
 import torch
 
 import benchmarks.gpu_kernels as gk
-from mdband.kernels import _aggregate_dot as ad
-from mdband.kernels import _aggregate_walk as aw
 from mdband.kernels import _common as cm
-from mdband.kernels import _rotate_mix_dot as rmd
-from mdband.kernels import _stack_gate as sg
-from mdband.kernels import aggregate as agg
-from mdband.kernels import rotate_mix as rm
-from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
+from mdband.kernels.aggregate import aggregate
+from mdband.kernels.aggregate.walk import aggregate_walk_bwd_kernel
+from mdband.kernels.rotate_mix.backward import rotate_mix_edge_bwd_kernel
+from mdband.kernels.so2_stack import launch as so2_launch
+from mdband.kernels.so2_stack import op as so2_op
+from mdband.kernels.so2_stack.gate import so2_gate_bwd_kernel
+from mdband.kernels.so2_stack.linear import so2_linear_kernel
 from mdband.so3 import storage as st
 
 
@@ -65,9 +67,18 @@ def compiled_sizes(kernel):
     return out
 
 
+def stack_shape(L, C, linear=None, gate=None):
+    """``so2_stack`` changes: the (L, C) shape's linear launches updated with ``linear`` (split
+    mode → LinearLaunch) and its gate launch set to ``gate`` (None: kept)."""
+    table = tuning.current().so2_stack
+    old = table.shapes.get((L, C), tuning.StackShape())
+    new = tuning.StackShape(linear={**old.linear, **(linear or {})}, gate=gate or old.gate)
+    return {"shapes": {**table.shapes, (L, C): new}}
+
+
 def aggregate_sweep(E, N, L, C, dev):
     """aggregate forward + backward (one attention head, band) per warps and edge-loop stages
-    of its walk kernels (``aggregate.WALK``), each checked against the default launch."""
+    of its walk kernels (``aggregate`` walk_*), each checked against the default launch."""
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=2, H=1, R=1), torch.float32)
     band = st.RotationLayout.BAND
 
@@ -78,60 +89,50 @@ def aggregate_sweep(E, N, L, C, dev):
     S = st.RotationStorage(band, c["Ls"], c["storage"][band])
 
     def fwd():  # the forward alone (no graph)
-        return agg.aggregate(c["y"], S, L, rho, c["dst"], c["N"], c["env"],
-                             logits=c["logits"][:, :1], z=c["z"][:1])  # fmt: skip
+        return aggregate(c["y"], S, L, rho, c["dst"], c["N"], c["env"],
+                         logits=c["logits"][:, :1], z=c["z"][:1])  # fmt: skip
 
-    ok, saved = True, dict(agg.WALK)
+    ok = True
     ref = fn()
     launches = [(None, 3, False), (None, 3, True), (None, 1, True), (None, 2, True), (2, 3, True)]
     for warps, stages, prefetch in launches:
-        agg.WALK.update(warps=warps, stages=stages, prefetch={"fwd": prefetch, "bwd": prefetch})
-        ms, ms_fwd = gk.bench(fn, dev)[0], gk.bench(fwd, dev)[0]
-        out = fn()
+        walk = {"walk_warps": warps, "walk_stages": stages}
+        with tuning.override(
+            aggregate={**walk, "fwd_prefetch": prefetch, "bwd_prefetch": prefetch}
+        ):
+            ms, ms_fwd = gk.bench(fn, dev)[0], gk.bench(fwd, dev)[0]
+            out = fn()
         same = close(out, ref)
         bitwise = all(torch.equal(a, b) for a, b in zip(out, ref) if a is not None)
         ok &= same
         print(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
               f"prefetch={prefetch}: {ms:7.2f} ms (fwd + bwd), fwd {ms_fwd:6.2f}  "
               f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
-    agg.WALK.update(saved)
-    print("aggregate bwd compiles:", compiled_sizes(aw._agg_bwd_kernel), flush=True)
+    print("aggregate bwd compiles:", compiled_sizes(aggregate_walk_bwd_kernel), flush=True)
     ok &= dot_sweep(fn, fwd, ref, L, C, dev)
     return ok
 
 
 def dot_sweep(fn, fwd, ref, L, C, dev):
-    """The "dot" kernels (BE edges per step as tl.dot) per precision, edges per step and warps
-    against the walk's results: the backward (fwd + bwd timed, the forward the walk), then the
-    forward alone."""
+    """The "dot" backward (edges per step as tl.dot) per precision, edges per step and warps
+    against the walk's results (fwd + bwd timed, the forward the walk)."""
     ok = True
-    saved = (dict(agg.KERNELS), dict(ad.DOT_PRECISION), ad.DOT_EDGES, ad.DOT_WARPS)
-    launches = {
-        "bwd": [("ieee", 16, 4)] + [("tf32x3", e, w) for e, w in
-                                    ((8, 4), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))],
-        "fwd": [("ieee", 4, None)] + [("tf32x3", e, w) for e, w in
-                                      ((4, None), (16, 2), (16, 4), (32, 4))],
-    }  # fmt: skip
-    for pas, runs in launches.items():
-        agg.KERNELS.update(saved[0])
-        agg.KERNELS[pas] = "dot"
-        timed = fn if pas == "bwd" else fwd
-        for prec, edges, warps in runs:
-            ad.DOT_PRECISION[pas], ad.DOT_EDGES, ad.DOT_WARPS = prec, edges, warps
-            what = f"aggregate L={L} C={C} dot {pas} {prec} BE={edges} warps={warps or 'auto'}"
-            try:
-                ms = gk.bench(timed, dev)[0]
+    runs = [("ieee", 16, 4)] + [("tf32x3", e, w) for e, w in
+                                ((8, 4), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))]  # fmt: skip
+    for prec, edges, warps in runs:
+        launch = tuning.DotLaunch(edges=edges, warps=warps)
+        change = {"bwd": "dot", "dot_precision": prec, f"dot_{prec}": launch}
+        what = f"aggregate L={L} C={C} dot bwd {prec} BE={edges} warps={warps or 'auto'}"
+        try:
+            with tuning.override(aggregate=change):
+                ms = gk.bench(fn, dev)[0]
                 err = max(rel(a, b) for a, b in zip(fn(), ref) if a is not None)
-            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-                print(f"{what}: {type(exc).__name__}", flush=True)
-                continue
-            ok &= err < 1e-4
-            span = "fwd + bwd" if pas == "bwd" else "fwd alone"
-            print(f"{what}: {ms:7.2f} ms ({span})  max rel. diff from the walk {err:.1e}",
-                  flush=True)  # fmt: skip
-    agg.KERNELS.update(saved[0])
-    ad.DOT_PRECISION.update(saved[1])
-    ad.DOT_EDGES, ad.DOT_WARPS = saved[2], saved[3]
+        except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+            print(f"{what}: {type(exc).__name__}", flush=True)
+            continue
+        ok &= err < 1e-4
+        print(f"{what}: {ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
+              flush=True)  # fmt: skip
     return ok
 
 
@@ -150,13 +151,13 @@ def layer_inputs(E, L, C, dev, seed):
 
 
 def gate_sweep(E, L, C, dev):
-    """so2_mix_layer's backward gate kernel per edges per program and warps (the shape's
-    ``SHAPE_CONFIG`` "gate" entry; F = 1, tf32x3): ms of the gate alone = the gated backward op
+    """so2_mix_layer's backward gate kernel per edges per program and warps (the shape's gate
+    launch of the tuning table; F = 1, tf32x3): ms of the gate alone = the gated backward op
     less the ungated one."""
     gy, h, w0, wm, wg = layer_inputs(E, L, C, dev, seed=5)
 
     def bwd(gated):
-        return lambda: ss._mix_bwd_op(gy, h, w0, wm, wg, L, gated, "tf32x3")
+        return lambda: so2_op._mix_bwd_op(gy, h, w0, wm, wg, L, gated, "tf32x3")
 
     lin_ms = gk.bench(bwd(False), dev)[0]
     moved = 3 * gy.numel() * 4 / 1e9  # gy, h read and gh written once (GB)
@@ -164,14 +165,14 @@ def gate_sweep(E, L, C, dev):
     mul_ms = gk.bench(lambda: torch.mul(gy, h, out=buf), dev)[0]
     print(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
           f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)", flush=True)  # fmt: skip
-    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
-    saved, ok = shape.get("gate"), True
+    ok = True
     ref = bwd(True)()
     for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
-        shape["gate"] = {"BE": be, "fwd_warps": 4, "bwd_warps": warps}
+        gate = tuning.GateLaunch(edges=be, fwd_warps=4, bwd_warps=warps)
         try:
-            ms = gk.bench(bwd(True), dev)[0] - lin_ms
-            err = rel(bwd(True)(), ref)
+            with tuning.override(so2_stack=stack_shape(L, C, gate=gate)):
+                ms = gk.bench(bwd(True), dev)[0] - lin_ms
+                err = rel(bwd(True)(), ref)
         except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
             print(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
             continue
@@ -179,19 +180,14 @@ def gate_sweep(E, L, C, dev):
         print(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
               f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
               flush=True)  # fmt: skip
-    if saved is None:
-        shape.pop("gate")
-    else:
-        shape["gate"] = saved
-    print("gate bwd compiles:", compiled_sizes(sg._gate_bwd_kernel), flush=True)
+    print("gate bwd compiles:", compiled_sizes(so2_gate_bwd_kernel), flush=True)
     return ok
 
 
 def zonal_timing(E, N, L, C, dev):
-    """zonal_embed forward + backward with each backward kernel (``zonal.KERNELS``: the
-    walk, and "auto": float32's tf32x3 dot), band storage, every output (out and the radial,
-    storage and scale cotangents) checked against the torch reference to 1e-5 relative."""
-    from mdband.kernels import zonal
+    """zonal_embed forward + backward with each backward kernel (``zonal.bwd``: the walk, and
+    "auto": float32's tf32x3 dot), band storage, every output (out and the radial, storage and
+    scale cotangents) checked against the torch reference to 1e-5 relative."""
     from mdband.kernels.zonal import zonal_embed
 
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
@@ -206,16 +202,15 @@ def zonal_timing(E, N, L, C, dev):
 
     with cm.force_backend("reference"):
         ref = fn()
-    ok, saved = True, dict(zonal.KERNELS)
+    ok = True
     for kernel in ("walk", "auto"):
-        zonal.KERNELS["bwd"] = kernel
-        ms = gk.bench(fn, dev)[0]
-        errs = [rel(u, v) for u, v in zip(fn(), ref)]
+        with tuning.override(zonal={"bwd": kernel}):
+            ms = gk.bench(fn, dev)[0]
+            errs = [rel(u, v) for u, v in zip(fn(), ref)]
         ok &= max(errs) <= 1e-5
         print(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
               f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
               flush=True)  # fmt: skip
-    zonal.KERNELS.update(saved)
     return ok
 
 
@@ -274,13 +269,13 @@ def seed_mlp_timing(E, channels, dev):
         return out, torch.autograd.grad(out, (rbf,), gg)[0]
 
     want = run(False, rbf64.requires_grad_(), rest64, gg.double())
-    return _fused_mlp_rows(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}", sm.LAUNCH, run, want,
+    return _fused_mlp_rows(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}", "seed_mlp", run, want,
                            dev)  # fmt: skip
 
 
 #: launches (edges per program, warps, dot precision) of the seed_mlp and radial_mlp timings
-#: (first: the op's LAUNCH). 8 warps are left out: (32, 8) ran 2x slower and (64, 8) ended
-#: both 2026-12-04 calls with an illegal memory access (triton 3.6, H200)
+#: (first: the op's launch in the tuning table). 8 warps are left out: (32, 8) ran 2x slower
+#: and (64, 8) ended both 2026-12-04 calls with an illegal memory access (triton 3.6, H200)
 MLP_RUNS = [
     (32, 4, "auto"),
     (64, 4, "auto"),
@@ -291,23 +286,24 @@ MLP_RUNS = [
 ]
 
 
-def _fused_mlp_rows(title, launch, run, want, dev):
-    """One line per launch of a fused edge-MLP op (``run(True)``) against its torch path
-    (``run(False)``), both against the float64 ``want``; True when every launch is within 1e-5."""
+def _fused_mlp_rows(title, op, run, want, dev):
+    """One line per launch of the fused edge-MLP op ``op`` (``run(True)``; "seed_mlp" or
+    "radial_mlp" in the tuning table) against its torch path (``run(False)``), both against the
+    float64 ``want``; True when every launch is within 1e-5."""
     t_torch = gk.bench(lambda: run(False), dev)[0]
     e_torch = max(rel(u.double(), v) for u, v in zip(run(False), want))
     print(f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
           flush=True)  # fmt: skip
-    saved, ok = dict(launch), True
-    first = (launch["BE"], launch["warps"], launch["precision"])
+    ok = True
+    rec = getattr(tuning.current(), op)
+    first = (rec.edges, rec.warps, rec.precision)
     for be, warps, prec in [first] + [r for r in MLP_RUNS if r != first]:
-        launch.update(BE=be, warps=warps, precision=prec)
-        err = max(rel(u.double(), v) for u, v in zip(run(True), want))
+        with tuning.override(**{op: {"edges": be, "warps": warps, "precision": prec}}):
+            err = max(rel(u.double(), v) for u, v in zip(run(True), want))
+            ms = gk.bench(lambda: run(True), dev)[0]
         ok &= err <= 1e-5
-        ms = gk.bench(lambda: run(True), dev)[0]
         print(f"  op BE={be} warps={warps} {prec}: fwd + bwd {ms:.3f} ms, error from float64 "
               f"{err:.1e}", flush=True)  # fmt: skip
-    launch.update(saved)
     return ok
 
 
@@ -331,7 +327,7 @@ def radial_mlp_timing(E, channels, L, dev):
         return (out, *torch.autograd.grad(out, (rbf, env), go))
 
     want = run(False, rbf64.requires_grad_(), env64.requires_grad_(), w64, go.double())
-    return _fused_mlp_rows(f"radial_mlp E={E} widths {R}/{C}/{D}", rmlp.LAUNCH, run, want, dev)
+    return _fused_mlp_rows(f"radial_mlp E={E} widths {R}/{C}/{D}", "radial_mlp", run, want, dev)
 
 
 def segment_outer_timing(E, N, Q, dev):
@@ -371,45 +367,38 @@ LINEAR_RUNS = {
 
 
 def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
-    """so2_mix_layer's linear kernel (F = 1) per launch (``SHAPE_CONFIG``'s "linear" entry, or
-    "linear-<precision>"): the ungated forward x·W + x, the ungated backward x·Wᵀ + x and the
+    """so2_mix_layer's linear kernel (F = 1) per launch (the tuning table's so2_stack shape
+    entry of ``precision``): the ungated forward x·W + x, the ungated backward x·Wᵀ + x and the
     gated forward (linear with the gate epilogue), each checked against the default launch."""
     x, gy, w0, wm, wg = layer_inputs(E, L, C, dev, seed=6)
     none = x.new_empty(0, 0)
     cases = {
-        "x·W": lambda: ss._mix_op(x, w0, wm, none, L, False, precision, False)[0],
-        "x·Wᵀ": lambda: ss._mix_bwd_op(gy, x.new_empty(0), w0, wm, none, L, False, precision),
-        "gated": lambda: ss._mix_op(x, w0, wm, wg, L, True, precision, True),
+        "x·W": lambda: so2_op._mix_op(x, w0, wm, none, L, False, precision, False)[0],
+        "x·Wᵀ": lambda: so2_op._mix_bwd_op(gy, x.new_empty(0), w0, wm, none, L, False, precision),
+        "gated": lambda: so2_op._mix_op(x, w0, wm, wg, L, True, precision, True),
     }
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E
-    shape = ss.SHAPE_CONFIG.setdefault((L, C), {})
-    key = "linear" if precision == "tf32x3" else f"linear-{precision}"
-    saved, ok = shape.get(key), True
+    ok = True
     refs = {name: fn() for name, fn in cases.items()}
     for be, warps, stages, rows in runs or LINEAR_RUNS.get((L, C), LINEAR_RUNS[3, 64]):
-        cfg = {"BE": be, "warps": warps, "stages": stages, "rows": rows}
-        shape[key] = cfg
+        cfg = tuning.LinearLaunch(edges=be, warps=warps, stages=stages, rows=rows)
         line = f"linear {precision} L={L} C={C} {be}/{warps}/{stages} rows={rows}:"
-        for name, fn in cases.items():
-            try:
-                ms = gk.bench(fn, dev)[0]
-                err = rel(fn(), refs[name]) if name != "gated" else max(
-                    rel(u, v) for u, v in zip(fn(), refs[name]))  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-                line += f" {name} {type(exc).__name__}"
-                continue
-            ok &= err <= 1e-5
-            line += f" {name} {ms:6.3f} ms ({flop / ms / 1e9:5.1f} TFLOP/s, diff {err:.0e})"
-        ran = {tuple(sorted(v.items())) for k, v in ss.sl._WORKING.items()
-               if k[3] == tuple(sorted(cfg.items()))}  # fmt: skip
-        if ran and ran != {tuple(sorted(cfg.items()))}:
+        with tuning.override(so2_stack=stack_shape(L, C, linear={precision: cfg})):
+            for name, fn in cases.items():
+                try:
+                    ms = gk.bench(fn, dev)[0]
+                    err = rel(fn(), refs[name]) if name != "gated" else max(
+                        rel(u, v) for u, v in zip(fn(), refs[name]))  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
+                    line += f" {name} {type(exc).__name__}"
+                    continue
+                ok &= err <= 1e-5
+                line += f" {name} {ms:6.3f} ms ({flop / ms / 1e9:5.1f} TFLOP/s, diff {err:.0e})"
+        ran = {v for k, v in so2_launch._WORKING.items() if k[3] == cfg}
+        if ran and ran != {cfg}:
             line += f" (did not fit: ran {ran})"
         print(line, flush=True)
-    if saved is None:
-        shape.pop(key)
-    else:
-        shape[key] = saved
-    print("linear compiles:", compiled_sizes(ss.sl.linear_kernel), flush=True)
+    print("linear compiles:", compiled_sizes(so2_linear_kernel), flush=True)
     return ok
 
 
@@ -419,10 +408,13 @@ RM_DOT_RUNS = [("ieee", 4, None)] + [
 ]
 
 
-def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("fwd", "bwd"), runs=None):
-    """rotate_mix's forward and backward op, edge kernels against the "dot" kernels per
-    precision, edges per step and warps (band; ``mode`` "mix": mixer of rank 1, "rad": radial
-    rows), each checked against the edge kernels' results."""
+def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
+    """rotate_mix's backward op, edge kernels against the "dot" backward per precision, edges
+    per step and warps (band, ``mode`` "rad": radial rows; the mixer, "mix", has the edge kernels
+    only), each checked against the edge kernels' results."""
+    if mode != "rad" or "bwd" not in passes:
+        print(f"rotate_mix {mode} {passes}: no dot kernels (radial rows' backward only)")
+        return True
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
     scsr = cm.csr(c["src"], N)
     rot = c["storage"][st.RotationLayout.BAND]
@@ -434,20 +426,21 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("fwd", "bwd"), runs=None
         "bwd": lambda: torch.ops.mdband.rotate_mix_bwd(c["gy"], x, src, rot, code, L, L, k, b,
                                                        rad, *scsr),
     }  # fmt: skip
-    saved = (dict(rm.KERNELS), dict(rmd.DOT_PRECISION), rmd.DOT_EDGES, rmd.DOT_WARPS)
     ok = True
     for pas, fn in ops.items():
         if pas not in passes:
             continue
-        ref = fn()
-        print(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
-              flush=True)  # fmt: skip
-        rm.KERNELS[pas] = "dot"
+        with tuning.override(rotate_mix={"bwd": "edge"}):
+            ref = fn()
+            print(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
+                  flush=True)  # fmt: skip
         for prec, edges, warps in runs or RM_DOT_RUNS:
-            rmd.DOT_PRECISION[pas], rmd.DOT_EDGES, rmd.DOT_WARPS = prec, edges, warps
+            warps = warps or tuning.DEFAULTS.rotate_mix.dot_warps
+            dot = {"bwd": "dot", "dot_precision": prec, "dot_edges": edges, "dot_warps": warps}
             try:
-                ms = gk.bench(fn, dev)[0]
-                out = fn()
+                with tuning.override(rotate_mix=dot):
+                    ms = gk.bench(fn, dev)[0]
+                    out = fn()
                 err = max(rel(u, v) for u, v in zip(out, ref) if u.numel())
             except Exception as exc:  # noqa: BLE001 - a launch that does not fit
                 print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
@@ -457,9 +450,6 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("fwd", "bwd"), runs=None
             print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
                   f"warps={warps or 'auto'}: {ms:7.3f} ms  max rel. diff from edge "
                   f"{err:.1e}", flush=True)  # fmt: skip
-        rm.KERNELS.update(saved[0])
-    rmd.DOT_PRECISION.update(saved[1])
-    rmd.DOT_EDGES, rmd.DOT_WARPS = saved[2], saved[3]
     return ok
 
 
@@ -529,7 +519,7 @@ def main(argv=None):
         default=[],
         help="mode:LxC cases of the rotate_mix dot sweep, mode mix or rad (e.g. rad:3x64)",
     )
-    ap.add_argument("--rotate-mix-dot-passes", nargs="+", default=["fwd", "bwd"])
+    ap.add_argument("--rotate-mix-dot-passes", nargs="+", default=["bwd"])
     ap.add_argument(
         "--rotate-mix-dot-launches",
         nargs="*",
@@ -557,30 +547,27 @@ def main(argv=None):
         ops = {}
     with cm.force_backend("triton"):
         for name, fn in ops.items():
-            default = dict(rm.WARPS)
             ref = fn()
             for w in (1, 2, 4, 8):
-                rm.WARPS.update({key: w for key in rm.WARPS})
-                ms = gk.bench(fn, dev)[0]
-                same = close(fn(), ref)
+                warps = {"fwd_warps": w, "edge_warps": w, "node_warps": w}
+                with tuning.override(rotate_mix=warps):
+                    ms = gk.bench(fn, dev)[0]
+                    same = close(fn(), ref)
                 ok &= same
                 print(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
-            rm.WARPS.update(default)
         # the backward edge kernel's edges per program and pipeline stages (one warp)
         fn = ops.get("rotate_mix bwd")
         ref = fn() if fn else None
-        saved = dict(rm.BWD_EDGE)
         for eb in (4, 8, 16, 32) if fn else ():
             for stages in (1, 2, 3):
-                rm.BWD_EDGE.update(EB=eb, stages=stages)
-                ms = gk.bench(fn, dev)[0]
-                same = close(fn(), ref)
+                with tuning.override(rotate_mix={"edge_block": eb, "edge_stages": stages}):
+                    ms = gk.bench(fn, dev)[0]
+                    same = close(fn(), ref)
                 ok &= same
                 print(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
                       f"matches default: {same}", flush=True)  # fmt: skip
-        rm.BWD_EDGE.update(saved)
         if fn:
-            print("edge kernel compiles:", compiled_sizes(rm._rm_bwd_edge_kernel), flush=True)
+            print("edge kernel compiles:", compiled_sizes(rotate_mix_edge_bwd_kernel), flush=True)
         runs = [(p, int(be), int(w)) for p, bw in (a.split(":") for a in
                 args.rotate_mix_dot_launches) for be, w in [bw.split("x")]]  # fmt: skip
         for case in args.rotate_mix_dot:

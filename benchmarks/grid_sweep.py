@@ -7,8 +7,8 @@ and of each launch (channels per program BC × warps, the same in both passes), 
 largest relative error against float64. One JSON line per row. ``--device cpu`` is a smoke run
 under TRITON_INTERPRET=1 (its times mean nothing).
 
-Usage (device): ``python3 benchmarks/grid_sweep.py``; put the fastest launches in
-``mdband.kernels.grid_product.LAUNCH`` / ``SHAPE_LAUNCH`` (backward ms ≈ the difference).
+Usage (device): ``python3 benchmarks/grid_sweep.py``; put the fastest launches in the tuning
+table's ``grid_product`` record (``mdband.kernels.tuning``; backward ms ≈ the difference).
 """
 
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels import grid_product as gp
+from mdband.kernels import tuning
 from mdband.model.grids import grid_product, s2_projector, so3_projector
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -79,18 +79,13 @@ def sweep(name, nodes, device, launches):
         print(json.dumps({"grid_sweep": rows[-1]}), flush=True)
 
     row("torch", False)
-    saved, shapes = {p: dict(v) for p, v in gp.LAUNCH.items()}, dict(gp.SHAPE_LAUNCH)
-    gp.SHAPE_LAUNCH.clear()  # every row runs its own launch, in both passes
-    try:
-        with cm.force_backend("triton"):
-            for launch in launches:
-                bc, warps = (int(v) for v in launch.split("x"))
-                for pass_ in gp.LAUNCH:
-                    gp.LAUNCH[pass_] = {"BC": bc, "warps": warps}
+    with cm.force_backend("triton"):
+        for launch in launches:
+            bc, warps = (int(v) for v in launch.split("x"))
+            each = tuning.GridLaunch(channels=bc, warps=warps)
+            # every row runs its own launch, in both passes (no per-shape launch)
+            with tuning.override(grid_product={"fwd": each, "bwd": each, "shapes": {}}):
                 row(launch, True)
-    finally:
-        gp.LAUNCH.update(saved)
-        gp.SHAPE_LAUNCH.update(shapes)
     return rows
 
 

@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -266,51 +265,26 @@ VARIANTS = {
     "fp16": {"stack_precision": "fp16"},
     "compile": {"compile": "on"},
     "compile-fp16x3": {"compile": "on", "stack_precision": "fp16x3"},
-    # the opt-in "dot" kernels of aggregate and rotate_mix (module switches, not settings)
-    "dots": {"_kernels": {"aggregate": "dot", "rotate_mix": "dot"}},
+    # the "dot" backward of aggregate and rotate_mix everywhere (tuning-table changes, not
+    # settings; float32 on tensor cores takes it by default)
+    "dots": {"_tuning": {"aggregate": {"bwd": "dot"}, "rotate_mix": {"bwd": "dot"}}},
     "fp16x3-dots": {
         "stack_precision": "fp16x3",
-        "_kernels": {"aggregate": "dot", "rotate_mix": "dot"},
-    },  # fmt: skip
-    # the environment seed's edge MLPs and the radial MLP by their ops (off until timed)
-    "seed-mlp": {"_kernels": {"seed_mlp": "op"}},
-    "radial-mlp": {"_kernels": {"radial_mlp": "op"}},
-    "edge-mlps": {"_kernels": {"seed_mlp": "op", "radial_mlp": "op"}},
-    # tf32x3 with x split by truncation (_stack_linear.X_SPLIT, a module switch)
-    "xtrunc": {"_x_split": "trunc"},
-    "xtrunc-rna": {"_x_split": "trunc-rna"},
+        "_tuning": {"aggregate": {"bwd": "dot"}, "rotate_mix": {"bwd": "dot"}},
+    },
+    # the environment seed's edge MLPs and the radial MLP by their ops (the defaults since
+    # BENCHMARKS.md "2026-12-04 (second session)")
+    "seed-mlp": {"_tuning": {"seed_mlp": {"kernels": "op"}}},
+    "radial-mlp": {"_tuning": {"radial_mlp": {"kernels": "op"}}},
+    "edge-mlps": {"_tuning": {"seed_mlp": {"kernels": "op"}, "radial_mlp": {"kernels": "op"}}},
 }
 
 
-@contextmanager
-def x_split(kind: str | None):
-    """Set the linear kernel's tf32x3 split of x for a variant."""
-    from mdband.kernels import _stack_linear as sl
+def tuned(changes: dict):
+    """The kernels' tuning table with a variant's ``changes`` in force (``tuning.override``)."""
+    from mdband.kernels import tuning
 
-    saved = dict(sl.X_SPLIT)
-    try:
-        if kind:
-            sl.X_SPLIT["tf32x3"] = kind
-        yield
-    finally:
-        sl.X_SPLIT.update(saved)
-
-
-@contextmanager
-def kernel_switches(choice: dict):
-    """Set the ``KERNELS`` switch of each named kernel module (both passes) for a variant."""
-    import importlib
-
-    saved = {}
-    try:
-        for name, kind in choice.items():
-            mod = importlib.import_module(f"mdband.kernels.{name}")
-            saved[name] = dict(mod.KERNELS)
-            mod.KERNELS.update({p: kind for p in mod.KERNELS})
-        yield
-    finally:
-        for name, old in saved.items():
-            importlib.import_module(f"mdband.kernels.{name}").KERNELS.update(old)
+    return tuning.override(**changes)
 
 
 def mdband_variants(args) -> dict:
@@ -325,10 +299,7 @@ def mdband_variants(args) -> dict:
     ref = mdband.load_model(args.checkpoint, device=args.device, dtype="float64").evaluate(*a)
     out = {}
     for name in args.variants:
-        with (
-            kernel_switches(VARIANTS[name].get("_kernels", {})),
-            x_split(VARIANTS[name].get("_x_split")),
-        ):
+        with tuned(VARIANTS[name].get("_tuning", {})):
             out[name] = _variant(args, name, a, ref, torch, mdband)
     return out
 
@@ -445,7 +416,7 @@ def cmd_neighbours(args) -> None:
         row["cell_list_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
         src, dst, sh = cell_list_edges(pos, cell, True, 6.0)
         # the torch path the pair kernels replaced, and its result
-        with kernel_switches({"cell_pairs": "torch"}):
+        with tuned({"cell_pairs": {"kernels": "torch"}}):
             row["cell_list_torch_ms"] = median_ms(lambda: cell_list_edges(pos, cell, True, 6.0), 5)
             ref = cell_list_edges(pos, cell, True, 6.0)
         row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip((src, dst, sh), ref))
@@ -479,17 +450,9 @@ def cmd_neighbours(args) -> None:
     Path(args.json).write_text(json.dumps(res))
 
 
-@contextmanager
 def pair_launch(bw: int, warps: int):
     """The cell list's pair-kernel launch (candidates per slot and step, warps) in the block."""
-    from mdband.kernels import cell_pairs
-
-    saved = dict(cell_pairs.LAUNCH)
-    try:
-        cell_pairs.LAUNCH.update(BW=bw, warps=warps)
-        yield
-    finally:
-        cell_pairs.LAUNCH.update(saved)
+    return tuned({"cell_pairs": {"width": bw, "warps": warps}})
 
 
 def neighbour_cases() -> dict:
@@ -519,7 +482,7 @@ def neighbour_cases() -> dict:
         got = cell_list_edges(pt, ct, pbc, 4.0)
         s, d, k = (t.cpu().numpy() for t in got)
         row = {"cell_list": bool(np.array_equal(key(s, d, k), want))}
-        with kernel_switches({"cell_pairs": "torch"}):
+        with tuned({"cell_pairs": {"kernels": "torch"}}):
             ref = cell_list_edges(pt, ct, pbc, 4.0)
         row["kernels_equal_torch"] = all(torch.equal(a, b) for a, b in zip(got, ref))
         try:

@@ -413,12 +413,3 @@ if TRITON_AVAILABLE:
         else:
             r = tl.sqrt(a)
         return r
-
-
-def kernel_choice(kernels: dict, pas: str, allowed: tuple[str, ...], op: str) -> str:
-    """The kernels an op's ``KERNELS`` switch names for pass "fwd" or "bwd" (ValueError unless
-    one of ``allowed``)."""
-    name = kernels[pas]
-    if name not in allowed:
-        raise ValueError(f"{op}.KERNELS[{pas!r}] must be one of {allowed}, got {name!r}")
-    return name

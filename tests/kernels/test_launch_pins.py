@@ -174,7 +174,7 @@ def _simulate(monkeypatch, device: str) -> None:
 def _patch_direct_launches(monkeypatch, record) -> None:
     """Kernels launched without ``cm.wrap`` (run after recording)."""
     _, cell_pairs, _, _ = _modules()
-    kernel = cell_pairs._pairs_kernel
+    kernel = cell_pairs.cell_pairs_kernel
 
     class Launcher:
         __name__ = kernel.__name__
@@ -186,7 +186,7 @@ def _patch_direct_launches(monkeypatch, record) -> None:
 
             return run
 
-    monkeypatch.setattr(cell_pairs, "_pairs_kernel", Launcher())
+    monkeypatch.setattr(cell_pairs, "cell_pairs_kernel", Launcher())
 
 
 def _out_of_resources():

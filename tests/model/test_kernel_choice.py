@@ -51,8 +51,8 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     assert "aggregate_walk_fwd_kernel" in seen  # the forward is the walk
     assert ("rotate_mix_dot_bwd_kernel" in seen) is rm_dot
     assert ("rotate_mix_edge_bwd_kernel" in seen) is not rm_dot
-    assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
-    assert {"_radial_fwd_kernel", "_radial_bwd_kernel"} <= seen  # envelope and radial basis
+    assert {"segment_outer_fwd_kernel", "segment_outer_bwd_kernel"} <= seen  # environment seed
+    assert {"radial_basis_fwd_kernel", "radial_basis_bwd_kernel"} <= seen  # envelope and basis
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
 
@@ -117,41 +117,39 @@ def test_each_edge_csr_is_built_once(monkeypatch):
 
 @pytest.mark.parametrize(
     "op,kernels,edge_norm",
-    [("seed_mlp", ("_seed_fwd_kernel", "_seed_bwd_kernel"), False),
-     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), False),
-     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), True)],
-)  # fmt: skip
+    [
+        ("seed_mlp", ("seed_mlp_fwd_kernel", "seed_mlp_bwd_kernel"), False),
+        ("radial_mlp", ("radial_mlp_fwd_kernel", "radial_mlp_bwd_kernel"), False),
+        ("radial_mlp", ("radial_mlp_fwd_kernel", "radial_mlp_bwd_kernel"), True),
+    ],
+)
 def test_edge_mlp_switches(monkeypatch, op, kernels, edge_norm):
-    """``KERNELS["fwd"] = "op"`` of seed_mlp (the environment seed's edge MLPs) or radial_mlp
-    (the radial MLP and envelope product, with and without the RMS norm): the op's two kernels
-    run (float32, interpreter), with the energy and forces of the float64 torch path to float32
-    accuracy; "torch" runs neither. A radial MLP wider than ``radial_mlp.MAX_WIDTH`` keeps the
-    torch path."""
-    import importlib
-
+    """The tuning table's ``kernels = "op"`` of seed_mlp (the environment seed's edge MLPs) or
+    radial_mlp (the radial MLP and envelope product, with and without the RMS norm): the op's
+    two kernels run (float32, interpreter), with the energy and forces of the float64 torch
+    path to float32 accuracy; "torch" runs neither. A radial MLP wider than the table's
+    ``radial_mlp.max_width`` keeps the torch path."""
+    from mdband.kernels import tuning
     from mdband.model.radial import RadialMLP
 
-    mod = importlib.import_module(f"mdband.kernels.{op}")
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1,
                        edge_norm=edge_norm)  # fmt: skip
     ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
     pot = _potential(cfg, "float32", kernels="ops")
     assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
     assert RadialMLP([4, 8, 8, 12], norm=edge_norm).one_hidden_layer() is None  # torch path
-    assert mod.KERNELS["fwd"] == "op"  # the default
+    assert getattr(tuning.DEFAULTS, op).kernels == "op"  # the default
     seen = _launched(monkeypatch)
     with force_triton():
-        monkeypatch.setitem(mod.KERNELS, "fwd", "torch")
-        pot.evaluate(POS, None, False, SYM)
+        with tuning.override(**{op: {"kernels": "torch"}}):
+            pot.evaluate(POS, None, False, SYM)
         assert not seen & set(kernels)
         if op == "radial_mlp":
-            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16 - 1)  # (L+1)·C = 48 outputs
-            monkeypatch.setitem(mod.KERNELS, "fwd", "op")
-            pot.evaluate(POS, None, False, SYM)
+            with tuning.override(radial_mlp={"max_width": 3 * 16 - 1}):  # (L+1)·C = 48 outputs
+                pot.evaluate(POS, None, False, SYM)
             assert not seen & set(kernels)
-            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16)
-        monkeypatch.setitem(mod.KERNELS, "fwd", "op")
-        got = pot.evaluate(POS, None, False, SYM)
+        with tuning.override(**{op: {"kernels": "op", "max_width": 3 * 16}}):
+            got = pot.evaluate(POS, None, False, SYM)
     assert set(kernels) <= seen
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
