@@ -67,7 +67,7 @@ class EnvironmentSeed(nn.Module):
     def forward(self, ec, types: torch.Tensor, fused: bool = False) -> torch.Tensor:
         """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
         the per-node sum of the edges' outer products by the Triton op (differentiable once:
-        force evaluation), and the edge MLPs too where ``seed_mlp.KERNELS`` asks for its op,
+        force evaluation), and the edge MLPs too where the tuning table asks for its op,
         else by torch (differentiable to any order: training)."""
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
