@@ -11,7 +11,50 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ase.data import atomic_numbers
+
 from mdband.errors import UnsupportedModelError
+
+# fields added after model files and run checkpoints recorded config dicts: left out of
+# to_dict at their default, so an older model's dict and hash stay what they were
+_OMITTED_AT_DEFAULT = {
+    "dim_case_embd": 0,
+    "case_film_embd": False,
+    "active_mode": "ener",
+    "sel": 0,
+    "bridging": "none",
+    "bridging_r_inner": 0.5,
+    "bridging_r_outer": 0.8,
+}
+
+
+@dataclass(frozen=True)
+class SpinConfig:
+    """A spin model's ``model.spin`` section (deepmd-kit's names), per type of the type map.
+
+    ``scheme`` ``"native"``: each atom's magnetic moment enters the descriptor as a feature.
+    ``"deepspin"``: each magnetic atom gets a virtual atom at ``r + virtual_scale[t] * m`` of
+    type ``t + len(type_map)`` (the network's types are doubled); ``sel`` is the descriptor's
+    ``sel`` (deepmd-kit's neighbour list keeps each atom's ``sel`` nearest real neighbours).
+    """
+
+    scheme: str
+    use_spin: tuple[bool, ...]
+    virtual_scale: tuple[float, ...] = ()
+    sel: int = 0
+
+    def to_dict(self) -> dict:
+        return {"scheme": self.scheme, "use_spin": list(self.use_spin),
+                "virtual_scale": list(self.virtual_scale), "sel": self.sel}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SpinConfig:
+        scale = tuple(float(x) for x in d.get("virtual_scale", ()))
+        use = tuple(bool(x) for x in d["use_spin"])
+        return cls(str(d["scheme"]), use, scale, int(d.get("sel", 0)))
+
+    def magnetic_types(self, type_map) -> list[str]:
+        return [t for t, on in zip(type_map, self.use_spin) if on]
 
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
@@ -60,12 +103,24 @@ class SeZMConfig:
     eps: float = 1e-7
     version: float = 1.2
     fitting_neuron: tuple[int, ...] = (0,)
+    dim_case_embd: int = 0
+    case_film_embd: bool = False
+    active_mode: str = "ener"
+    sel: int = 0
+    spin: SpinConfig | None = None
+    #: zone bridging (deepmd-kit's model-level ``bridging_method``): "none" or "zbl", with the
+    #: clamp / switching window [bridging_r_inner, bridging_r_outer] in Å (mdband.model.bridging)
+    bridging: str = "none"
+    bridging_r_inner: float = 0.5
+    bridging_r_outer: float = 0.8
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
     def ntypes(self) -> int:
-        return len(self.type_map)
+        """Types of the network: the type map's, doubled by a deepspin model's virtual types."""
+        deepspin = self.spin is not None and self.spin.scheme == "deepspin"
+        return len(self.type_map) * (2 if deepspin else 1)
 
     @property
     def lmax(self) -> int:
@@ -93,7 +148,19 @@ class SeZMConfig:
 
     @property
     def fitting_widths(self) -> list[int]:
-        return [auto_width(self.channels) if w == 0 else int(w) for w in self.fitting_neuron]
+        auto = auto_width(self.fitting_input)
+        return [auto if w == 0 else int(w) for w in self.fitting_neuron]
+
+    @property
+    def fitting_input(self) -> int:
+        """Width of the fitting net's input: the descriptor, plus the case one-hot when it is
+        concatenated (``dim_case_embd`` without ``case_film_embd``)."""
+        return self.channels + (0 if self.case_film_embd else self.dim_case_embd)
+
+    @property
+    def direct_forces(self) -> bool:
+        """deepmd-kit's dens mode: forces from the direct-force head, no virial."""
+        return self.active_mode == "dens"
 
     def _edge_norm_site(self, i: int) -> bool:
         return self.edge_norm if isinstance(self.edge_norm, bool) else self.edge_norm[i]
@@ -146,12 +213,18 @@ class SeZMConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
+        d.pop("spin")
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        if self.spin is not None:  # absent otherwise: the dict enters the model hash
+            out["spin"] = self.spin.to_dict()
         # one bool when both entries agree, as configs stored it before [so2, ffn] was kept: the
         # dict enters the model hash, which run checkpoints compare on resume
         so2, ffn = self.lebedev_quadrature
         if so2 == ffn:
             out["lebedev_quadrature"] = so2
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if out[key] == default:  # likewise: configs without them keep their dict
+                out.pop(key)
         return out
 
     @classmethod
@@ -176,6 +249,8 @@ class SeZMConfig:
                     kw[k] = (kw[k],) * 2
                 elif not isinstance(kw[k], bool):
                     kw[k] = tuple(kw[k])
+        if kw.get("spin") is not None:
+            kw["spin"] = SpinConfig.from_dict(kw["spin"])
         cfg = cls(**kw)
         cfg.validate()
         return cfg
@@ -223,3 +298,43 @@ class SeZMConfig:
             bad("version", self.version, "known descriptor versions are 1.0, 1.1 and 1.2")
         if any(w < 0 for w in self.fitting_neuron):
             bad("fitting_net.neuron", list(self.fitting_neuron))
+        if self.dim_case_embd < 0:
+            bad("fitting_net.dim_case_embd", self.dim_case_embd)
+        if self.case_film_embd and self.dim_case_embd == 0:
+            bad("fitting_net.case_film_embd", True, "needs dim_case_embd > 0")
+        if self.active_mode not in ("ener", "dens"):
+            bad("active_mode", self.active_mode, "known modes are ener and dens")
+        if self.sel < 0 or (self.sel > 0) != self.direct_forces:
+            bad("sel", self.sel, "a neighbour count > 0 for the dens mode only")
+        sp = self.spin
+        if sp is not None and (
+            sp.scheme not in ("native", "deepspin")
+            or len(sp.use_spin) != len(self.type_map)
+            or (sp.scheme == "deepspin" and len(sp.virtual_scale) != len(self.type_map))
+        ):
+            bad("spin", sp.to_dict(), "one use_spin (and deepspin virtual_scale) per type")
+        if sp is not None and self.active_mode != "ener":
+            bad("spin", sp.to_dict(), f"deepmd-kit's spin models have no {self.active_mode} mode")
+        self._validate_bridging()
+
+    def _validate_bridging(self) -> None:
+        def bad(opt, val, why=""):
+            raise UnsupportedModelError(opt, val, why)
+
+        if self.bridging not in ("none", "zbl"):
+            bad("bridging_method", self.bridging, "mdband implements 'zbl' and 'none'")
+        if self.bridging == "none":
+            return
+        r_in, r_out = self.bridging_r_inner, self.bridging_r_outer
+        for key, val in (("bridging_r_inner", r_in), ("bridging_r_outer", r_out)):
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                bad(key, val, "expected a number (Å)")
+        if not 0.0 < r_in < r_out:
+            bad("bridging_r_inner/bridging_r_outer", [r_in, r_out], "need 0 < r_inner < r_outer")
+        unknown = [s for s in self.type_map if s not in atomic_numbers or atomic_numbers[s] < 1]
+        if unknown:
+            bad("type_map", list(self.type_map), f"ZBL needs element symbols, not {unknown}")
+        if self.active_mode != "ener":  # deepmd-kit refuses it too
+            bad("bridging_method", self.bridging, f"not with the {self.active_mode} mode")
+        if self.spin is not None:
+            bad("bridging_method", self.bridging, "ZBL bridging of spin models is not implemented")

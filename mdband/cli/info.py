@@ -11,7 +11,12 @@ from mdband.cli.common import fail_on_user_error
 
 @click.command("info")
 @click.argument("model")
-@click.option("--head", default=None, help="Head of a multi-task deepmd-kit checkpoint.")
+@click.option(
+    "--head",
+    default=None,
+    help="Head of a multi-task deepmd-kit checkpoint, by name or alias (default: the head "
+    "aliased Default).",
+)
 @click.option(
     "--device", default="auto", show_default=True, help="auto (CUDA when available), cpu, cuda."
 )
@@ -44,6 +49,16 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "host_memory": pot.host_memory,
         "stack_precision_accuracy": PRECISION_ACCURACY[settings.stack_precision],
         "model_hash": pot.model_hash,
+        "mode": "dens" if pot.direct_forces else "ener",
+        "head": pot.metadata.get("head"),
+        "heads": pot.metadata.get("heads"),
+        "spin": None
+        if pot.spin is None
+        else {
+            **pot.spin.to_dict(),
+            "magnetic_types": pot.spin.magnetic_types(pot.type_map),
+        },  # fmt: skip
+        "bridging": _bridging(pot.config) if pot.kind == "sezm" else None,
         "metadata": pot.metadata,
         "config": pot.config,
     }
@@ -53,6 +68,10 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"model            {info['model']} ({pot.kind})")
     click.echo(f"type map         {' '.join(pot.type_map)}")
     click.echo(f"cutoff           {pot.cutoff:g} Å")
+    if pot.spin is not None:
+        click.echo(f"spin model       {_spin_line(pot)}")
+    for line in _head_lines(pot):
+        click.echo(line)
     click.echo(f"parameters       {info['parameters']:,}")
     click.echo(f"device / dtype   {info['device']} / {info['dtype']}")
     click.echo(
@@ -91,3 +110,62 @@ def command(model, head, device, dtype, rotation_layout, as_json):
             "version",
         )
         click.echo("config           " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+        click.echo(f"bridging         {_bridging_text(info['bridging'])}")
+
+
+def _bridging(config: dict) -> dict:
+    """The zone bridging of a SeZM config: method and window (Å)."""
+    from mdband.config import SeZMConfig
+
+    cfg = SeZMConfig.from_dict(config)  # the window's defaults are left out of the dict
+    if cfg.bridging == "none":
+        return {"method": "none"}
+    return {
+        "method": cfg.bridging,
+        "r_inner": cfg.bridging_r_inner,
+        "r_outer": cfg.bridging_r_outer,
+    }
+
+
+def _bridging_text(b: dict) -> str:
+    if b["method"] == "none":
+        return "none"
+    return (
+        f"{b['method'].upper()} (deepmd-kit bridging_method): ZBL repulsion on every pair within "
+        f"the cutoff; network geometry clamped and sources gated over "
+        f"[{b['r_inner']:g}, {b['r_outer']:g}] Å"
+    )
+
+
+def _head_lines(pot) -> list[str]:
+    """The heads of a multi-task checkpoint (with aliases), the one evaluated, and the mode."""
+    from mdband.io.deepmd import describe_heads
+
+    lines = []
+    heads, head = pot.metadata.get("heads"), pot.metadata.get("head")
+    if heads:
+        lines.append(f"heads            {describe_heads(heads)}")
+        asked = pot.metadata.get("head_requested")
+        how = "none given: the head aliased Default" if asked is None else f"asked for {asked!r}"
+        lines.append(f"head             {head} ({how})")
+    if pot.direct_forces:
+        sel = pot.config.get("sel") if isinstance(pot.config, dict) else None
+        near = f", the {sel} nearest neighbours of each atom (sel)" if sel else ""
+        lines.append(
+            "mode             dens (deepmd-kit's denoising heads): energy from the dens energy "
+            f"head, direct forces, no virial{near}"
+        )
+    else:
+        lines.append("mode             ener: forces and virial from the energy's gradient")
+    return lines
+
+
+def _spin_line(pot) -> str:
+    """What a spin model is and what it needs, one line."""
+    sp = pot.spin
+    magnetic = " ".join(sp.magnetic_types(pot.type_map)) or "none"
+    line = f"scheme {sp.scheme}, magnetic types {magnetic}"
+    if sp.scheme == "deepspin":
+        scales = ", ".join(f"{t} {v:g}" for t, v in zip(pot.type_map, sp.virtual_scale) if v)
+        line += f", virtual_scale {scales or 'none'} (Å/μB), sel {sp.sel}"
+    return line + "; needs per-atom magnetic moment vectors (μB)"

@@ -67,10 +67,13 @@ class CommitteeCalculator(Calculator):
         self._frame = None  # (first model's Result, its graph, positions, cell, pbc, numbers)
         self.n_committee_evaluations = 0
 
-    def _evaluate(self, positions, cell, pbc, numbers):
-        # the list Calculator.calculate would use (same edges, so the same bits)
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False):
+        # the list Calculator.calculate would use (same edges, so the same bits); magmoms is
+        # always None: a committee refuses spin models (Committee)
         graph = self.potential.edges(positions, cell, pbc, self._neighbours)
-        res = self.potential.evaluate(positions, cell, pbc, numbers, graph=graph)
+        res = self.potential.evaluate(
+            positions, cell, pbc, numbers, graph=graph, atom_virial=atom_virial
+        )
         self._frame = (res, graph, positions, cell, pbc, numbers)
         return res
 

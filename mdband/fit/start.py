@@ -46,6 +46,16 @@ def start_model(cfg: FitConfig, ck: dict | None, frames) -> StartModel:
         pot0 = load_model(cfg.init, device="cpu", dtype="float64", head=cfg.head)
         if pot0.kind != "sezm":
             raise ModelFileError(f"{cfg.init}: only SeZM models can be fine-tuned")
+        if pot0.direct_forces:
+            raise ModelFileError(
+                f"{cfg.init} is a dens model (direct forces, deepmd-kit's denoising heads); "
+                "mdband fit fine-tunes energy models, whose forces are the energy's gradient"
+            )
+        if pot0.spin is not None:
+            raise ModelFileError(
+                f"{cfg.init}: a {pot0.spin.scheme} spin model; mdband fit does not train spin "
+                "models (no magnetic moments or magnetic-force labels)"
+            )
         model = build_sezm(pot0.config, pot0.model.state_dict(), TRAIN_OPTIONS)
         init_meta = {"init": str(cfg.init), "init_model_hash": pot0.model_hash}
         return StartModel(pot0.kind, pot0.type_map, pot0.config, model, init_meta)

@@ -84,6 +84,7 @@ from mdband.md.lammps_input import (
 )
 from mdband.md.lammps_ranks import all_ranks, launcher_rank_size, on_root, serial_ase
 from mdband.md.lammps_start import HELD_LOCKS, PS, Start, checkpoint_record, prepare
+from mdband.md.thermo import ThermoTable
 
 _MAX_CHUNK = 1000  # longest single `run` between two checks for a stop signal
 
@@ -165,6 +166,7 @@ class _LammpsRun:
                 append=start.resumed,
                 show_progress=self.c.progress,
                 console=console,
+                table=ThermoTable(self.c.thermo_columns, self.c.pressure_unit),
             )
             self.reporter.plot_source = self.c.trajectory or self.c.log
         self._cache: State | None = None
@@ -319,14 +321,15 @@ class _LammpsRun:
     def _time_ps(self, step: int) -> float:
         return step * self.c.timestep / 1000.0
 
-    def _sample(self, step: int) -> None:
+    def _sample(self, step: int, thermo: bool = True, frame: bool = True) -> None:
         st = self._state(step)
 
         def write():
             _check_runaway(self, step, st)
             t = self._time_ps(step)
-            self.reporter.thermo(step, t, st.observables)
-            if self.writer is not None:
+            if thermo:
+                self.reporter.thermo(step, t, st.observables)
+            if frame and self.writer is not None:
                 self.writer.append(
                     Frame(step, t, st.positions, st.velocities, st.forces, st.cell, st.observables)
                 )
@@ -406,7 +409,7 @@ class _LammpsRun:
     def _next_stop(self, step: int) -> int:
         c = self.c
         marks = [c.steps, step + _MAX_CHUNK]
-        for every in (c.traj_every, c.checkpoint_every):
+        for every in (c.traj_every, c.checkpoint_every, c.thermo_every or c.traj_every):
             marks.append((step // every + 1) * every)
         return min(marks)
 
@@ -441,8 +444,9 @@ class _LammpsRun:
                     self._cmd(f"run {nxt - step} pre {pre} post no", nxt)
                     step = nxt
                     self._check_finite(step)
-                    if step % c.traj_every == 0:
-                        self._sample(step)
+                    thermo_now = step % (c.thermo_every or c.traj_every) == 0
+                    if thermo_now or step % c.traj_every == 0:
+                        self._sample(step, thermo_now, step % c.traj_every == 0)
                     if step % c.checkpoint_every == 0 or step == c.steps:
                         self._checkpoint(step)
                     if self.root:

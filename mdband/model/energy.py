@@ -1,8 +1,11 @@
 """DPA4 energy model: SeZM descriptor → GLU fitting net → per-atom energies (eV).
 
 ``e_i = GLU-MLP(desc_i) @ W_out + bias_atom_e[t_i] + out_bias[t_i]`` (sezm-architecture.md §2.9),
-accumulated in float64. Module names mirror deepmd-kit's ``atomic_model`` state dict, so an
-imported checkpoint loads with ``load_state_dict(strict=True)``.
+accumulated in float64; the fitting net (with a multi-task model's case embedding) is
+:mod:`mdband.model.fitting`, deepmd-kit's dens mode :mod:`mdband.model.dens`. Module names
+mirror deepmd-kit's ``atomic_model`` state dict, so an imported checkpoint loads with
+``load_state_dict(strict=True)``. A zone-bridged model (``bridging: "zbl"``) feeds the network
+clamped, source-gated geometry and adds the ZBL pair energy (:mod:`mdband.model.bridging`).
 """
 
 from __future__ import annotations
@@ -12,63 +15,11 @@ from torch import nn
 
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
+from mdband.model.bridging import ZBLBridging
 from mdband.model.chunking import describe_budget
+from mdband.model.fitting import FittingNet
 from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
-
-
-class _Linear(nn.Module):
-    def __init__(self, n_in: int, n_out: int, bias: bool) -> None:
-        super().__init__()
-        self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
-        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
-
-    def forward(self, x):
-        y = x @ self.matrix
-        return y if self.bias is None else y + self.bias
-
-
-class _GLULayer(nn.Module):
-    def __init__(self, n_in: int, n_out: int) -> None:
-        super().__init__()
-        self.linear = _Linear(n_in, 2 * n_out, bias=True)
-
-    def forward(self, x):
-        v, g = self.linear(x).chunk(2, dim=-1)
-        return v * nn.functional.silu(g)
-
-
-class _GLUNet(nn.Module):
-    def __init__(self, n_in: int, widths: list[int]) -> None:
-        super().__init__()
-        layers, d = [], n_in
-        for w in widths:
-            layers.append(_GLULayer(d, w))
-            d = w
-        self.hidden_layers = nn.ModuleList(layers)
-        self.output_layer = _Linear(d, 1, bias=False)
-
-    def forward(self, x):
-        for layer in self.hidden_layers:
-            x = layer(x)
-        return self.output_layer(x)
-
-
-class _Networks(nn.Module):
-    def __init__(self, net: nn.Module) -> None:
-        super().__init__()
-        self.networks = nn.ModuleList([net])
-
-
-class FittingNet(nn.Module):
-    def __init__(self, cfg: SeZMConfig) -> None:
-        super().__init__()
-        self.filter_layers = _Networks(_GLUNet(cfg.channels, cfg.fitting_widths))
-        self.register_buffer("bias_atom_e", torch.zeros(cfg.ntypes, 1, dtype=torch.float64))
-
-    def forward(self, desc: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        e = self.filter_layers.networks[0](desc)[:, 0]
-        return e.to(torch.float64) + self.bias_atom_e[types, 0]
 
 
 class SeZMEnergyModel(nn.Module):
@@ -93,9 +44,21 @@ class SeZMEnergyModel(nn.Module):
         self.cfg = cfg
         self.settings = settings or EngineSettings()
         self.descriptor = SeZMDescriptor(cfg, rotation_layout, self.settings)
-        self.fitting_net = FittingNet(cfg)
+        self.build_heads(cfg)
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
+        self.bridging = None
+        if cfg.bridging == "zbl":
+            self.bridging = ZBLBridging(
+                cfg.type_map, cfg.bridging_r_inner, cfg.bridging_r_outer, cfg.rcut
+            )
+        #: the caller hands edge vectors in float64 whatever the network's dtype (the ZBL
+        #: term's forces at close range need them); the network gets them in its own dtype
+        self.float64_edges = self.bridging is not None
+
+    def build_heads(self, cfg: SeZMConfig) -> None:
+        """The fitting net(s) reading the descriptor (the dens mode has its own)."""
+        self.fitting_net = FittingNet(cfg)
 
     @property
     def rotation_layout(self) -> RotationLayout:
@@ -103,8 +66,7 @@ class SeZMEnergyModel(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # keep the energy-offset buffers in float64 whatever dtype the network runs in
-        out = super()._apply(fn, recurse)
-        self.fitting_net.bias_atom_e.data = self.fitting_net.bias_atom_e.data.double()
+        out = super()._apply(fn, recurse)  # FittingNet keeps its own bias_atom_e in float64
         self.out_bias.data = self.out_bias.data.double()
         return out
 
@@ -122,17 +84,34 @@ class SeZMEnergyModel(nn.Module):
         return describe_budget(self.settings.memory_budget, device)
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, magmoms=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
         a chunked evaluation then does its last stage's backward in the forward (any other
         derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
-        (dst CSR, src CSR) over the N atoms, when the caller built them."""
+        (dst CSR, src CSR) over the N atoms, when the caller built them. ``magmoms`` (N, 3):
+        the atoms' magnetic moments (μB) of a native spin model (``cfg.spin``). ``edge_vec``
+        may be float64 for a network of lower precision (bridged models ask for it: the ZBL
+        term is evaluated from it, the network from its cast)."""
 
         def head(desc, rows):
             t = types[rows]
             return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
 
-        return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                               head=head, energy_rows=energy_rows, csr_pair=csr_pair)  # fmt: skip
+        dtype = self.net_dtype()
+        net_vec, gate = edge_vec.to(dtype), None
+        if self.bridging is not None:  # the network reads clamped, gated geometry
+            clamped, r_clamped = self.bridging.clamp_vectors(edge_vec, self.cfg.eps)
+            gate = self.bridging.source_gate(r_clamped, src, types.shape[0], exchange)
+            net_vec, gate = clamped.to(dtype), gate.to(dtype)
+        e = self.descriptor(types, src, dst, net_vec, exchange=exchange, plan=plan, head=head,
+                            energy_rows=energy_rows, csr_pair=csr_pair, magmoms=magmoms,
+                            gate=gate)  # fmt: skip
+        if self.bridging is not None:
+            e = e + self.bridging.pair_energy(types, src, dst, edge_vec, types.shape[0])
+        return e
+
+    def net_dtype(self) -> torch.dtype:
+        """The dtype the network's weights (and so its edge vectors) are in."""
+        return self.descriptor.type_embedding.adam_type_embedding.dtype

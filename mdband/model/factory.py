@@ -10,6 +10,7 @@ import torch
 
 from mdband.config import SeZMConfig
 from mdband.errors import ModelFileError
+from mdband.model.dens import SeZMDensModel
 from mdband.model.energy import SeZMEnergyModel
 from mdband.model.gate import decide_model_layout
 from mdband.settings import EngineSettings
@@ -21,7 +22,8 @@ def build_sezm(config: dict, state_dict: dict | None = None, options: dict | Non
     cfg = SeZMConfig.from_dict(config)
     settings = EngineSettings.resolve(**(options or {}))
     layout, reason = decide_model_layout(cfg, settings)
-    model = SeZMEnergyModel(cfg, layout, reason, settings).double()  # load without rounding
+    cls = SeZMDensModel if cfg.direct_forces else SeZMEnergyModel
+    model = cls(cfg, layout, reason, settings).double()  # load without rounding
     if state_dict is not None:
         sd = {k: v for k, v in state_dict.items()}
         try:

@@ -202,3 +202,15 @@ def test_training_runs_on_the_torch_path_whatever_the_kernel_setting(cu_xyz, tmp
     assert got.history[-1]["train_loss"] == ref.history[-1]["train_loss"]
     assert got.metrics.force_rmse == ref.metrics.force_rmse
     assert got.potential.model.settings.kernels == "ops"
+
+
+def test_finetuning_a_dens_model_is_refused():
+    from pathlib import Path
+
+    from mdband.errors import ModelFileError
+    from mdband.fit.config import FitConfig
+    from mdband.fit.start import start_model
+
+    dens = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd" / "dens.pt"
+    with pytest.raises(ModelFileError, match="dens model"):
+        start_model(FitConfig(init=str(dens)), None, [])

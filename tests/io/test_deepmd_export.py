@@ -27,7 +27,7 @@ from mdband.testing.lj import lennard_jones_potential
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "deepmd"
-CONFIGS = ["s2ffn", "gated_pyramid", "gated_pyramid_v10", "grid_mini", "grid_neo"]
+CONFIGS = ["s2ffn", "gated_pyramid", "gated_pyramid_v10", "grid_mini", "grid_neo", "zbl"]
 STRUCTURES = FIX / "structures.extxyz"
 TOOL = REPO.parent / "shared" / "tools" / "deepmd-reference"
 
@@ -97,6 +97,26 @@ def test_names_and_kinds_that_are_refused(tmp_path):
         output_model_format("a.pth")
 
 
+def test_a_multitask_head_exports_with_its_case_embedding(tmp_path):
+    """A head keeps its case one-hot and FiLM (a single-task checkpoint deepmd-kit evaluates
+    as that head: the test with the reference venv below); a dens model is refused by name."""
+    pot = mdband.load_model(FIX / "multitask_film.pt", device="cpu", dtype="float64",
+                            head="Water2")  # fmt: skip
+    got = deepmd_checkpoint(pot)["model"]
+    fit = got["_extra_state"]["model_params"]["fitting_net"]
+    assert fit["dim_case_embd"] == 2 and fit["case_film_embd"] is True
+    assert got[PREFIX + "fitting_net.case_embd"].tolist() == [0.0, 1.0]
+    pot.save_deepmd(tmp_path / "w2.pt")
+    again = mdband.load_model(tmp_path / "w2.pt", device="cpu", dtype="float64")
+    ref = np.load(FIX / "multitask_film.water_2.npz")
+    atoms = ase.io.read(STRUCTURES, index=1)
+    assert mdband_numbers(again, atoms)[0] == pytest.approx(float(ref["energy_1"]), rel=1e-10)
+    dens = mdband.load_model(FIX / "dens.pt", device="cpu", dtype="float64")
+    with pytest.raises(UnsupportedModelError, match="active_mode='dens'"):
+        dens.save_deepmd(tmp_path / "dens.pt")
+    assert not (tmp_path / "dens.pt").exists()
+
+
 def mdband_numbers(pot, atoms):
     res = pot.evaluate(atoms.positions, atoms.cell.array, atoms.pbc, atoms.get_chemical_symbols())
     return res.energy, np.asarray(res.forces), np.asarray(res.virial).reshape(9)
@@ -131,7 +151,7 @@ def test_deepmd_kit_reads_converted_and_fitted_models(tmp_path):
 
     pairs, pots = [], {}
     # the other configs' files equal deepmd-kit's buffer for buffer (the test above)
-    for name in ("s2ffn", "gated_pyramid_v10", "grid_neo"):
+    for name in ("s2ffn", "gated_pyramid_v10", "grid_neo", "zbl"):
         out = tmp_path / f"{name}.pt"
         res = CliRunner().invoke(main, ["convert", str(FIX / f"{name}.pt"), str(out)])
         assert res.exit_code == 0 and "deepmd-kit checkpoint (float64)" in res.output, res.output
@@ -140,6 +160,12 @@ def test_deepmd_kit_reads_converted_and_fitted_models(tmp_path):
     fitted = tiny_fit(tmp_path)
     pairs.append(str(fitted))
     pots[str(fitted)] = mdband.load_model(fitted, device="cpu", dtype="float64")
+    # a head of a multi-task checkpoint with case FiLM, as a single-task checkpoint
+    head = mdband.load_model(FIX / "multitask_film.pt", device="cpu", dtype="float64",
+                             head="Water2")  # fmt: skip
+    head.save_deepmd(tmp_path / "water_2.pt")
+    pairs.append(str(tmp_path / "water_2.pt"))
+    pots[str(tmp_path / "water_2.pt")] = head
     proc = subprocess.run(
         [str(PY), str(Path(__file__).with_name("deepmd_ref_check.py")), str(STRUCTURES), *pairs],
         capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
