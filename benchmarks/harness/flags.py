@@ -95,12 +95,15 @@ def _add(ap: argparse.ArgumentParser, key: str, default) -> None:
     ap.add_argument("--" + key, **kwargs)
 
 
-def shared(name: str, **defaults) -> argparse.ArgumentParser:
-    """A parent parser (no ``-h``) with ``--out`` and the shared flags given in ``defaults``
-    (flag name without dashes → default)."""
+def shared(name: str, out: bool = True, **defaults) -> argparse.ArgumentParser:
+    """A parent parser (no ``-h``) with ``--out`` (unless ``out`` is False: a parser whose
+    sub-commands have it) and the shared flags given in ``defaults`` (flag name without
+    dashes → default)."""
     ap = argparse.ArgumentParser(add_help=False)
     for key, default in defaults.items():
         _add(ap, key, default)
+    if not out:
+        return ap
     out = os.environ.get("OUT")
     stem = name.rsplit(".", 1)[-1]  # experiments.gpu_warps: gpu_warps.jsonl
     ap.add_argument(
@@ -112,14 +115,15 @@ def shared(name: str, **defaults) -> argparse.ArgumentParser:
     return ap
 
 
-def parser(name: str, doc: str | None, **defaults) -> argparse.ArgumentParser:
+def parser(name: str, doc: str | None, out: bool = True, **defaults) -> argparse.ArgumentParser:
     """The parser of benchmark ``name``: its docstring ``doc`` as description (first line) and
-    epilog (the rest), ``--out`` and the shared flags given in ``defaults``."""
+    epilog (the rest), ``--out`` (unless ``out`` is False) and the shared flags given in
+    ``defaults``."""
     first, _, rest = (doc or name).strip().partition("\n")
     return argparse.ArgumentParser(
         prog=f"python -m benchmarks.{name}",
         description=first,
         epilog=rest.strip() or None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[shared(name, **defaults)],
+        parents=[shared(name, out, **defaults)],
     )

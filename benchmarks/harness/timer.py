@@ -3,8 +3,9 @@
 ``timer(device).measure(fn, repeat=5, warmup=2)`` calls ``fn()`` ``warmup`` times untimed, then
 ``repeat`` times timed, and returns a :class:`Timing` of the per-call samples in milliseconds:
 
-* :class:`CpuTimer` (``cpu``): the wall clock (``time.perf_counter``) and this process's CPU time
-  (``time.process_time``: every thread, user + system) around each call;
+* :class:`CpuTimer` (``cpu``): the wall clock (``time.perf_counter``) and the CPU time (every
+  thread, user + system) of this process and of the child processes it waited for, around each
+  call (so a call that runs a command is charged the command's CPU time);
 * :class:`CudaTimer` (``cuda``, ``cuda:N``): the same two clocks with the device synchronised
   before and after each call (the wall figure is what a caller waits for: host work, copies
   and launches included), and the device time between two CUDA events recorded around the call
@@ -25,6 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+try:
+    import resource
+except ImportError:  # not a Unix
+    resource = None
+
 #: the clocks of a :class:`Timing`
 CLOCKS = ("wall", "cpu", "device")
 #: bytes overwritten before each call by ``CudaTimer(flush_cache=True)`` (above any L2)
@@ -40,7 +46,8 @@ class Timing:
     wall : tuple of float
         Wall-clock time of each timed call (on CUDA: device synchronised before and after).
     cpu : tuple of float
-        CPU time of this process (all threads, user + system) during each call.
+        CPU time (all threads, user + system) of this process and of the child processes it
+        waited for during each call.
     device : tuple of float or None
         Time between CUDA events recorded before and after each call (None on a CPU).
     """
@@ -95,6 +102,16 @@ class Timing:
         return out
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system, every thread) of this process and of its waited-for
+    children so far: ``time.process_time`` (ns resolution) plus the children's ``getrusage``."""
+    own = time.process_time()
+    if resource is None:  # not a Unix: this process only
+        return own
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own + kids.ru_utime + kids.ru_stime
+
+
 def _check_counts(repeat: int, warmup: int) -> None:
     if repeat < 1 or warmup < 0:
         raise ValueError(f"repeat {repeat}, warmup {warmup}: need repeat >= 1 and warmup >= 0")
@@ -112,11 +129,11 @@ class CpuTimer:
             fn()
         wall, cpu = [], []
         for _ in range(repeat):
-            c0 = time.process_time()
+            c0 = cpu_seconds()
             t0 = time.perf_counter()
             fn()
             t1 = time.perf_counter()
-            c1 = time.process_time()
+            c1 = cpu_seconds()
             wall.append(1e3 * (t1 - t0))
             cpu.append(1e3 * (c1 - c0))
         return Timing(tuple(wall), tuple(cpu))
@@ -160,14 +177,14 @@ class CudaTimer:
                     self._flush.zero_()
                 start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
                 cuda.synchronize()
-                c0 = time.process_time()
+                c0 = cpu_seconds()
                 t0 = time.perf_counter()
                 start.record()
                 fn()
                 end.record()
                 cuda.synchronize()
                 t1 = time.perf_counter()
-                c1 = time.process_time()
+                c1 = cpu_seconds()
                 wall.append(1e3 * (t1 - t0))
                 cpu.append(1e3 * (c1 - c0))
                 events.append((start, end))
