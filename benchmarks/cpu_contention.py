@@ -50,14 +50,9 @@ def one_run(work: Path, threads: int, policy: str, steps: int, reps: int) -> dic
            "--model", "builtin:emt-cuni", "--steps", str(steps), "--threads", str(threads),
            "--no-progress", "--overwrite"]  # fmt: skip
     load = os.getloadavg()[0]
-    done = []
-
-    def run():
-        done.append(subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                                   timeout=3600))  # fmt: skip
-
-    t = harness.measure(run, "cpu", repeat=1, warmup=0)
-    proc = done[0]
+    proc, t = harness.once(
+        lambda: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
     times = harness.commands.run_summary(proc.stdout)

@@ -67,7 +67,7 @@ def worker(engine: str, model: str, cell: str, threads: int, repeat: int, dtype:
         def call():
             return dp.eval(coord.reshape(1, -1), box.reshape(1, 9), at)
 
-    first = harness.measure(call, "cpu", repeat=1, warmup=0)
+    _, first = harness.once(call)
     call()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     t = harness.measure(call, "cpu", repeat=repeat, warmup=0)

@@ -282,13 +282,7 @@ def mdband_run(args, steps: int) -> dict:
             toml = Path(tmp, "run.toml")
             toml.write_text(f"skin = {args.skin}\n")
             cmd += ["--config", str(toml)]
-        done = []
-
-        def run():
-            done.append(subprocess.run(cmd, capture_output=True, text=True))
-
-        t = harness.measure(run, "cpu", repeat=1, warmup=0)
-        p = done[0]
+        p, t = harness.once(lambda: subprocess.run(cmd, capture_output=True, text=True))
         log = Path(tmp, "run.log").read_text() if Path(tmp, "run.log").exists() else ""
     # the run's own times: every step (model and the rest of the loop), after the first steps
     # (kernel compilation, graph capture), steps/s of the whole run
@@ -334,10 +328,8 @@ def cmd_neighbours(args) -> None:
             same = all(torch.equal(a, b) for a, b in zip(got, ref))
             row[f"cell_list_ms_{launch}"] = t if same else f"{t:.3f} (differs)"
         row["edges"] = int(src.shape[0])
-        t = harness.measure(lambda: build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0),
-                            "cpu", 1, 0)  # fmt: skip
+        g, t = harness.once(lambda: build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0))
         row["vesin_cpu_ms"] = t.ms
-        g = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
         key = lambda s, d, k: np.lexsort((k[:, 2], k[:, 1], k[:, 0], s, d))  # noqa: E731
         a = np.c_[g.dst, g.src, g.shifts][key(g.src, g.dst, g.shifts)]
         s_, d_, k_ = src.cpu().numpy(), dst.cpu().numpy(), sh.cpu().numpy()

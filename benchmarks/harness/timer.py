@@ -212,6 +212,14 @@ def measure(
     return timer(device, flush_cache).measure(fn, repeat, warmup)
 
 
+def once(fn: Callable[[], object], device="cpu") -> tuple[object, Timing]:
+    """One timed call of ``fn`` on ``device``, no warm-up: ``(its return value, its Timing)``
+    (a first call, or a run long enough to time once)."""
+    value = []
+    t = measure(lambda: value.append(fn()), device, repeat=1, warmup=0)
+    return value[0], t
+
+
 class PeakMemory:
     """The CUDA allocator's peak over a ``with`` block (nothing on a CPU).
 
