@@ -2,12 +2,13 @@
 
 Usage (from the repository root)::
 
-    python benchmarks/gpu_kernels.py            # check (moderate sizes) + timing (E ≈ 650k)
-    python benchmarks/gpu_kernels.py --full     # more degrees in the check
-    python benchmarks/gpu_kernels.py --no-time  # check only
+    python -m benchmarks.gpu_kernels            # check (moderate sizes) + timing (E ≈ 650k)
+    python -m benchmarks.gpu_kernels --full     # more degrees in the check
+    python -m benchmarks.gpu_kernels --no-time  # check only
 
-Writes ``$OUT/gpu_kernels.json`` when the OUT environment variable is set; exit code 1 if a check
-fails. Needs no SeZM model: only ``mdband.so3`` and ``mdband.kernels`` are imported.
+Records (JSON lines, to ``--out`` only: the human summary goes to standard output): one
+``check`` per comparison, one ``timing`` per row, a ``summary``; exit code 1 if a check fails.
+Needs no SeZM model: only ``mdband.so3`` and ``mdband.kernels`` are imported.
 
 Check stage, for every op, forward and backward (autograd through the registered op):
 
@@ -23,8 +24,8 @@ and "dot" as ``rotate_mix[none] dot``, plus ``rotate_mix[none] dot~edge``; the m
 edge kernels only).
 
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
-milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
-storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
+milliseconds between CUDA events (the harness timer, L2 flushed before each call, ``--repeat``
+calls after ``--warmup``) of each op's forward and backward op for band and dense storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
 aggregate's backward is timed with both kernel families (rows ``aggregate[H]`` = "walk",
 ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage only, the
 dot kernel at other (edges per step, warps) launches (``aggregate[H] dot BE=8 w=4``;
@@ -35,16 +36,19 @@ summary follows. Every setting goes through ``mdband.kernels.tuning.override``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import platform
 import sys
-import time
 import types
 from pathlib import Path
 
 import torch
+
+try:  # python -m benchmarks.gpu_kernels, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_kernels.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 if "mdband" not in sys.modules:
@@ -244,7 +248,7 @@ class Checks:
                 "case": case,
                 "dtype": str(dtype).replace("torch.", ""),
                 "output": what,
-                "kind": kind,
+                "compare": kind,
                 "value": value if kind != "bitwise" else bool(value),
                 "threshold": threshold,
                 "ok": ok,
@@ -420,29 +424,26 @@ def check_node_ops(checks, device, E, N):
 
 
 # ---------------------------------------------------------------------------- timing
-def bench(fn, device):
-    if device.type == "cuda":
-        import triton.testing
+#: timed calls and untimed ones before them of every kernel timing (``--repeat``, ``--warmup``)
+TIMING = {"repeat": 50, "warmup": 5}
 
-        torch.cuda.synchronize()
-        q = triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
-        return [float(t) for t in q]
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = (time.perf_counter() - t0) * 1e3
-    return [dt, dt, dt]
+
+def bench(fn, device):
+    """Median, 20th and 80th percentile ms of ``fn``'s kernels (:attr:`Timing.kernel_ms`: CUDA
+    events, L2 flushed before each call); on a CPU (the interpreter) one call after one more,
+    a wall-clock figure of no meaning."""
+    if device.type == "cuda":
+        t = harness.timer.timer(device, flush_cache=True).measure(fn, **TIMING)
+        return [t.kernel_ms, t.quantile(0.2, "device"), t.quantile(0.8, "device")]
+    t = harness.measure(fn, "cpu", repeat=1, warmup=1)
+    return [t.ms, t.ms, t.ms]
 
 
 def peak_mb(fn, device):
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+    """MB allocated by ``fn`` above what was allocated before (None on a CPU)."""
+    with harness.PeakMemory(device) as mem:
+        fn()
+    return mem.added_mb
 
 
 def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
@@ -601,8 +602,8 @@ def print_table(rows):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default=None, help="cuda (default) or cpu with TRITON_INTERPRET=1")
+    p = harness.parser("gpu_kernels", __doc__, device="auto", repeat=TIMING["repeat"],
+                       warmup=TIMING["warmup"])  # fmt: skip
     p.add_argument("--full", action="store_true", help="check more degrees (L up to 6)")
     p.add_argument("--no-check", action="store_true")
     p.add_argument("--node-ops-only", action="store_true",
@@ -620,10 +621,11 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=1)
     p.add_argument("--rank", type=int, default=1)
     args = p.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device)
     if device.type != "cuda" and not cm.interpret_mode():
         print("no CUDA device: run on a GPU, or on the CPU with TRITON_INTERPRET=1 and tiny sizes")
         return 2
+    TIMING.update(repeat=args.repeat, warmup=args.warmup)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import triton
@@ -635,38 +637,36 @@ def main(argv=None):
         "python": platform.python_version(),
     }
     print(env)
-    result = {"env": env, "args": vars(args)}
-    ok = True
+    results = harness.Results("gpu_kernels", args.out, vars(args), echo=False)
+    ok, n_checks = True, 0
     if not args.no_check:
-        t0 = time.time()
-        if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
-            checks = Checks()
-            check_node_ops(checks, device, args.check_edges, args.check_nodes)
-        else:
-            checks = run_checks(device, args.full, args.check_edges, args.check_nodes)
-        ok = checks.ok
-        result["checks"] = checks.rows
+        def check():
+            if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
+                checks = Checks()
+                check_node_ops(checks, device, args.check_edges, args.check_nodes)
+                return checks
+            return run_checks(device, args.full, args.check_edges, args.check_nodes)
+
+        checks, t = harness.once(check)
+        ok, n_checks = checks.ok, len(checks.rows)
+        for r in checks.rows:
+            results.add("check", **r)
         n_fail = sum(not r["ok"] for r in checks.rows)
         worst = {}
         for r in checks.rows:
-            if r["kind"] == "rel":
+            if r["compare"] == "rel":
                 key = (r["op"], r["dtype"])
                 worst[key] = max(worst.get(key, 0.0), r["value"])
-        print(f"checks: {len(checks.rows)} ({n_fail} failed) in {time.time() - t0:.0f} s")
+        print(f"checks: {len(checks.rows)} ({n_fail} failed) in {t.ms / 1e3:.0f} s")
         for (op, dt), w in sorted(worst.items()):
             print(f"  worst rel err {op:<22} {dt:<8} {w:.2e}")
     if not args.no_time:
         rows = run_timing(device, args.edges, args.nodes, args.channels, args.lmax, args.heads,
                           args.rank, not args.no_reference, not args.no_dot_sweep)  # fmt: skip
-        result["timings"] = rows
+        for r in rows:
+            results.add("timing", **r)
         print_table(rows)
-    result["ok"] = ok
-    out = os.environ.get("OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with open(Path(out) / "gpu_kernels.json", "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {Path(out) / 'gpu_kernels.json'}")
+    results.add("summary", ok=ok, checks=n_checks, **env)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

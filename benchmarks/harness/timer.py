@@ -88,6 +88,12 @@ class Timing:
         """Median wall-clock ms per call: the figure the benchmarks report."""
         return self.median("wall")
 
+    @property
+    def kernel_ms(self) -> float:
+        """Median device ms per call where CUDA events timed it, else median wall ms: the
+        figure of a kernel (no host work in it on a GPU)."""
+        return self.median("device" if self.device is not None else "wall")
+
     def as_dict(self, prefix: str = "") -> dict:
         """Medians for a results record: ``{prefix}ms`` (wall), ``{prefix}min_ms``,
         ``{prefix}cpu_ms``, ``{prefix}device_ms`` (CUDA only) and ``{prefix}calls``."""
