@@ -51,7 +51,7 @@ except ModuleNotFoundError as exc:  # python benchmarks/gpu_kernels.py: the harn
     import harness
 
 ROOT = Path(__file__).resolve().parents[1]
-if "mdband" not in sys.modules:
+if __name__ == "__main__" and "mdband" not in sys.modules:
     # load mdband.so3 / mdband.kernels without running mdband/__init__ (which pulls in the model,
     # ASE and the neighbour list): this script depends on the kernels only
     _pkg = types.ModuleType("mdband")

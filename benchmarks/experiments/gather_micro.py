@@ -3,27 +3,25 @@
 Not part of the product: the measurement behind :mod:`mdband.kernels.take_rows`
 (``results/2026-12-02-h200-gather-micro.log``, made by two drafts of this script: torch's
 ``index_select`` ≈ 0.39 ms at every W from 8 to 192, a Triton copy 0.04–0.05 ms). Usage (device):
-``python3 benchmarks/gather_micro.py``.
+``python3 -m benchmarks.experiments.gather_micro``. Times by
+:func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed); one record per width.
 """
 
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_kernels import bench  # noqa: E402
+from benchmarks import harness
+from benchmarks.gpu_kernels import bench
 
 E, N = 647154, 4096
 
 
 def timed_us(fn):
-    """Median µs of ``fn`` (triton.testing.do_bench, through gpu_kernels.bench)."""
+    """Median µs of ``fn``'s kernels (:func:`benchmarks.gpu_kernels.bench`)."""
     return 1e3 * bench(fn, torch.device("cuda"))[0]
 
 
@@ -43,7 +41,9 @@ def take(x, i):
     return o
 
 
-def main():
+def main(argv=None):
+    args = harness.parser("experiments.gather_micro", __doc__).parse_args(argv)
+    results = harness.Results("experiments.gather_micro", args.out, vars(args), echo=False)
     d = "cuda"
     idx = torch.randint(0, N, (E,), device=d)
     i32, srt = idx.to(torch.int32), idx.sort().values
@@ -60,6 +60,7 @@ def main():
             "triton": timed_us(lambda: take(x, idx)),
             "index_add": timed_us(lambda: torch.zeros_like(x).index_add_(0, idx, ones)),
         }
+        results.add("gather", C=C, us=row)
         print(f"C={C}: " + ", ".join(f"{k} {v:.0f} us" for k, v in row.items()), flush=True)
 
 

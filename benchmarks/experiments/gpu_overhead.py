@@ -1,6 +1,6 @@
 """Where a user-level call spends its time outside the model step (host work, syncs, the list).
 
-Models: deepmd-kit's default DPA4 config (``gpu_large.CFG``) and DPA4-Mini (``vs_deepmd.MINI``),
+Models: deepmd-kit's default DPA4 config and DPA4-Mini (:mod:`benchmarks.harness.models`),
 random weights, float32, CUDA graphs as by default; system: rattled diamond of 8·n³ atoms. Per
 config and size:
 
@@ -13,36 +13,27 @@ config and size:
 * ``call_python``: cProfile of ``--calls`` user calls, the functions of most own host time (µs
   per call; blocking copies and synchronisations show up in the op that waits).
 
-    python benchmarks/gpu_overhead.py [--configs default mini] [--sizes 4 8] [--calls 30]
+    python -m benchmarks.experiments.gpu_overhead [--configs default mini] [--sizes 4 8]
 
-Writes ``$OUT/gpu_overhead.json`` when ``OUT`` is set.
+One record per config and size (kind ``overhead``).
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import os
 import pstats
 
 import torch
-from gpu_large import CFG, TINY, diamond, profiled
-from vs_deepmd import MINI, median_ms
 
-from mdband.config import config_from_deepmd
-from mdband.model.factory import random_potential
-
-#: the two configs of the comparisons: deepmd-kit's default DPA4 and DPA4-Mini (its water example)
-CONFIGS = {
-    "default": lambda: CFG,
-    "mini": lambda: config_from_deepmd(MINI, 1.2).to_dict(),
-}
+from benchmarks import harness
 
 
 def list_ops(dev, fn, rows: int) -> list:
     """The torch ops of most host time in one call of ``fn``: (name, count, µs)."""
-    ev = sorted(profiled(dev, fn), key=lambda e: e.self_cpu_time_total, reverse=True)
+    events = harness.profiling.profile(fn, dev).key_averages()
+    ev = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
     return [[e.key[:50], e.count, round(e.self_cpu_time_total, 1)] for e in ev[:rows]]
 
 
@@ -64,11 +55,16 @@ def call_python(fn, calls: int, rows: int) -> list:
 
 def measure(pot, dev, n: int, args) -> dict:
     """The row of one size (see the module docstring)."""
-    atoms = diamond(n)
+    atoms = harness.diamond(n)
     pos, cell, sym = atoms.positions, atoms.cell.array, atoms.get_chemical_symbols()
     pos_t, cell_t = torch.tensor(pos, device=dev), torch.tensor(cell, device=dev)
     nl = pot.neighbour_list()
     row = {"atoms": len(atoms)}
+    clock = harness.timer.timer(dev)
+
+    def median_ms(fn, repeat):
+        return clock.measure(fn, repeat, args.warmup).ms
+
     row["call_ms"] = median_ms(lambda: pot.evaluate(pos, cell, True, sym), args.repeat)
     graph = nl.edges(pos_t, cell_t, True, host_cell=cell)
     row["edges"] = graph.n_edges
@@ -85,26 +81,22 @@ def measure(pot, dev, n: int, args) -> dict:
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", nargs="*", default=["default", "mini"], choices=list(CONFIGS))
-    ap.add_argument("--sizes", type=int, nargs="*", default=[4, 8])
-    ap.add_argument("--repeat", type=int, default=20)
+def main(argv=None) -> None:
+    ap = harness.parser("experiments.gpu_overhead", __doc__, device="cuda",
+                        configs=["default", "mini"], sizes=[4, 8], repeat=20, warmup=2,
+                        tiny=False)  # fmt: skip
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--rows", type=int, default=25)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     dev = args.device
-    out = {"device": torch.cuda.get_device_name() if dev.startswith("cuda") else dev}
+    results = harness.Results("experiments.gpu_overhead", args.out, vars(args), echo=False)
     for name in args.configs:
-        cfg = TINY if args.tiny else CONFIGS[name]()
-        pot = random_potential(cfg, seed=0, gain=0.5, device=dev, dtype="float32")
+        cfg = harness.models.config("tiny" if args.tiny else name)
+        pot = harness.models.potential(cfg, seed=0, gain=0.5, device=dev, dtype="float32")
         pot.neighbour_backend = "cell_list"  # CUDA's default; on a CPU run the same code path
-        out[name] = {}
         for n in args.sizes:
             row = measure(pot, dev, n, args)
-            out[name][str(n)] = row
+            results.add("overhead", config=name, size=n, **row)
             head = {k: v for k, v in row.items() if not isinstance(v, list)}
             print(json.dumps({f"overhead {name}": head}), flush=True)
             print("  list ops (name, count, host µs):")
@@ -114,10 +106,6 @@ def main() -> None:
             for r in row["call_python"]:
                 print(f"    {r[0]:70s} {r[1]:6.1f} {r[2]:9.1f} {r[3]:9.1f}")
         del pot
-    if os.environ.get("OUT"):
-        path = os.path.join(os.environ["OUT"], "gpu_overhead.json")
-        with open(path, "w") as f:
-            json.dump(out, f)
 
 
 if __name__ == "__main__":

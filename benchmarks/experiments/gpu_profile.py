@@ -16,66 +16,46 @@ forces + virial through ``Potential.evaluate`` with its GPU neighbour list, CUDA
 
 Usage (device)::
 
-    python3 benchmarks/gpu_profile.py --configs mini default --sizes 4 8 --variants modules breaks
+    python3 -m benchmarks.experiments.gpu_profile --configs mini default --sizes 4 8 \
+        --variants modules breaks
 
-Prints JSON lines and writes ``$OUT/profile.json``.
+Records (JSON lines): ``call_ms`` and ``profile`` per config, ``compile`` per variant.
 """
 
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vs_deepmd import MINI, diamond, median_ms, sync  # noqa: E402
+from benchmarks import harness
 
-
-def config(name: str) -> dict:
-    from mdband.config import SeZMConfig, config_from_deepmd
-
-    if name == "mini":
-        return config_from_deepmd(MINI, 1.1).to_dict()
-    return SeZMConfig(type_map=("C",)).to_dict()
+diamond = harness.diamond
+call_args = harness.evaluate_args
 
 
 def potential(name: str, device: str, **options):
     """Random weights (seed 0, gain 0.5), float32; ``options`` are engine settings."""
-    from mdband.config import SeZMConfig
-    from mdband.model.factory import build_sezm, initialise_weights
-    from mdband.potential import Potential
-
-    cfg = config(name)
-    model = build_sezm(cfg, None, options)
-    initialise_weights(model, seed=0, gain=0.5)
-    return Potential(model, kind="sezm", type_map=["C"], cutoff=SeZMConfig.from_dict(cfg).rcut,
-                     config=cfg, device=device, dtype="float32")  # fmt: skip
-
-
-def call_args(atoms):
-    return atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols()
+    cfg = harness.models.config(name)
+    return harness.models.potential(cfg, seed=0, gain=0.5, device=device, dtype="float32",
+                                    **options)  # fmt: skip
 
 
 def use_stack_configs(paths):
     """The tuning-table override (a context manager) with the best launches of
-    ``benchmarks/gpu_stack.py`` sweeps for their (L, C)."""
+    ``experiments.gpu_stack`` sweeps for their (L, C) (the last ``best`` record of each file)."""
     from mdband.kernels import tuning
 
     shapes = dict(tuning.current().so2_stack.shapes)
     for path in paths:
-        doc = json.loads(Path(path).read_text())
-        t = doc["timing"]
-        key = (doc["args"]["lmax"], doc["args"]["channels"])
-        lin, gate = t["best"]["tf32x3"], t["best_gate"]
+        best = harness.results.read(path, kind="best")[-1]
+        key = (best["lmax"], best["channels"])
+        lin, gate = best["linear"]["tf32x3"], best["gate"]
         linear = tuning.LinearLaunch(edges=lin["BE"], warps=lin["warps"], stages=lin["stages"])
         gate = tuning.GateLaunch(edges=gate["BE"], fwd_warps=gate["fwd_warps"],
                                  bwd_warps=gate["bwd_warps"])  # fmt: skip
@@ -86,19 +66,9 @@ def use_stack_configs(paths):
 
 # ------------------------------------------------------------------ profile
 def kernel_table(pot, atoms, rows: int) -> str:
-    from torch.profiler import ProfilerActivity, profile
-
-    steps, pot._steps = pot._steps, None
-    try:
-        pot.evaluate(*call_args(atoms))
-        acts = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            acts.append(ProfilerActivity.CUDA)
-        with profile(activities=acts, record_shapes=True) as prof:
-            pot.evaluate(*call_args(atoms))
-            sync()
-    finally:
-        pot._steps = steps
+    with harness.profiling.eager(pot):
+        prof = harness.profiling.profile(lambda: pot.evaluate(*call_args(atoms)), pot.device,
+                                         record_shapes=True)  # fmt: skip
     key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
     avg = prof.key_averages(group_by_input_shape=True)
     return avg.table(sort_by=key, row_limit=rows, max_name_column_width=40,
@@ -112,7 +82,7 @@ def source_table(pot, atoms, rows: int) -> str:
     innermost model module it ran in (a ``record_function`` range per module, recorded by every
     torch version) and by the mdband Python frames above it where the profiler records them
     (torch 2.13 on the CPU; torch 2.11 on the H200 recorded none on 2026-12-02)."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     cuda = torch.cuda.is_available()
     ranges: list = []
@@ -128,15 +98,11 @@ def source_table(pot, atoms, rows: int) -> str:
         if name:
             hooks.append(mod.register_forward_pre_hook(lambda m, a, name=name: enter(m, a, name)))
             hooks.append(mod.register_forward_hook(leave))
-    steps, pot._steps = pot._steps, None
     try:
-        pot.evaluate(*call_args(atoms))
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with profile(activities=acts, with_stack=True) as prof:
-            pot.evaluate(*call_args(atoms))
-            sync()
+        with harness.profiling.eager(pot):
+            prof = harness.profiling.profile(lambda: pot.evaluate(*call_args(atoms)), pot.device,
+                                             with_stack=True)  # fmt: skip
     finally:
-        pot._steps = steps
         for h in hooks:
             h.remove()
 
@@ -216,18 +182,13 @@ def module_forward_ms(pot, atoms) -> dict[str, float]:
                 events[name][-1][1] = time.perf_counter()
 
         handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
-    steps, pot._steps = pot._steps, None
     try:
-        sync()
-        t0 = time.perf_counter()
-        pot.evaluate(*call_args(atoms))
-        sync()
-        total = 1e3 * (time.perf_counter() - t0)
+        with harness.profiling.eager(pot):
+            _, t = harness.once(lambda: pot.evaluate(*call_args(atoms)), pot.device)
     finally:
-        pot._steps = steps
         for h in handles:
             h.remove()
-    out = {"eager call (fwd + bwd)": total}
+    out = {"eager call (fwd + bwd)": t.ms}
     for name, pairs in sorted(events.items()):
         if cuda:
             out[name] = sum(a.elapsed_time(b) for a, b in pairs if b is not None)
@@ -279,7 +240,9 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
     for n in sizes:
         atoms = diamond(n)
         base[n] = pot.evaluate(*call_args(atoms))
-    ref_ms = {n: median_ms(lambda: pot.evaluate(*call_args(diamond(n))), repeat) for n in sizes}
+    clock = harness.timer.timer(device)
+    ref_ms = {n: clock.measure(lambda: pot.evaluate(*call_args(diamond(n))), repeat).ms
+              for n in sizes}  # fmt: skip
     del pot
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     pot = compiled_potential(name, variant, device)
@@ -287,31 +250,25 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
     try:
         for n in sizes:
             atoms = diamond(n)
-            t0 = time.perf_counter()
-            r = pot.evaluate(*call_args(atoms))
-            sync()
-            first = time.perf_counter() - t0
-            ms = median_ms(lambda: pot.evaluate(*call_args(atoms)), repeat)
+            _, first = harness.once(lambda: pot.evaluate(*call_args(atoms)), device)
+            ms = clock.measure(lambda: pot.evaluate(*call_args(atoms)), repeat).ms
             r = pot.evaluate(*call_args(atoms))
             row[str(n)] = {
                 "atoms": len(atoms),
                 "uncompiled_ms": ref_ms[n],
                 "compiled_ms": ms,
-                "first_call_s": first,
+                "first_call_s": first.ms / 1e3,
                 "max_force_diff": float(np.abs(r.forces - base[n].forces).max()),
                 "energy_diff": float(abs(r.energy - base[n].energy)),
             }
-            print(json.dumps({"compile": {name: {variant: row[str(n)]}}}), flush=True)
     except Exception as exc:  # a failing variant is a result, not the end of the run
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        print(json.dumps({"compile": {name: {variant: row["error"]}}}), flush=True)
     return row
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--configs", nargs="+", default=["mini", "default"])
-    ap.add_argument("--sizes", nargs="+", type=int, default=[4, 8])
+    ap = harness.parser("experiments.gpu_profile", __doc__, device="auto",
+                        configs=["mini", "default"], sizes=[4, 8], repeat=5)  # fmt: skip
     ap.add_argument("--profile-size", type=int, default=8)
     ap.add_argument("--variants", nargs="*", default=["modules", "breaks"])
     ap.add_argument("--rows", type=int, default=45)
@@ -321,50 +278,45 @@ def main(argv=None) -> None:
         action="store_true",
         help="the fused ops on any device (kernels=ops: the CPU under TRITON_INTERPRET=1)",
     )
-    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip what would start later")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--stack-config", nargs="*", default=[],
-                    help="gpu_stack-L*-C*.json files whose best launches to use")  # fmt: skip
+                    help="experiments.gpu_stack JSON-lines files whose best launches to use")  # fmt: skip
     args = ap.parse_args(argv)
     # the whole run with those launches (left when the script ends)
     contextlib.ExitStack().enter_context(use_stack_configs(args.stack_config))
-    t_start = time.perf_counter()
-    res: dict = {"torch": torch.__version__, "profile": {}, "compile": []}
-    out = Path(os.environ.get("OUT", "benchmarks/out"))
-    out.mkdir(parents=True, exist_ok=True)
-
-    def save():
-        (out / "profile.json").write_text(json.dumps(res, indent=1))
-
+    results = harness.Results("experiments.gpu_profile", args.out, vars(args), echo=False)
+    t_start = time.perf_counter()  # the time budget's clock, not a measurement
+    clock = harness.timer.timer(args.device)
     if args.profile_size:
         for name in args.configs:
             pot = potential(name, args.device, **({"kernels": "ops"} if args.ops else {}))
             calls = {}
             for n in args.sizes:
                 atoms = diamond(n)
-                calls[len(atoms)] = median_ms(lambda: pot.evaluate(*call_args(atoms)), args.repeat)
+                calls[len(atoms)] = clock.measure(lambda: pot.evaluate(*call_args(atoms)),
+                                                  args.repeat).ms  # fmt: skip
             print(json.dumps({"call_ms": {name: calls}}), flush=True)
-            res.setdefault("call_ms", {})[name] = calls
+            results.add("call_ms", config=name, ms=calls)
             atoms = diamond(args.profile_size)
             table = kernel_table(pot, atoms, args.rows)
             print(f"== {name}: kernels of one eager call, {len(atoms)} atoms ==\n{table}")
+            src = None
             if args.sources:
                 src = source_table(pot, atoms, args.rows)
                 print(f"== {name}: torch ops by source, {len(atoms)} atoms ==\n{src}", flush=True)
-                res["profile"].setdefault(name + "-sources", src)
             mods = module_forward_ms(pot, atoms)
             print(json.dumps({"module_forward_ms": {name: mods}}, indent=1), flush=True)
-            res["profile"][name] = {"kernels": table, "module_forward_ms": mods}
-            save()
+            results.add("profile", config=name, atoms=len(atoms), kernels=table, sources=src,
+                        module_forward_ms=mods)  # fmt: skip
             del pot
     for variant in args.variants:
         for name in args.configs:
             if time.perf_counter() - t_start > args.budget_s:
                 print(f"skipped {name}/{variant}: past the budget", flush=True)
                 continue
-            res["compile"].append(run_variant(name, variant, args.sizes, args.repeat, args.device))
-            save()
+            row = run_variant(name, variant, args.sizes, args.repeat, args.device)
+            print(json.dumps({"compile": row}), flush=True)
+            results.add("compile", **row)
     print(f"done in {time.perf_counter() - t_start:.0f} s")
 
 

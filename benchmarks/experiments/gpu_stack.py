@@ -3,24 +3,25 @@
 Checks every precision (``ieee``, ``tf32x3``, ``fp16x3``, ``fp16``) forward and backward against a
 float64 reference,
 times the op against mdband's torch path of the same layer (SO2Linear + GatedActivation, exact
-fp32 cuBLAS), sweeps launch configurations (linear kernel, then the gate kernels) and writes
-the fastest to ``$OUT/gpu_stack-L{lmax}-C{channels}.json`` (``benchmarks/gpu_model.py
---stack-config`` reads it).
+fp32 cuBLAS), sweeps launch configurations (linear kernel, then the gate kernels) and records
+the fastest (kind ``best``: ``benchmarks.gpu_model --stack-config`` and
+``experiments.gpu_profile --stack-config`` read it from ``--out``).
 
-    python benchmarks/gpu_stack.py [--edges 647154] [--lmax 3] [--channels 64]
+    python -m benchmarks.experiments.gpu_stack [--edges 647154] [--lmax 3] [--channels 64]
+
+Times by :func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import os
 import sys
 
 import torch
-import triton.testing
+import triton
 
+from benchmarks import harness
+from benchmarks.gpu_kernels import bench as kernel_bench
 from mdband.kernels import _common as cm
 from mdband.kernels import so2_stack as ss
 from mdband.kernels import tuning
@@ -69,8 +70,8 @@ def checks(device, L, C):
 
 
 def bench(fn):
-    torch.cuda.synchronize()
-    return float(triton.testing.do_bench(fn, warmup=10, rep=60))
+    """Median ms of ``fn``'s kernels on the GPU."""
+    return kernel_bench(fn, torch.device("cuda"))[0]
 
 
 def time_config(x, w0, wm, wg, gy, L, prec):
@@ -176,7 +177,7 @@ def gate_sweep(x, w0, wm, wg, gy, L):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser("experiments.gpu_stack", __doc__)
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
@@ -197,8 +198,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     device = torch.device("cuda")
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)
-    result = {"gpu": torch.cuda.get_device_name(), "args": vars(args)}
-    result["checks"] = checks(device, args.lmax, args.channels)
+    results = harness.Results("experiments.gpu_stack", args.out, vars(args), echo=False)
+    result = {"checks": checks(device, args.lmax, args.channels)}
     if args.configs:
         configs = [tuple(int(v) for v in c.split("x")) for c in args.configs]
     elif args.quick:
@@ -210,12 +211,16 @@ def main(argv=None):
         gates=not args.no_gate_sweep,
     )  # fmt: skip
     ok = all(r["ok"] for r in result["checks"])
-    result["ok"] = ok
-    if os.environ.get("OUT"):
-        name = f"gpu_stack-L{args.lmax}-C{args.channels}.json"
-        with open(os.path.join(os.environ["OUT"], name), "w") as fh:
-            json.dump(result, fh, indent=1)
+    shape = {"lmax": args.lmax, "channels": args.channels, "edges": args.edges}
+    for r in result["checks"]:
+        results.add("check", **shape, **r)
     t = result["timing"]
+    for r in t["sweep"]:
+        results.add("linear", **shape, **r)
+    for r in t["gate_sweep"]:
+        results.add("gate", **shape, **r)
+    results.add("torch", **shape, **{k: v for k, v in t.items() if k.startswith("torch_")})
+    results.add("best", **shape, linear=t["best"], gate=t["best_gate"], ok=ok)
     print(f"torch path: fwd {t['torch_fwd_ms']:.2f} ms, bwd {t['torch_bwd_ms']:.2f} ms, "
           f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}, "
           f"gate {t['best_gate']}")  # fmt: skip

@@ -1,7 +1,7 @@
 """Warps per program of the rotate_mix and aggregate kernels on one GPU.
 
-    python benchmarks/gpu_warps.py [--edges 647154] [--nodes 4096] [--aggregate 3x64 2x32]
-        [--gate 3x64 2x32] [--no-rotate-mix]
+    python -m benchmarks.experiments.gpu_warps [--edges 647154] [--nodes 4096]
+        [--aggregate 3x64 2x32] [--gate 3x64 2x32] [--no-rotate-mix]
 
 Every launch below is set through ``mdband.kernels.tuning.override`` (the tuning table's
 records named in brackets). Times rotate_mix's forward and backward (median of
@@ -17,17 +17,18 @@ launch; then rotate_mix's by-source "dot" backward of radial rows per tl.dot pre
 per step and warps against its edge kernels (``--rotate-mix-dot rad:3x64``; the mixer has the
 edge kernels only); radial_basis against its torch path (``--radial n``); seed_mlp and
 radial_mlp against theirs (``--seed-mlp 32 64``, ``--radial-mlp 2x32 3x64``). Prints one line
-per setting.
+per setting, each also a record (kind ``line``) of ``--out``; times by
+:func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 
 import benchmarks.gpu_kernels as gk
+from benchmarks import harness
 from mdband.kernels import _common as cm
 from mdband.kernels import tuning
 from mdband.kernels.aggregate import aggregate
@@ -38,6 +39,17 @@ from mdband.kernels.so2_stack import op as so2_op
 from mdband.kernels.so2_stack.gate import so2_gate_bwd_kernel
 from mdband.kernels.so2_stack.linear import so2_linear_kernel
 from mdband.so3 import storage as st
+
+#: this run's records (set by :func:`main`)
+RESULTS = None
+
+
+def say(*parts, flush=True) -> None:
+    """Print one line of the report and record it (kind ``line``)."""
+    text = " ".join(map(str, parts))
+    print(text, flush=flush)
+    if RESULTS is not None:
+        RESULTS.add("line", text=text)
 
 
 def rel(u, v) -> float:
@@ -105,10 +117,10 @@ def aggregate_sweep(E, N, L, C, dev):
         same = close(out, ref)
         bitwise = all(torch.equal(a, b) for a, b in zip(out, ref) if a is not None)
         ok &= same
-        print(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
+        say(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
               f"prefetch={prefetch}: {ms:7.2f} ms (fwd + bwd), fwd {ms_fwd:6.2f}  "
               f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
-    print("aggregate bwd compiles:", compiled_sizes(aggregate_walk_bwd_kernel), flush=True)
+    say("aggregate bwd compiles:", compiled_sizes(aggregate_walk_bwd_kernel), flush=True)
     ok &= dot_sweep(fn, fwd, ref, L, C, dev)
     return ok
 
@@ -128,10 +140,10 @@ def dot_sweep(fn, fwd, ref, L, C, dev):
                 ms = gk.bench(fn, dev)[0]
                 err = max(rel(a, b) for a, b in zip(fn(), ref) if a is not None)
         except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-            print(f"{what}: {type(exc).__name__}", flush=True)
+            say(f"{what}: {type(exc).__name__}", flush=True)
             continue
         ok &= err < 1e-4
-        print(f"{what}: {ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
+        say(f"{what}: {ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
               flush=True)  # fmt: skip
     return ok
 
@@ -163,7 +175,7 @@ def gate_sweep(E, L, C, dev):
     moved = 3 * gy.numel() * 4 / 1e9  # gy, h read and gh written once (GB)
     buf = torch.empty_like(gy)
     mul_ms = gk.bench(lambda: torch.mul(gy, h, out=buf), dev)[0]
-    print(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
+    say(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
           f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)", flush=True)  # fmt: skip
     ok = True
     ref = bwd(True)()
@@ -174,13 +186,13 @@ def gate_sweep(E, L, C, dev):
                 ms = gk.bench(bwd(True), dev)[0] - lin_ms
                 err = rel(bwd(True)(), ref)
         except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
-            print(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
+            say(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
             continue
         ok &= err <= 1e-5
-        print(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
+        say(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
               f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
               flush=True)  # fmt: skip
-    print("gate bwd compiles:", compiled_sizes(so2_gate_bwd_kernel), flush=True)
+    say("gate bwd compiles:", compiled_sizes(so2_gate_bwd_kernel), flush=True)
     return ok
 
 
@@ -208,7 +220,7 @@ def zonal_timing(E, N, L, C, dev):
             ms = gk.bench(fn, dev)[0]
             errs = [rel(u, v) for u, v in zip(fn(), ref)]
         ok &= max(errs) <= 1e-5
-        print(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
+        say(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
               f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
               flush=True)  # fmt: skip
     return ok
@@ -236,7 +248,7 @@ def radial_timing(E, n, dev):
             for k in ("op", "torch")}  # fmt: skip
     ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
     ok = errs["op"] <= 1e-5
-    print(f"radial_basis E={E} n={n}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+    say(f"radial_basis E={E} n={n}: fwd + bwd op {ms['op']:.3f} ms, torch path "
           f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
           f"{errs['torch']:.1e}", flush=True)  # fmt: skip
     return ok
@@ -292,7 +304,7 @@ def _fused_mlp_rows(title, op, run, want, dev):
     float64 ``want``; True when every launch is within 1e-5."""
     t_torch = gk.bench(lambda: run(False), dev)[0]
     e_torch = max(rel(u.double(), v) for u, v in zip(run(False), want))
-    print(f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
+    say(f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
           flush=True)  # fmt: skip
     ok = True
     rec = getattr(tuning.current(), op)
@@ -302,7 +314,7 @@ def _fused_mlp_rows(title, op, run, want, dev):
             err = max(rel(u.double(), v) for u, v in zip(run(True), want))
             ms = gk.bench(lambda: run(True), dev)[0]
         ok &= err <= 1e-5
-        print(f"  op BE={be} warps={warps} {prec}: fwd + bwd {ms:.3f} ms, error from float64 "
+        say(f"  op BE={be} warps={warps} {prec}: fwd + bwd {ms:.3f} ms, error from float64 "
               f"{err:.1e}", flush=True)  # fmt: skip
     return ok
 
@@ -352,7 +364,7 @@ def segment_outer_timing(E, N, Q, dev):
 
     ok = close(fused(), torch_path())
     ms = {name: gk.bench(fn, dev)[0] for name, fn in (("op", fused), ("torch", torch_path))}
-    print(f"segment_outer E={E} N={N} P=4 Q={Q}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+    say(f"segment_outer E={E} N={N} P=4 Q={Q}: fwd + bwd op {ms['op']:.3f} ms, torch path "
           f"{ms['torch']:.3f} ms, matches: {ok}", flush=True)  # fmt: skip
     return ok
 
@@ -397,8 +409,8 @@ def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
         ran = {v for k, v in so2_launch._WORKING.items() if k[3] == cfg}
         if ran and ran != {cfg}:
             line += f" (did not fit: ran {ran})"
-        print(line, flush=True)
-    print("linear compiles:", compiled_sizes(so2_linear_kernel), flush=True)
+        say(line, flush=True)
+    say("linear compiles:", compiled_sizes(so2_linear_kernel), flush=True)
     return ok
 
 
@@ -413,7 +425,7 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
     per step and warps (band, ``mode`` "rad": radial rows; the mixer, "mix", has the edge kernels
     only), each checked against the edge kernels' results."""
     if mode != "rad" or "bwd" not in passes:
-        print(f"rotate_mix {mode} {passes}: no dot kernels (radial rows' backward only)")
+        say(f"rotate_mix {mode} {passes}: no dot kernels (radial rows' backward only)")
         return True
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=3, H=1, R=1), torch.float32)
     scsr = cm.csr(c["src"], N)
@@ -432,7 +444,7 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
             continue
         with tuning.override(rotate_mix={"bwd": "edge"}):
             ref = fn()
-            print(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
+            say(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
                   flush=True)  # fmt: skip
         for prec, edges, warps in runs or RM_DOT_RUNS:
             warps = warps or tuning.DEFAULTS.rotate_mix.dot_warps
@@ -443,18 +455,19 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
                     out = fn()
                 err = max(rel(u, v) for u, v in zip(out, ref) if u.numel())
             except Exception as exc:  # noqa: BLE001 - a launch that does not fit
-                print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+                say(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
                       f"warps={warps}: {type(exc).__name__}", flush=True)  # fmt: skip
                 continue
             ok &= err < 1e-4
-            print(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+            say(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
                   f"warps={warps or 'auto'}: {ms:7.3f} ms  max rel. diff from edge "
                   f"{err:.1e}", flush=True)  # fmt: skip
     return ok
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    global RESULTS
+    ap = harness.parser("experiments.gpu_warps", __doc__)
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument(
@@ -527,6 +540,7 @@ def main(argv=None):
         help="precision:BExwarps launches of that sweep (e.g. tf32x3:16x4; default RM_DOT_RUNS)",
     )
     args = ap.parse_args(argv)
+    RESULTS = harness.Results("experiments.gpu_warps", args.out, vars(args), echo=False)
     dev = torch.device("cuda")
     E, N, C, L = args.edges, args.nodes, 64, 3
     c = gk.cast(gk.make_case(E, N, C, L, L, dev, seed=1, H=1, R=1), torch.float32)
@@ -554,7 +568,7 @@ def main(argv=None):
                     ms = gk.bench(fn, dev)[0]
                     same = close(fn(), ref)
                 ok &= same
-                print(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
+                say(f"{name:15s} warps={w}: {ms:7.2f} ms  matches default: {same}", flush=True)
         # the backward edge kernel's edges per program and pipeline stages (one warp)
         fn = ops.get("rotate_mix bwd")
         ref = fn() if fn else None
@@ -564,10 +578,10 @@ def main(argv=None):
                     ms = gk.bench(fn, dev)[0]
                     same = close(fn(), ref)
                 ok &= same
-                print(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
+                say(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
                       f"matches default: {same}", flush=True)  # fmt: skip
         if fn:
-            print("edge kernel compiles:", compiled_sizes(rotate_mix_edge_bwd_kernel), flush=True)
+            say("edge kernel compiles:", compiled_sizes(rotate_mix_edge_bwd_kernel), flush=True)
         runs = [(p, int(be), int(w)) for p, bw in (a.split(":") for a in
                 args.rotate_mix_dot_launches) for be, w in [bw.split("x")]]  # fmt: skip
         for case in args.rotate_mix_dot:
@@ -594,6 +608,7 @@ def main(argv=None):
             ok &= gate_sweep(E, *(int(v) for v in shape.split("x")), dev)
         for shape in args.aggregate:
             ok &= aggregate_sweep(E, N, *(int(v) for v in shape.split("x")), dev)
+    RESULTS.add("summary", ok=bool(ok))
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

@@ -7,26 +7,21 @@ and of each launch (channels per program BC × warps, the same in both passes), 
 largest relative error against float64. One JSON line per row. ``--device cpu`` is a smoke run
 under TRITON_INTERPRET=1 (its times mean nothing).
 
-Usage (device): ``python3 benchmarks/grid_sweep.py``; put the fastest launches in the tuning
-table's ``grid_product`` record (``mdband.kernels.tuning``; backward ms ≈ the difference).
+Usage (device): ``python3 -m benchmarks.experiments.grid_sweep``; put the fastest launches in
+the tuning table's ``grid_product`` record (``mdband.kernels.tuning``; backward ms ≈ the
+difference). Times by :func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed).
 """
 
 # ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from pathlib import Path
-
 import torch
 
+from benchmarks import harness
+from benchmarks.gpu_kernels import bench
 from mdband.kernels import _common as cm
 from mdband.kernels import tuning
 from mdband.model.grids import grid_product, s2_projector, so3_projector
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_kernels import bench  # noqa: E402
 
 CASES = {
     "mini ffn": (lambda: so3_projector(2, 1), 96, None),
@@ -37,18 +32,12 @@ CASES = {
 LAUNCHES = ("16x2", "16x4", "32x2", "32x4", "32x8", "64x4", "64x8")
 
 
-def timed_ms(fn, device):
-    """Median ms of ``fn`` (gpu_kernels.bench: triton.testing.do_bench on CUDA, one call
-    elsewhere)."""
-    return bench(fn, device)[0]
-
-
 def rel(a, b):
     a, b = a.detach().double(), b.detach()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
 
-def sweep(name, nodes, device, launches):
+def sweep(name, nodes, device, launches, results):
     make, C, n_rows = CASES[name]
     proj = make()
     K, D = proj.n_frames, (proj.lmax + 1) ** 2
@@ -72,11 +61,10 @@ def sweep(name, nodes, device, launches):
     def row(launch, fused):
         res = run(left, right, fused, True)
         err = max(rel(a, b) for a, b in zip(res, ref))
-        fwd = timed_ms(lambda: run(left, right, fused, False), device)
-        both = timed_ms(lambda: run(left, right, fused, True), device)
-        rows.append({"case": name, "nodes": nodes, "C": C, "launch": launch, "fwd_ms": fwd,
-                     "fwd_bwd_ms": both, "rel_err_vs_fp64": err})  # fmt: skip
-        print(json.dumps({"grid_sweep": rows[-1]}), flush=True)
+        fwd = bench(lambda: run(left, right, fused, False), device)[0]
+        both = bench(lambda: run(left, right, fused, True), device)[0]
+        rows.append(results.add("row", case=name, nodes=nodes, C=C, launch=launch, fwd_ms=fwd,
+                                fwd_bwd_ms=both, rel_err_vs_fp64=err))  # fmt: skip
 
     row("torch", False)
     with cm.force_backend("triton"):
@@ -90,14 +78,15 @@ def sweep(name, nodes, device, launches):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser("experiments.grid_sweep", __doc__, device="auto")
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--launches", nargs="+", default=list(LAUNCHES), help="BCxWARPS")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
-    return [r for name in args.cases for r in sweep(name, args.nodes, device, args.launches)]
+    results = harness.Results("experiments.grid_sweep", args.out, vars(args))
+    return [r for name in args.cases
+            for r in sweep(name, args.nodes, device, args.launches, results)]  # fmt: skip
 
 
 if __name__ == "__main__":

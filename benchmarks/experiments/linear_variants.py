@@ -4,21 +4,21 @@ Not part of the product: the exploration behind the TMA kernel of ``so2_stack`` 
 and the next candidate, ``lin_pair`` (the |m| = 1 rows in degree pairs with Gauss's three complex
 products: 25 % fewer tensor-core products for those rows, 17 % in all; checked in the interpreter by
 ``tests/benchmarks/test_linear_variants.py``).
-``python benchmarks/linear_variants.py [--lmax L --channels C --product-only]`` prints one JSON
-line per variant (time, useful TFLOP/s, error against float64); the product's kernel is timed in
+``python -m benchmarks.experiments.linear_variants [--lmax L --channels C --product-only]``
+records one JSON line per variant (kind ``variant``) (time, useful TFLOP/s, error against float64); the product's kernel is timed in
 both orientations, one or two output rows per program (``rows``), tf32x3 and fp16x3.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 
 import torch
 import triton
 import triton.language as tl
 
+from benchmarks import harness
+from benchmarks.gpu_kernels import bench
 from mdband.kernels import tuning
 from mdband.kernels.so2_stack import launch as so2_launch
 from mdband.kernels.so2_stack import op as so2_op
@@ -216,10 +216,8 @@ def split_host(t):
     return hi, t - hi
 
 
-def main():
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = harness.parser("experiments.linear_variants", __doc__, device="cuda")
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
@@ -229,9 +227,9 @@ def main():
         action="store_true",
         help="only the TMA split variants and the product's tf32x3 launch",
     )
-    ap.add_argument("--device", default="cuda", help="cpu: a smoke run under TRITON_INTERPRET=1")
-    args = ap.parse_args()
-    dev = args.device
+    args = ap.parse_args(argv)
+    results = harness.Results("experiments.linear_variants", args.out, vars(args))
+    dev = args.device  # cpu: a smoke run under TRITON_INTERPRET=1
     L, C, F, E = args.lmax, args.channels, 1, args.edges
     g = torch.Generator(device="cpu").manual_seed(0)
     DM = 3 * L + 1
@@ -246,50 +244,36 @@ def main():
     xh, xl = split_host(x)
     flop = 2 * C * C * ((L + 1) ** 2 + 4 * L * L) * E * F
 
-    def timed(fn, reps=20):
-        if dev == "cpu":  # the interpreter: one call, a wall-clock figure of no meaning
-            t0 = time.perf_counter()
-            fn()
-            return (time.perf_counter() - t0) * 1e3
-        fn()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(True), torch.cuda.Event(True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        return a.elapsed_time(b) / reps
-
     def report(name, fn, out, transpose=False):
+        """One variant's record: kernel ms (:func:`benchmarks.gpu_kernels.bench`; on a CPU,
+        the interpreter, a figure of no meaning), useful TFLOP/s, error against float64."""
         ref = refs[int(transpose)]
         try:
-            ms = timed(fn)
+            ms = bench(fn, torch.device(dev))[0]
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
-            print(json.dumps({"variant": name, "error": str(exc)[:200]}), flush=True)
+            results.add("variant", variant=name, error=str(exc)[:200])
             return
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
         ran = [dataclasses.asdict(launch) for launch in so2_launch._WORKING.values()]
-        print(json.dumps({"variant": name, "ms": round(ms, 3), "useful_tflops": round(tf, 1),
-                          "rel_err": err, "launch": ran[-1] if ran else None}),
-              flush=True)  # fmt: skip
+        results.add("variant", variant=name, ms=round(ms, 3), useful_tflops=round(tf, 1),
+                    rel_err=err, launch=ran[-1] if ran else None)  # fmt: skip
 
     y = torch.empty_like(x)
     if not args.product_only:
-        experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, args.tma_only)
+        experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, results, args.tma_only)
     # so2_op._linear is called here outside its triton_op: torch's wrap_triton would then trace each
     # launch and keep its TensorDescriptors (and so x, y) in its kernel side table for good
     from torch._library.triton import set_wrap_triton_enabled
 
     with set_wrap_triton_enabled(False):
-        product(x, w0, wm, L, C, report, args.tma_only)
+        product(x, w0, wm, L, C, report, results, args.tma_only)
 
 
 XSPLIT_CODE = {"xsplit": 1, "xraw": 2}
 
 
-def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, tma_only=False):
+def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, results, tma_only=False):
     """The earlier candidates (pointer kernel, pre-split TMA variants, the Gauss pair kernel)."""
     DM = 3 * L + 1
     for be, wa, stg in [] if tma_only else [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
@@ -335,13 +319,13 @@ def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, tma_only=F
         try:
             out = pair_linear(x, x, w0, wm, L, be, wa, stg)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
-            print(json.dumps({"variant": f"pair-gauss {be}/{wa}/{stg}", "error": str(exc)[:300]}))
+            results.add("variant", variant=f"pair-gauss {be}/{wa}/{stg}", error=str(exc)[:300])
             continue
         report(f"pair-gauss {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg:
                pair_linear(x, x, w0, wm, L, be, wa, stg), out)  # fmt: skip
 
 
-def product(x, w0, wm, L, C, report, tma_only=False):
+def product(x, w0, wm, L, C, report, results, tma_only=False):
     """The product's kernel in both orientations: one output row per program (rows = 1) or two
     rows of one m-group sharing each x tile's load and split (rows = 2), per mode and launch."""
     launches = [(128, 8, 2, 1), (64, 4, 2, 1), (128, 8, 2, 2), (64, 4, 2, 2), (64, 8, 2, 2),
@@ -361,7 +345,7 @@ def product(x, w0, wm, L, C, report, tma_only=False):
                     try:
                         out = so2_op._linear(x, x, w0, wm, L, t, mode)
                     except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
-                        print(json.dumps({"variant": tag, "error": str(exc)[:1500]}), flush=True)
+                        results.add("variant", variant=tag, error=str(exc)[:1500])
                         continue
                     fn = lambda t=t, mode=mode: so2_op._linear(x, x, w0, wm, L, t, mode)  # noqa: E731
                     report(tag, fn, out, t)

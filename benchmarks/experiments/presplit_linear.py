@@ -13,8 +13,9 @@ products); NR output rows per program share each x tile (W tiles of NR·C output
 ``--gate-split`` times the producer the product uses, the gate backward kernel, writing fp32
 or split.
 
-``python benchmarks/presplit_linear.py [--edges E --lmax L --channels C]`` prints one JSON line
-per variant: the product's tf32x3 and fp16x3 kernels, the split pass alone (a Triton kernel:
+``python -m benchmarks.experiments.presplit_linear [--edges E --lmax L --channels C]`` records
+one JSON line per variant (kind ``variant``; kernel times by
+:func:`benchmarks.gpu_kernels.bench`, CUDA events, L2 flushed): the product's tf32x3 and fp16x3 kernels, the split pass alone (a Triton kernel:
 what fusing it into the producer would save), and the candidate per launch (ms, useful
 TFLOP/s, error against float64 relative to the largest output). Checked in the interpreter by
 ``tests/benchmarks/test_presplit_variants.py``.
@@ -22,13 +23,12 @@ TFLOP/s, error against float64 relative to the largest output). Checked in the i
 
 from __future__ import annotations
 
-import json
-
 import torch
 import triton
 import triton.language as tl
-import triton.testing
 
+from benchmarks import harness
+from benchmarks.gpu_kernels import bench
 from mdband.kernels import tuning
 from mdband.kernels.so2_stack import launch as so2_launch
 from mdband.kernels.so2_stack import op as so2_op
@@ -144,10 +144,13 @@ def row_blocks(L):
     return [nr for nr in (1, 2, 4) if (L + 1) % nr == 0 and (2 * L) % nr == 0]
 
 
-def main():
-    import argparse
+def kernel_ms(fn) -> float:
+    """Median ms of ``fn``'s kernels on the GPU."""
+    return bench(fn, torch.device("cuda"))[0]
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+def main(argv=None):
+    ap = harness.parser("experiments.presplit_linear", __doc__)
     ap.add_argument("--edges", type=int, default=647154)
     ap.add_argument("--lmax", type=int, default=3)
     ap.add_argument("--channels", type=int, default=64)
@@ -157,9 +160,10 @@ def main():
         action="store_true",
         help="only the gate backward kernel per launch, writing gh in fp32 and split",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    results = harness.Results("experiments.presplit_linear", args.out, vars(args))
     if args.gate_split:
-        return gate_split_sweep(args.edges, args.lmax, args.channels)
+        return gate_split_sweep(args.edges, args.lmax, args.channels, results)
     L, C, F, E = args.lmax, args.channels, 1, args.edges
     dm = 3 * L + 1
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -174,15 +178,15 @@ def main():
     def report(name, fn, **extra):
         try:
             out = fn()
-            ms = triton.testing.do_bench(fn, warmup=5, rep=60)
+            ms = kernel_ms(fn)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
-            print(json.dumps({"variant": name, "error": str(exc)[:400]}), flush=True)
+            results.add("variant", variant=name, error=str(exc)[:400])
             return None
         row = {"variant": name, "ms": round(ms, 3), **extra}
         if out is not None:
             err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
             row.update(useful_tflops=round(flop / ms / 1e9, 1), rel_err=err)
-        print(json.dumps(row), flush=True)
+        results.add("variant", **row)
         return ms
 
     from torch._library.triton import set_wrap_triton_enabled
@@ -209,7 +213,7 @@ def main():
                                            per_row))  # fmt: skip
 
 
-def gate_split_sweep(E, L, C):
+def gate_split_sweep(E, L, C, results):
     """The gate backward kernel (``so2_stack.launch.gate_bwd``) per launch, gh in fp32 and split
     (:class:`mdband.kernels.so2_stack.presplit.SplitRows`): ms, and the split's worst element
     against the fp32 output relative to its row's largest."""
@@ -232,7 +236,7 @@ def gate_split_sweep(E, L, C):
                         with tuning.override(so2_stack={"gate": gate, "shapes": {}}):
                             so2_launch.gate_bwd(gy, h, wg, out, L)
 
-                    row[f"{name}_ms"] = round(triton.testing.do_bench(fn, warmup=5, rep=60), 3)
+                    row[f"{name}_ms"] = round(kernel_ms(fn), 3)
                 except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
                     row[f"{name}_error"] = str(exc)[:200]
             if "split_ms" in row and "fp32_ms" in row:
@@ -241,7 +245,7 @@ def gate_split_sweep(E, L, C):
                     1e-30
                 )
                 row["split_rel_err"] = float(err.max())
-            print(json.dumps(row), flush=True)
+            results.add("variant", **row)
 
 
 if __name__ == "__main__":

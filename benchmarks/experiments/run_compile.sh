@@ -2,18 +2,16 @@
 # `mdband run` of DPA4-Mini (random weights, 4,096 atoms of diamond, nvt-langevin, trajectory
 # every 100 steps) with --compile off and on: the run's own ms/step and its model/rest split.
 # On the device (repository root, .whl carried with the ase and vesin wheels):
-#     STEPS=1000 COMPILES="off on" bash benchmarks/run_compile.sh
+#     STEPS=1000 COMPILES="off on" bash benchmarks/experiments/run_compile.sh
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/ase-*.whl .whl/vesin-0*.whl
-export PYTHONPATH=/tmp/site:$PWD:$PWD/benchmarks PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 work=$(mktemp -d)
 python3 - "$work" <<'PY'
 import sys
 from ase.io import write
-from gpu_profile import config
-from vs_deepmd import diamond
-from mdband.model.factory import random_potential
-random_potential(config("mini"), seed=0, gain=0.5).save(f"{sys.argv[1]}/mini.mdband")
+from benchmarks.harness import diamond, models
+models.potential(models.config("mini"), dtype="float64").save(f"{sys.argv[1]}/mini.mdband")
 write(f"{sys.argv[1]}/d8.extxyz", diamond(8), format="extxyz")
 PY
 for c in ${COMPILES:-off on}; do
