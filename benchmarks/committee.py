@@ -35,14 +35,17 @@ except ModuleNotFoundError as exc:  # python benchmarks/committee.py: the harnes
 
 
 def main(argv=None) -> int:
-    ap = harness.parser("committee", __doc__, device="cuda", size=8, repeat=20, warmup=3,
-                        tiny=False)  # fmt: skip
+    ap = harness.parser(
+        "committee", __doc__, device="cuda", size=8, repeat=20, warmup=3, tiny=False
+    )
     ap.add_argument("--models", type=int, default=4)
     args = ap.parse_args(argv)
     results = harness.Results("committee", args.out, vars(args))
     cfg = harness.models.config("tiny" if args.tiny else "default")
-    pots = [harness.models.potential(cfg, seed=s, device=args.device, dtype="float32")
-            for s in range(args.models)]  # fmt: skip
+    pots = [
+        harness.models.potential(cfg, seed=s, device=args.device, dtype="float32")
+        for s in range(args.models)
+    ]
     committee = Committee(pots)
     calc = CommitteeCalculator(pots, skin=1.0)
     base = harness.diamond(args.size)
@@ -57,9 +60,10 @@ def main(argv=None) -> int:
     def separate(a):
         res = [p.evaluate(*args_of(a)) for p in pots]
         return model_deviation(
-            np.stack([r.forces for r in res]), np.stack([r.virial for r in res]),
+            np.stack([r.forces for r in res]),
+            np.stack([r.virial for r in res]),
             np.array([r.energy for r in res]),
-        )  # fmt: skip
+        )
 
     def joint(a):
         return committee.evaluate(*args_of(a)).deviation
@@ -70,17 +74,28 @@ def main(argv=None) -> int:
         a.get_forces()
         return calc.results["max_devi_f"]
 
-    variants = {"single": single, "separate": separate, "committee": joint,
-                "calculator": calculator}  # fmt: skip
+    variants = {
+        "single": single,
+        "separate": separate,
+        "committee": joint,
+        "calculator": calculator,
+    }
     ms = {}
     with harness.PeakMemory(args.device) as mem:
         for name, fn in variants.items():
             frames = iter(work)  # each call a new frame: warm-up frames first
-            t = clock.measure(lambda fn=fn, frames=frames: fn(next(frames)), args.repeat,
-                              args.warmup)  # fmt: skip
+            t = clock.measure(
+                lambda fn=fn, frames=frames: fn(next(frames)), args.repeat, args.warmup
+            )
             ms[name] = t.ms
-            results.add("variant", variant=name, atoms=n_atoms, models=args.models,
-                        ms_per_frame=t.ms, min_ms_per_frame=t.min())  # fmt: skip
+            results.add(
+                "variant",
+                variant=name,
+                atoms=n_atoms,
+                models=args.models,
+                ms_per_frame=t.ms,
+                min_ms_per_frame=t.min(),
+            )
     a = work[-1]
     d_sep, d_joint = separate(a), joint(a)
     checks = {
@@ -99,8 +114,10 @@ def main(argv=None) -> int:
     )
     for name, t in ms.items():
         print(f"{name:>10}: {t:9.2f} ms/frame", flush=True)
-    print(f"committee / separate {summary['committee_over_separate']:.3f}, "
-          f"committee / single {summary['committee_over_single']:.2f}; checks {checks}")  # fmt: skip
+    print(
+        f"committee / separate {summary['committee_over_separate']:.3f}, "
+        f"committee / single {summary['committee_over_single']:.2f}; checks {checks}"
+    )
     ok = all(checks.values())
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1

@@ -46,9 +46,22 @@ def one_run(work: Path, threads: int, policy: str, steps: int, reps: int) -> dic
     env.pop("OMP_NUM_THREADS", None)
     if policy != "default":
         env["OMP_WAIT_POLICY"] = policy.upper()
-    cmd = [sys.executable, "-m", "mdband.cli", "run", "--config", str(work / "run.toml"),
-           "--model", "builtin:emt-cuni", "--steps", str(steps), "--threads", str(threads),
-           "--no-progress", "--overwrite"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mdband.cli",
+        "run",
+        "--config",
+        str(work / "run.toml"),
+        "--model",
+        "builtin:emt-cuni",
+        "--steps",
+        str(steps),
+        "--threads",
+        str(threads),
+        "--no-progress",
+        "--overwrite",
+    ]
     load = os.getloadavg()[0]
     proc, t = harness.once(
         lambda: subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
@@ -68,8 +81,12 @@ def one_run(work: Path, threads: int, policy: str, steps: int, reps: int) -> dic
 
 
 def prepare(work: Path, reps: int) -> None:
-    subprocess.run([sys.executable, str(EXAMPLE / "make_structure.py"), "--reps", str(reps)],
-                   cwd=work, check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(EXAMPLE / "make_structure.py"), "--reps", str(reps)],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
     (work / "run.toml").write_text((EXAMPLE / "run.toml").read_text())
 
 
@@ -104,10 +121,19 @@ def main(argv=None) -> list[dict]:
                 r["contended"] = contended
                 runs.append(results.add("run", **r))
     for contended, t, p in cases:
-        sel = [r["ms_per_step"] for r in runs
-               if (r["contended"], r["threads"], r["policy"]) == (contended, t, p)]  # fmt: skip
-        results.add("median", contended=contended, threads=t, policy=p,
-                    median_ms_per_step=statistics.median(sel), runs=len(sel))  # fmt: skip
+        sel = [
+            r["ms_per_step"]
+            for r in runs
+            if (r["contended"], r["threads"], r["policy"]) == (contended, t, p)
+        ]
+        results.add(
+            "median",
+            contended=contended,
+            threads=t,
+            policy=p,
+            median_ms_per_step=statistics.median(sel),
+            runs=len(sel),
+        )
     return results.of("median")
 
 

@@ -83,8 +83,17 @@ def worker(engine: str, model: str, cell: str, threads: int, repeat: int, dtype:
 
 def run(python: str, engine: str, model: str, cell: str, threads: int, args) -> dict:
     """:func:`worker` in a fresh process of ``python``; its result, or the error."""
-    cmd = harness.commands.module("cpu_vs_deepmd", "--worker", engine, model, cell, threads,
-                                  args.repeat, args.dtype, python=python)  # fmt: skip
+    cmd = harness.commands.module(
+        "cpu_vs_deepmd",
+        "--worker",
+        engine,
+        model,
+        cell,
+        threads,
+        args.repeat,
+        args.dtype,
+        python=python,
+    )
     env = harness.commands.environment()
     if engine == "mdband":
         env.update(kv.split("=", 1) for kv in args.env)
@@ -100,8 +109,13 @@ def cases(args, ckdir: Path) -> list[tuple[str, str, str]]:
     out = []
     for name in args.models:
         if name == "water":
-            out.append(("water", str(harness.models.WATER_MODEL),
-                        str(harness.models.WATER_DATA / "data_0")))  # fmt: skip
+            out.append(
+                (
+                    "water",
+                    str(harness.models.WATER_MODEL),
+                    str(harness.models.WATER_DATA / "data_0"),
+                )
+            )
         else:
             out += [(name, str(ckdir / f"{name}.pt"), f"diamond{n}") for n in args.sizes]
     return out
@@ -114,12 +128,19 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--deepmd-python", help="an interpreter with deepmd-kit 3.2")
     ap.add_argument("--no-deepmd", action="store_true", help="time mdband alone")
     ap.add_argument("--checkpoints", help="a folder with default.pt and mini.pt (else made)")
-    ap.add_argument("--models", nargs="+", default=["default", "mini", "water"],
-                    choices=["default", "mini", "water"])  # fmt: skip
     ap.add_argument(
-        "--env", nargs="*", default=[], metavar="NAME=VALUE",
+        "--models",
+        nargs="+",
+        default=["default", "mini", "water"],
+        choices=["default", "mini", "water"],
+    )
+    ap.add_argument(
+        "--env",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
         help="environment of the mdband runs, e.g. MDBAND_HOST_MEMORY=system",
-    )  # fmt: skip
+    )
     ap.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:  # ENGINE MODEL CELL THREADS REPEAT DTYPE: one run, its result on stdout
@@ -139,8 +160,7 @@ def main(argv=None) -> list[dict]:
             if maker is None:
                 ap.error("--checkpoints is needed with --no-deepmd")
             cmd = harness.commands.module("vs_deepmd", "checkpoints", ckdir, python=maker)
-            subprocess.run(cmd, check=True, capture_output=True,
-                           env=harness.commands.environment())  # fmt: skip
+            subprocess.run(cmd, check=True, capture_output=True, env=harness.commands.environment())
         for label, model, cell in cases(args, ckdir):
             for threads in args.threads:
                 row = {"model": label, "cell": Path(cell).name, "threads": threads}
@@ -153,8 +173,10 @@ def main(argv=None) -> list[dict]:
     for r in rows:
         m, d = r["mdband"], r.get("deepmd", {})
         ratio = m["median_ms"] / d["median_ms"] if "median_ms" in m and "median_ms" in d else None
-        print(f"| {r['model']} | {r['cell']} | {m.get('atoms', '-')} | {r['threads']} | "
-              f"{_ms(m)} | {_ms(d)} | {'-' if ratio is None else f'{ratio:.2f}×'} |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['cell']} | {m.get('atoms', '-')} | {r['threads']} | "
+            f"{_ms(m)} | {_ms(d)} | {'-' if ratio is None else f'{ratio:.2f}×'} |"
+        )
     return rows
 
 

@@ -25,7 +25,8 @@ edge kernels only).
 
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
 milliseconds between CUDA events (the harness timer, L2 flushed before each call, ``--repeat``
-calls after ``--warmup``) of each op's forward and backward op for band and dense storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
+calls after ``--warmup``) of each op's forward and backward op for band and dense storage,
+of the torch reference on the same GPU, and the peak extra memory of forward+backward.
 aggregate's backward is timed with both kernel families (rows ``aggregate[H]`` = "walk",
 ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage only, the
 dot kernel at other (edges per step, warps) launches (``aggregate[H] dot BE=8 w=4``;
@@ -90,7 +91,13 @@ def make_case(E, N, C, L, Ls, device, seed=0, H=1, R=1):
         v[1] = torch.tensor([0.2, -0.3, -1e-3], dtype=F64)  # just below the chart switch
     nodes = max(N - 1, 1)  # the last node has no edge at all
     case = {
-        "E": E, "N": N, "C": C, "L": L, "Ls": Ls, "H": H, "R": R,
+        "E": E,
+        "N": N,
+        "C": C,
+        "L": L,
+        "Ls": Ls,
+        "H": H,
+        "R": R,
         "v": v,
         "src": torch.randint(0, nodes, (E,), generator=g, device=device),
         "dst": torch.randint(0, nodes, (E,), generator=g, device=device),  # unsorted
@@ -108,7 +115,7 @@ def make_case(E, N, C, L, Ls, device, seed=0, H=1, R=1):
         "gy": r(E, st.reduced_dim(L), C),
         "gout": r(N, st.dim_of(L), C),
         "gband": r(E, st.band_width(L)),
-    }  # fmt: skip
+    }
     case["storage"] = storages(case["v"], Ls)
     return case
 
@@ -291,8 +298,15 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
         if i == rot_index:
             keep = st.band_to_dense(torch.ones(1, st.band_width(Ls), dtype=b.dtype), Ls)
             off = b * (1 - keep.to(b.device))
-            checks.add(op, case, c["x"].dtype, name + " off-band zero", "bitwise",
-                       int(torch.count_nonzero(off)) == 0, None)  # fmt: skip
+            checks.add(
+                op,
+                case,
+                c["x"].dtype,
+                name + " off-band zero",
+                "bitwise",
+                int(torch.count_nonzero(off)) == 0,
+                None,
+            )
             b = st.dense_to_band(b, Ls)
         checks.add(
             op, case, c["x"].dtype, name + " band==dense", "bitwise", torch.equal(a, b), None
@@ -327,34 +341,66 @@ def run_checks(device, full, E, N):
         c32 = cast(c64, F32)
         # rotate_mix and aggregate on each of their kernels: (op, module, base kernels, run,
         # output names); the "dot" kernels are also compared with the base ones
-        variants = [(f"rotate_mix[{m}]", "rotate_mix", "edge",
-                     lambda c, lay, m=m: run_rotate_mix(c, lay, m),
-                     ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]))
-                    for m in ("mix", "none")]  # fmt: skip
-        variants += [(f"aggregate[H={H}]", "aggregate", "walk",
-                      lambda c, lay, H=H: run_aggregate(c, lay, H),
-                      ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]))
-                     for H in (0, 1, 2)]  # fmt: skip
+        variants = [
+            (
+                f"rotate_mix[{m}]",
+                "rotate_mix",
+                "edge",
+                lambda c, lay, m=m: run_rotate_mix(c, lay, m),
+                ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]),
+            )
+            for m in ("mix", "none")
+        ]
+        variants += [
+            (
+                f"aggregate[H={H}]",
+                "aggregate",
+                "walk",
+                lambda c, lay, H=H: run_aggregate(c, lay, H),
+                ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]),
+            )
+            for H in (0, 1, 2)
+        ]
         for name, mod, base, run, names in variants:
             has_dot = name != "rotate_mix[mix]"  # the mixer has the edge kernels only
             for kern in (base, "dot") if has_dot else (base,):
                 op = name + (" dot" if kern == "dot" else "")
                 with kernels(mod, kern):
                     for lay in (BAND, DENSE):
-                        compare_to_reference(checks, op, f"{tag} {lay.value}",
-                                             lambda c, lay=lay, run=run: run(c, lay), c64, c32,
-                                             names)  # fmt: skip
+                        compare_to_reference(
+                            checks,
+                            op,
+                            f"{tag} {lay.value}",
+                            lambda c, lay=lay, run=run: run(c, lay),
+                            c64,
+                            c32,
+                            names,
+                        )
                     for cc in (c64, c32):
                         compare_layouts(checks, op, tag, run, cc, names, 2, Ls)
             if has_dot:
-                compare_dot(checks, f"{name} dot~{base}", tag, lambda c, run=run: run(c, BAND),
-                            mod, base, c64, c32, names)  # fmt: skip
+                compare_dot(
+                    checks,
+                    f"{name} dot~{base}",
+                    tag,
+                    lambda c, run=run: run(c, BAND),
+                    mod,
+                    base,
+                    c64,
+                    c32,
+                    names,
+                )
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(
-                checks, "zonal_embed", f"{tag} {lay.value}",
-                lambda c, lay=lay: run_zonal(c, lay), c64, c32, names,
-            )  # fmt: skip
+                checks,
+                "zonal_embed",
+                f"{tag} {lay.value}",
+                lambda c, lay=lay: run_zonal(c, lay),
+                c64,
+                c32,
+                names,
+            )
         for cc in (c64, c32):
             compare_layouts(checks, "zonal_embed", tag, run_zonal, cc, names, 1, Ls)
     # the L = 6 producer backward takes ~1 min to compile: --full only
@@ -371,8 +417,15 @@ def run_checks(device, full, E, N):
     for H in (1, 2):
         c64 = make_case(E, N, 64, 1, 1, device, seed=50 + H, H=H)
         names = ["out", "gq", "gk"]
-        compare_to_reference(checks, f"edge_dot[H={H}]", f"E={E} N={N} C=64", run_edge_dot, c64,
-                             cast(c64, F32), names)  # fmt: skip
+        compare_to_reference(
+            checks,
+            f"edge_dot[H={H}]",
+            f"E={E} N={N} C=64",
+            run_edge_dot,
+            c64,
+            cast(c64, F32),
+            names,
+        )
     c64 = make_case(E, N, 4, 1, 1, device, seed=99)
     with cm.force_backend("reference"):
         ref = run_force(c64)
@@ -398,8 +451,15 @@ def check_node_ops(checks, device, E, N):
         x = torch.randn(N, width, generator=g).to(device)
         with cm.force_backend("triton"):
             got = take_rows(x, idx)
-        checks.add("take_rows", f"E={E} N={N} W={width}", F32, "out", "bitwise",
-                   torch.equal(got, x.index_select(0, idx)), None)  # fmt: skip
+        checks.add(
+            "take_rows",
+            f"E={E} N={N} W={width}",
+            F32,
+            "out",
+            "bitwise",
+            torch.equal(got, x.index_select(0, idx)),
+            None,
+        )
     for label, proj, C in (
         ("so3 L=2 k=1", so3_projector(2, 1), 96),
         ("s2 L=3", s2_projector(3), 64),
@@ -419,8 +479,9 @@ def check_node_ops(checks, device, E, N):
             with cm.force_backend("triton"):
                 tri = run(left.to(dtype), right.to(dtype), True)
             for name, a, b in zip(["out", "gleft", "gright"], tri, ref):
-                checks.add("grid_product", f"{label} N={N} C={C}", dtype, name, "rel",
-                           rel(a, b), thr)  # fmt: skip
+                checks.add(
+                    "grid_product", f"{label} N={N} C={C}", dtype, name, "rel", rel(a, b), thr
+                )
 
 
 # ---------------------------------------------------------------------------- timing
@@ -461,34 +522,73 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
         a = (rot, code[lay], L, L)
         ops = {
             ("rotate_mix[mix]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
-                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
+                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr
+            ),
             ("rotate_mix[mix]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
-                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr
+            ),
             ("rotate_mix[none]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
-                c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
+                c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr
+            ),
             ("rotate_mix[none]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
-                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr
+            ),
             ("aggregate[H]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
-                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None),
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None
+            ),
             ("aggregate[plain]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
-                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], None, None,
-                c["s"]),
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], None, None, c["s"]
+            ),
             ("zonal_embed", "fwd"): lambda a=a: torch.ops.mdband.zonal_embed(
-                a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
+                a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]
+            ),
             ("zonal_embed", "bwd"): lambda a=a: torch.ops.mdband.zonal_embed_bwd(
-                c["gout"], a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
-        }  # fmt: skip
+                c["gout"], a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]
+            ),
+        }
         with cm.force_backend("triton"):
             out_h, stats_h = ops[("aggregate[H]", "fwd")]()
             out_p, stats_p = ops[("aggregate[plain]", "fwd")]()
         ops[("aggregate[H]", "bwd")] = lambda a=a, o=out_h, s_=stats_h: (
             torch.ops.mdband.aggregate_bwd(
-                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
-                c["env"], lg, z, None))  # fmt: skip
+                c["gout"],
+                o,
+                s_,
+                c["y"],
+                a[0],
+                a[1],
+                a[2],
+                L,
+                rho,
+                c["dst"],
+                perm,
+                ptr,
+                c["env"],
+                lg,
+                z,
+                None,
+            )
+        )
         ops[("aggregate[plain]", "bwd")] = lambda a=a, o=out_p, s_=stats_p: (
             torch.ops.mdband.aggregate_bwd(
-                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
-                c["env"], None, None, c["s"]))  # fmt: skip
+                c["gout"],
+                o,
+                s_,
+                c["y"],
+                a[0],
+                a[1],
+                a[2],
+                L,
+                rho,
+                c["dst"],
+                perm,
+                ptr,
+                c["env"],
+                None,
+                None,
+                c["s"],
+            )
+        )
         runners = {
             "rotate_mix[mix]": lambda lay=lay: run_rotate_mix(c, lay, "mix"),
             "rotate_mix[none]": lambda lay=lay: run_rotate_mix(c, lay, "none"),
@@ -513,8 +613,10 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
         # the backward of aggregate and of rotate_mix's radial rows on their "dot" kernels
         # (same op calls; aggregate's bwd reuses the walk's out/stats), with the launch sweeps
         # on the band layout
-        dots = [(n, aggregate_kernels, DOT_SWEEP, "aggregate")
-                for n in ("aggregate[H]", "aggregate[plain]")]  # fmt: skip
+        dots = [
+            (n, aggregate_kernels, DOT_SWEEP, "aggregate")
+            for n in ("aggregate[H]", "aggregate[plain]")
+        ]
         dots += [("rotate_mix[none]", rotate_mix_kernels, RM_DOT_SWEEP, "rotate_mix")]
         for name, kernels, sweep, module in dots:
             for pas in ("bwd",):
@@ -528,23 +630,40 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                     rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
     v = c["v"]
     gb = c["gband"].to(F32)
-    rows += _time_passes("band_producer", "band", device, with_reference, (
-        ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
-        ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
-    ))  # fmt: skip
+    rows += _time_passes(
+        "band_producer",
+        "band",
+        device,
+        with_reference,
+        (
+            ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
+            ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
+        ),
+    )
     dperm, dptr = perm, ptr
     sperm, sptr = cm.csr(c["src"], N)
     fa = (c["g"], v, c["src"], c["dst"], dperm, dptr, sperm, sptr)
-    rows += _time_passes("force_assembly", "-", device, with_reference,
-                         (("fwd", lambda: torch.ops.mdband.force_assembly(*fa)),))  # fmt: skip
+    rows += _time_passes(
+        "force_assembly",
+        "-",
+        device,
+        with_reference,
+        (("fwd", lambda: torch.ops.mdband.force_assembly(*fa)),),
+    )
     q = c["x"][:, 0].reshape(N, 1, -1).contiguous()
     kk = c["x"][:, 1].reshape(N, 1, -1).contiguous()
     ed = (q, kk, c["dst"], c["src"], dperm, dptr, sperm, sptr)
     g1 = c["logits"][:, :1].contiguous()
-    rows += _time_passes("edge_dot", "-", device, with_reference, (
-        ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
-        ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
-    ))  # fmt: skip
+    rows += _time_passes(
+        "edge_dot",
+        "-",
+        device,
+        with_reference,
+        (
+            ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
+            ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
+        ),
+    )
     return rows
 
 
@@ -578,16 +697,20 @@ def print_table(rows):
     """One line per (op, pass, layout); ``ref/tri`` = reference / Triton time, ``dense/band`` =
     dense / band Triton time of the same op and pass."""
     band = {(r["op"], r["pass"]): r["triton_ms"] for r in rows if r["layout"] == "band"}
-    print(f"{'op':<30} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
-          f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}")  # fmt: skip
+    print(
+        f"{'op':<30} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
+        f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}"
+    )
     for r in sorted(rows, key=lambda r: (r["op"], r["pass"], r["layout"])):
         ref = r["reference_ms"]
         sp = f"{ref / r['triton_ms']:.1f}" if ref and r["triton_ms"] else "-"
         b = band.get((r["op"], r["pass"]))
         db = f"{r['triton_ms'] / b:.2f}" if r["layout"] == "dense" and b else "-"
         mem = f"{r['peak_fwd_bwd_MB']:.0f}" if r["peak_fwd_bwd_MB"] is not None else "-"
-        print(f"{r['op']:<30} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
-              f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}")  # fmt: skip
+        print(
+            f"{r['op']:<30} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
+            f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}"
+        )
     ms = {(r["op"], r["pass"], r["layout"]): r["triton_ms"] for r in rows}
     for (op, pas, lay), t_dot in sorted(ms.items()):
         base, _, label = op.partition(" dot")
@@ -602,16 +725,22 @@ def print_table(rows):
 
 
 def main(argv=None):
-    p = harness.parser("gpu_kernels", __doc__, device="auto", repeat=TIMING["repeat"],
-                       warmup=TIMING["warmup"])  # fmt: skip
+    p = harness.parser(
+        "gpu_kernels", __doc__, device="auto", repeat=TIMING["repeat"], warmup=TIMING["warmup"]
+    )
     p.add_argument("--full", action="store_true", help="check more degrees (L up to 6)")
     p.add_argument("--no-check", action="store_true")
-    p.add_argument("--node-ops-only", action="store_true",
-                   help="check take_rows and grid_product only")  # fmt: skip
+    p.add_argument(
+        "--node-ops-only", action="store_true", help="check take_rows and grid_product only"
+    )
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip reference timings")
-    p.add_argument("--no-dot-sweep", action="store_true", help="time the dot kernels (aggregate, "
-                   "rotate_mix) at their default step size and warps only")  # fmt: skip
+    p.add_argument(
+        "--no-dot-sweep",
+        action="store_true",
+        help="time the dot kernels (aggregate, "
+        "rotate_mix) at their default step size and warps only",
+    )
     p.add_argument("--check-edges", type=int, default=20000)
     p.add_argument("--check-nodes", type=int, default=512)
     p.add_argument("--edges", type=int, default=650000)
@@ -640,6 +769,7 @@ def main(argv=None):
     results = harness.Results("gpu_kernels", args.out, vars(args), echo=False)
     ok, n_checks = True, 0
     if not args.no_check:
+
         def check():
             if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
                 checks = Checks()
@@ -661,8 +791,17 @@ def main(argv=None):
         for (op, dt), w in sorted(worst.items()):
             print(f"  worst rel err {op:<22} {dt:<8} {w:.2e}")
     if not args.no_time:
-        rows = run_timing(device, args.edges, args.nodes, args.channels, args.lmax, args.heads,
-                          args.rank, not args.no_reference, not args.no_dot_sweep)  # fmt: skip
+        rows = run_timing(
+            device,
+            args.edges,
+            args.nodes,
+            args.channels,
+            args.lmax,
+            args.heads,
+            args.rank,
+            not args.no_reference,
+            not args.no_dot_sweep,
+        )
         for r in rows:
             results.add("timing", **r)
         print_table(rows)

@@ -111,8 +111,9 @@ def profile_call(dev, fn, rows: int) -> dict:
     time, and the chunked stages' ranges (``chunked: ...``, device time under each), in ms."""
     prof = harness.profiling
     events = prof.profile(fn, dev).key_averages()
-    ranges = sorted((e for e in events if e.key.startswith("chunked: ")), key=prof.total_ms,
-                    reverse=True)  # fmt: skip
+    ranges = sorted(
+        (e for e in events if e.key.startswith("chunked: ")), key=prof.total_ms, reverse=True
+    )
     return {
         "total_ms": sum(prof.self_ms(e) for e in events),
         "top": [[k[:60], ms, n] for k, ms, n in prof.top(events, rows)],
@@ -121,8 +122,9 @@ def profile_call(dev, fn, rows: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = harness.parser("gpu_large", __doc__, device="cuda", sizes=[12, 16, 24], repeat=2,
-                        tiny=False)  # fmt: skip
+    ap = harness.parser(
+        "gpu_large", __doc__, device="cuda", sizes=[12, 16, 24], repeat=2, tiny=False
+    )
     ap.add_argument("--check-size", type=int, default=8)
     ap.add_argument("--budget-check", default="4GB", help="budget of the chunked check call")
     ap.add_argument("--cost", action="store_true", help="time chunked against unchunked")

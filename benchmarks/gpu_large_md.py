@@ -56,14 +56,43 @@ KEEP = ("run.ckpt", "run.h5", "run.log")  # what comes back and travels (no lock
 
 def main_run(args, resume: bool) -> dict:
     """``mdband run`` of the big cell into STATE; its own ms/step summary, and wall time."""
-    cmd = [sys.executable, "-m", "mdband.cli", "run", "--structure", str(STATE / "start.xyz"),
-           "--model", str(STATE / "model.mdband"), "--device", args.device, "--ensemble",
-           "nvt-langevin", "--temperature", "300", "--seed", "7", "--timestep", "0.5",
-           "--steps", str(args.steps if resume else args.split),
-           "--traj-every", str(args.traj_every), "--checkpoint-every", str(args.split),
-           "--trajectory", str(STATE / "run.h5"), "--checkpoint", str(STATE / "run.ckpt"),
-           "--log", str(STATE / "run.log"), "--no-progress",
-           "--guard-distance", "0", "--max-temperature", "0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mdband.cli",
+        "run",
+        "--structure",
+        str(STATE / "start.xyz"),
+        "--model",
+        str(STATE / "model.mdband"),
+        "--device",
+        args.device,
+        "--ensemble",
+        "nvt-langevin",
+        "--temperature",
+        "300",
+        "--seed",
+        "7",
+        "--timestep",
+        "0.5",
+        "--steps",
+        str(args.steps if resume else args.split),
+        "--traj-every",
+        str(args.traj_every),
+        "--checkpoint-every",
+        str(args.split),
+        "--trajectory",
+        str(STATE / "run.h5"),
+        "--checkpoint",
+        str(STATE / "run.ckpt"),
+        "--log",
+        str(STATE / "run.log"),
+        "--no-progress",
+        "--guard-distance",
+        "0",
+        "--max-temperature",
+        "0",
+    ]
     if resume:
         cmd.append("--resume")
     p, t = harness.once(lambda: subprocess.run(cmd, capture_output=True, text=True))
@@ -158,10 +187,18 @@ def main(argv=None) -> int:
     ap.add_argument("--traj-every", type=int, default=25)
     ap.add_argument("--check-steps", type=int, default=4, help="length of the restart check")
     ap.add_argument("--state", type=Path, default=STATE, help="the run's folder")
-    ap.add_argument("--part-bytes", type=int, default=15 << 20,
-                    help="files above this come back in parts (NAME.partK)")  # fmt: skip
-    ap.add_argument("--join", type=Path, metavar="DIR",
-                    help="only put DIR's returned files (parts joined) into --state")  # fmt: skip
+    ap.add_argument(
+        "--part-bytes",
+        type=int,
+        default=15 << 20,
+        help="files above this come back in parts (NAME.partK)",
+    )
+    ap.add_argument(
+        "--join",
+        type=Path,
+        metavar="DIR",
+        help="only put DIR's returned files (parts joined) into --state",
+    )
     ap.add_argument("--phase", choices=("start", "finish"))
     args = ap.parse_args(argv)
     STATE = args.state.resolve()

@@ -61,8 +61,13 @@ def use_stack_launches(path) -> None:
 
     best = harness.results.read(path, kind="best")[-1]["linear"]
     linear = dict(tuning.current().so2_stack.linear)
-    linear.update({p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
-                   for p, b in best.items() if p in tuning.SPLIT_MODES})  # fmt: skip
+    linear.update(
+        {
+            p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
+            for p, b in best.items()
+            if p in tuning.SPLIT_MODES
+        }
+    )
     contextlib.ExitStack().enter_context(tuning.override(so2_stack={"linear": linear}))
     print("so2_mix_layer launches:", linear, flush=True)
 
@@ -151,8 +156,13 @@ def main(argv=None) -> int:
         )
     fscale = float(np.abs(r64.forces).max())
     out["checks"]["force_scale"] = fscale
-    pairs = (("band", "dense"), ("band-eager", "dense-eager"), ("band", "band-eager"),
-             ("band-torch", "dense-torch"), ("band", "band-torch"))  # fmt: skip
+    pairs = (
+        ("band", "dense"),
+        ("band-eager", "dense-eager"),
+        ("band", "band-eager"),
+        ("band-torch", "dense-torch"),
+        ("band", "band-torch"),
+    )
     for a, b in pairs:
         if a not in res or b not in res:
             continue
@@ -212,15 +222,22 @@ def main(argv=None) -> int:
         steps = []  # every step's atoms and list, built outside the timing
         for _ in range(args.md_steps):
             atoms.positions += rng.normal(scale=0.01, size=atoms.positions.shape)
-            steps.append((atoms.copy(), build_edge_graph(atoms.positions, atoms.cell.array,
-                                                         True, 6.0)))  # fmt: skip
+            steps.append(
+                (atoms.copy(), build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0))
+            )
         edges = [g.n_edges for _, g in steps]
         frames = iter(steps)
         t = harness.measure(lambda: call(pot, *next(frames)), "cuda", args.md_steps, 0)
-        results.add("md_like", variant=name, n_atoms=len(atoms), calls=args.md_steps,
-                    edges_min_max=[min(edges), max(edges)], median_ms=t.ms,
-                    mean_ms=statistics.fmean(t.wall),
-                    **(harness.profiling.graph_counts(pot) or {}))  # fmt: skip
+        results.add(
+            "md_like",
+            variant=name,
+            n_atoms=len(atoms),
+            calls=args.md_steps,
+            edges_min_max=[min(edges), max(edges)],
+            median_ms=t.ms,
+            mean_ms=statistics.fmean(t.wall),
+            **(harness.profiling.graph_counts(pot) or {}),
+        )
         pot = None  # the step graphs hold their memory pool
         torch.cuda.empty_cache()
 
@@ -237,14 +254,24 @@ def main(argv=None) -> int:
                 graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
                 try:
                     r = call(pot, atoms, graph)
-                    seq.append({"scale": scale, "edges": graph.n_edges, "energy": r.energy,
-                                "forces": r.forces})  # fmt: skip
+                    seq.append(
+                        {
+                            "scale": scale,
+                            "edges": graph.n_edges,
+                            "energy": r.energy,
+                            "forces": r.forces,
+                        }
+                    )
                 except torch.OutOfMemoryError:
                     seq.append({"scale": scale, "edges": graph.n_edges, "error": "out of memory"})
                     break
-        switch = {"n_atoms": len(base), "edges": [x["edges"] for x in seq],
-                  "errors": [x.get("error") for x in seq], "peak_gb": mem.peak_gb,
-                  **(harness.profiling.graph_counts(pot) or {})}  # fmt: skip
+        switch = {
+            "n_atoms": len(base),
+            "edges": [x["edges"] for x in seq],
+            "errors": [x.get("error") for x in seq],
+            "peak_gb": mem.peak_gb,
+            **(harness.profiling.graph_counts(pot) or {}),
+        }
         if len(seq) == 6 and "error" not in seq[-1]:
             switch["bucket_switch_ok"] = True
             switch["bucket_switch_repeat_bitwise"] = bool(
@@ -267,8 +294,12 @@ def main(argv=None) -> int:
             try:
                 pot = make(sd, "cuda", "float32", **VARIANTS[name])
                 ms, gb, reserved = timed(pot, atoms, graph, 1)
-                best = {"n_atoms": len(atoms), "ms_per_call": ms, "peak_gb": gb,
-                        "reserved_gb": reserved}  # fmt: skip
+                best = {
+                    "n_atoms": len(atoms),
+                    "ms_per_call": ms,
+                    "peak_gb": gb,
+                    "reserved_gb": reserved,
+                }
                 print(name, best, flush=True)
             except torch.OutOfMemoryError:
                 first_oom = len(atoms)
@@ -313,8 +344,10 @@ def main(argv=None) -> int:
         and not any(k.endswith("_error") for k in out["checks"])
         and out["checks"].get("graphs_status", "on") == "on"
     )
-    print(f"float32 forces within {FORCE_TOL} eV/Å of float64:", "ALL CHECKS PASSED" if ok else
-          "CHECKS FAILED")  # fmt: skip
+    print(
+        f"float32 forces within {FORCE_TOL} eV/Å of float64:",
+        "ALL CHECKS PASSED" if ok else "CHECKS FAILED",
+    )
     return 0 if ok else 1
 
 

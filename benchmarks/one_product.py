@@ -37,8 +37,9 @@ def cases(L: int, C: int, E: int, device, dtype):
     def rand(*shape):
         return torch.randn(*shape, generator=g, dtype=dtype).to(device).requires_grad_()
 
-    rs = rotation_storage(torch.randn(E, 3, generator=g, dtype=dtype).to(device), L,
-                          st.RotationLayout.BAND)  # fmt: skip
+    rs = rotation_storage(
+        torch.randn(E, 3, generator=g, dtype=dtype).to(device), L, st.RotationLayout.BAND
+    )
     band = rs.data.detach().clone().requires_grad_()
     D, Dm = st.dim_of(L), st.reduced_dim(L)
     x, xl, rad = rand(E, D, C), rand(E, Dm, C), rand(E, L + 1, C)

@@ -49,8 +49,9 @@ def main(argv=None) -> None:
     fscale = float(np.abs(ref.forces).max())
     rows = {}
     for mode in args.modes:
-        pot = mdband.load_model(args.model, device=args.device, dtype="float32",
-                                stack_precision=mode)  # fmt: skip
+        pot = mdband.load_model(
+            args.model, device=args.device, dtype="float32", stack_precision=mode
+        )
         r = pot.evaluate(*call)
         d = r.forces - ref.forces
         rows[mode] = {

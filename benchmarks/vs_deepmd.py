@@ -94,8 +94,14 @@ def cmd_deepmd(args) -> None:
         )
         dyn.run(3)
         t = clock.measure(lambda: dyn.run(args.md_steps), 1, 0)
-        results.add("ase_md", engine="deepmd-kit", config=args.name, atoms=len(atoms),
-                    skin=None, ms_per_step=t.ms / args.md_steps)  # fmt: skip
+        results.add(
+            "ase_md",
+            engine="deepmd-kit",
+            config=args.name,
+            atoms=len(atoms),
+            skin=None,
+            ms_per_step=t.ms / args.md_steps,
+        )
 
 
 # ------------------------------------------------------------------ mdband side
@@ -111,8 +117,9 @@ def cmd_mdband(args) -> None:
     clock = harness.timer.timer(dev)
     name = {"engine": "mdband", "config": args.name}
     pot = mdband.load_model(args.checkpoint, device=dev, dtype="float32")
-    results.add("settings", **name, neighbour_list=pot.neighbour_backend,
-                cuda_graphs=pot.cuda_graphs)  # fmt: skip
+    results.add(
+        "settings", **name, neighbour_list=pot.neighbour_backend, cuda_graphs=pot.cuda_graphs
+    )
     # checks on 64 atoms: float32 GPU vs float64 CPU, replay == eager, cell list == vesin
     small = diamond(2, seed=1)
     ref = mdband.load_model(args.checkpoint, device="cpu", dtype="float64")
@@ -132,8 +139,9 @@ def cmd_mdband(args) -> None:
         row = {**name, "size": n, "atoms": len(atoms)}
         try:
             with harness.PeakMemory(dev) as mem:
-                t = clock.measure(lambda: pot.evaluate(pos, cell, True, sym), args.repeat,
-                                  args.warmup)  # fmt: skip
+                t = clock.measure(
+                    lambda: pot.evaluate(pos, cell, True, sym), args.repeat, args.warmup
+                )
             row["call_ms"], row["peak_gb"] = t.ms, mem.peak_gb
             pos_t = torch.tensor(pos, device=dev)
             cell_t = torch.tensor(cell, device=dev)
@@ -146,9 +154,10 @@ def cmd_mdband(args) -> None:
                 lambda: pot.evaluate(pos_t, cell_t, True, sym), args.repeat, args.warmup
             ).ms
             row["model_step_ms (list prebuilt)"] = clock.measure(
-                lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat,
+                lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph),
+                args.repeat,
                 args.warmup,
-            ).ms  # fmt: skip
+            ).ms
             row["energy"] = pot.evaluate(pos, cell, True, sym).energy
         except torch.OutOfMemoryError as exc:
             row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:120]}"
@@ -161,12 +170,18 @@ def cmd_mdband(args) -> None:
         atoms = diamond(args.md_size)
         for skin in (0.0, 1.0):
             atoms.calc = mdband.Calculator(pot, skin=skin)
-            dyn = Langevin(atoms, 1.0 * units.fs, temperature_K=300, friction=0.01,
-                           rng=np.random.default_rng(0))  # fmt: skip
+            dyn = Langevin(
+                atoms,
+                1.0 * units.fs,
+                temperature_K=300,
+                friction=0.01,
+                rng=np.random.default_rng(0),
+            )
             dyn.run(3)
             t = clock.measure(lambda: dyn.run(args.md_steps), 1, 0)
-            results.add("ase_md", **name, atoms=len(atoms), skin=skin,
-                        ms_per_step=t.ms / args.md_steps)  # fmt: skip
+            results.add(
+                "ase_md", **name, atoms=len(atoms), skin=skin, ms_per_step=t.ms / args.md_steps
+            )
         del atoms
     # this process's graph pools go before the run's process and the variants start: held,
     # they would leave those a GPU too small for their cells (and so chunked, eager calls)
@@ -270,14 +285,42 @@ def mdband_run(args, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         xyz = Path(tmp, "start.extxyz")
         write(xyz, diamond(args.md_size), format="extxyz")
-        cmd = [sys.executable, "-m", "mdband.cli", "run", "--structure", str(xyz),
-               "--model", args.checkpoint, "--device", args.device, "--ensemble", "nvt-langevin",
-               "--temperature", "300", "--steps", str(steps), "--traj-every", "100",
-               "--checkpoint-every", "500", "--trajectory", str(Path(tmp, "t.h5")),
-               "--checkpoint", str(Path(tmp, "c.ckpt")), "--log", str(Path(tmp, "run.log")),
-               "--no-progress", "--seed", "1",
-               # random weights: no physics, only cost; the runaway guards would stop it
-               "--guard-distance", "0", "--max-temperature", "0"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "mdband.cli",
+            "run",
+            "--structure",
+            str(xyz),
+            "--model",
+            args.checkpoint,
+            "--device",
+            args.device,
+            "--ensemble",
+            "nvt-langevin",
+            "--temperature",
+            "300",
+            "--steps",
+            str(steps),
+            "--traj-every",
+            "100",
+            "--checkpoint-every",
+            "500",
+            "--trajectory",
+            str(Path(tmp, "t.h5")),
+            "--checkpoint",
+            str(Path(tmp, "c.ckpt")),
+            "--log",
+            str(Path(tmp, "run.log")),
+            "--no-progress",
+            "--seed",
+            "1",
+            # random weights: no physics, only cost; the runaway guards would stop it
+            "--guard-distance",
+            "0",
+            "--max-temperature",
+            "0",
+        ]
         if args.skin:
             toml = Path(tmp, "run.toml")
             toml.write_text(f"skin = {args.skin}\n")
@@ -362,9 +405,13 @@ def neighbour_cases(results) -> None:
     from mdband.graph import build_edge_graph
 
     tri = np.array([[4.0, 0, 0], [1.3, 3.8, 0], [0.7, -0.9, 4.4]])
-    cases = {"cubic": (np.eye(3) * 9.0, [True] * 3), "triclinic": (tri * 2, [True] * 3),
-             "thin": (tri * 0.6, [True] * 3), "mixed": (tri * 2, [True, False, True]),
-             "open": (np.zeros((3, 3)), [False] * 3)}  # fmt: skip
+    cases = {
+        "cubic": (np.eye(3) * 9.0, [True] * 3),
+        "triclinic": (tri * 2, [True] * 3),
+        "thin": (tri * 0.6, [True] * 3),
+        "mixed": (tri * 2, [True, False, True]),
+        "open": (np.zeros((3, 3)), [False] * 3),
+    }
     rng = np.random.default_rng(0)
 
     def key(s, d, k):
@@ -429,17 +476,44 @@ def cmd_all(args) -> None:
         sub(["neighbours", "--sizes", *args.neighbours, *timing], work / "nl.jsonl", results)
     for name in args.configs:
         ck = models / f"{name}.pt"
-        sub(["mdband", "--name", name, "--checkpoint", ck, "--sizes", *sizes, *md, *timing,
-             "--skin", args.skin, "--profile", args.profile, "--device", args.device,
-             "--run-steps", *args.run_steps, "--variants", *args.variants,
-             "--variant-sizes", *args.variant_sizes], work / f"mdband-{name}.jsonl", results,
-            timeout=560)  # fmt: skip
+        sub(
+            [
+                "mdband",
+                "--name",
+                name,
+                "--checkpoint",
+                ck,
+                "--sizes",
+                *sizes,
+                *md,
+                *timing,
+                "--skin",
+                args.skin,
+                "--profile",
+                args.profile,
+                "--device",
+                args.device,
+                "--run-steps",
+                *args.run_steps,
+                "--variants",
+                *args.variants,
+                "--variant-sizes",
+                *args.variant_sizes,
+            ],
+            work / f"mdband-{name}.jsonl",
+            results,
+            timeout=560,
+        )
         if not args.no_deepmd:
             level = "3" if max(args.sizes) <= 4 else "2"
             env = {"DP_COMPILE_INFER": "1", "DP_TRITON_INFER": level}
-            sub(["deepmd", "--name", name, "--checkpoint", ck, "--sizes", *sizes, *md, *timing],
-                work / f"deepmd-{name}.jsonl", results, env=env,
-                timeout=args.deepmd_timeout)  # fmt: skip
+            sub(
+                ["deepmd", "--name", name, "--checkpoint", ck, "--sizes", *sizes, *md, *timing],
+                work / f"deepmd-{name}.jsonl",
+                results,
+                env=env,
+                timeout=args.deepmd_timeout,
+            )
     table(results.records, args)
 
 
@@ -447,8 +521,9 @@ def table(records: list[dict], args) -> None:
     """The comparison per config and size, from the records of :func:`cmd_all`."""
 
     def one(kind, **match):
-        rows = [r for r in records if r["kind"] == kind and all(r.get(k) == v
-                for k, v in match.items())]  # fmt: skip
+        rows = [
+            r for r in records if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())
+        ]
         return rows[-1] if rows else {}
 
     print("\n== mdband vs deepmd-kit (ms; float32; energy + forces + virial) ==")
@@ -457,32 +532,45 @@ def table(records: list[dict], args) -> None:
         d = {"engine": "deepmd-kit", "config": name}
         checks = {k: v for k, v in one("checks", **m).items() if k.endswith(("fp64", "eager"))}
         settings = one("settings", **m)
-        print(f"-- {name}: checks {checks} settings "
-              f"{ {k: settings.get(k) for k in ('neighbour_list', 'cuda_graphs')} }")  # fmt: skip
+        print(
+            f"-- {name}: checks {checks} settings "
+            f"{ {k: settings.get(k) for k in ('neighbour_list', 'cuda_graphs')} }"
+        )
         for n in args.sizes:
             mr, dr = one("call", **m, size=n), one("call", **d, size=n)
             call, dcall = mr.get("call_ms"), dr.get("call_ms")
             ratio = f"{call / dcall:.2f}x" if call and dcall else "-"
-            print(f"  {mr.get('atoms', '?'):>7} atoms: mdband call {fmt(call)} "
-                  f"(model step {fmt(mr.get('model_step_ms (list prebuilt)'))}, list "
-                  f"{fmt(mr.get('neighbour_ms'))}, {fmt(mr.get('peak_gb'), '.1f')} GB) | deepmd "
-                  f"{fmt(dcall)} {dr.get('error', '')} | ratio {ratio}")  # fmt: skip
+            print(
+                f"  {mr.get('atoms', '?'):>7} atoms: mdband call {fmt(call)} "
+                f"(model step {fmt(mr.get('model_step_ms (list prebuilt)'))}, list "
+                f"{fmt(mr.get('neighbour_ms'))}, {fmt(mr.get('peak_gb'), '.1f')} GB) | deepmd "
+                f"{fmt(dcall)} {dr.get('error', '')} | ratio {ratio}"
+            )
         md = one("ase_md", **m, skin=0.0), one("ase_md", **m, skin=1.0), one("ase_md", **d)
-        print(f"  ASE MD step ({md[0].get('atoms')} atoms): mdband skin 0 "
-              f"{fmt(md[0].get('ms_per_step'))}, skin 1 {fmt(md[1].get('ms_per_step'))} | "
-              f"deepmd {fmt(md[2].get('ms_per_step'))}")  # fmt: skip
+        print(
+            f"  ASE MD step ({md[0].get('atoms')} atoms): mdband skin 0 "
+            f"{fmt(md[0].get('ms_per_step'))}, skin 1 {fmt(md[1].get('ms_per_step'))} | "
+            f"deepmd {fmt(md[2].get('ms_per_step'))}"
+        )
         for r in (r for r in records if r["kind"] == "mdband_run" and r.get("config") == name):
-            print(f"  mdband run {r['steps']} steps: {fmt(r.get('ms_per_step'))} ms/step, after "
-                  f"the warm-up {fmt(r.get('steady_step_ms'))} (rc {r['rc']})")  # fmt: skip
+            print(
+                f"  mdband run {r['steps']} steps: {fmt(r.get('ms_per_step'))} ms/step, after "
+                f"the warm-up {fmt(r.get('steady_step_ms'))} (rc {r['rc']})"
+            )
         for r in (r for r in records if r["kind"] == "variant" and r.get("config") == name):
-            calls = ", ".join(f"{k[8:]} atoms {fmt(t) if isinstance(t, float) else t}"
-                              for k, t in r.items() if k.startswith("call_ms_"))  # fmt: skip
-            print(f"  variant {r['variant']}: max force err {r['max_force_err_vs_fp64']:.2e} "
-                  f"eV/A (rms {r['rms_force_err_vs_fp64']:.1e}); first call "
-                  f"{r['first_call_s']:.1f} s; call ms: {calls}")  # fmt: skip
+            calls = ", ".join(
+                f"{k[8:]} atoms {fmt(t) if isinstance(t, float) else t}"
+                for k, t in r.items()
+                if k.startswith("call_ms_")
+            )
+            print(
+                f"  variant {r['variant']}: max force err {r['max_force_err_vs_fp64']:.2e} "
+                f"eV/A (rms {r['rms_force_err_vs_fp64']:.1e}); first call "
+                f"{r['first_call_s']:.1f} s; call ms: {calls}"
+            )
     for r in records:
         if r["kind"] == "neighbours":
-            print(f"  neighbours {({k: v for k, v in r.items() if k not in ('bench', 'run')})}")
+            print(f"  neighbours { ({k: v for k, v in r.items() if k not in ('bench', 'run')}) }")
 
 
 def fmt(x, spec=".1f") -> str:
@@ -493,8 +581,14 @@ def main(argv=None) -> None:
     ap = harness.parser("vs_deepmd", __doc__, out=False)
     sp = ap.add_subparsers(dest="cmd", required=True)
     common = {"repeat": 5, "warmup": 2}
-    a = sp.add_parser("all", parents=[harness.flags.shared("vs_deepmd", device="cuda",
-                      sizes=[4, 8, 12], configs=["default", "mini"], **common)])  # fmt: skip
+    a = sp.add_parser(
+        "all",
+        parents=[
+            harness.flags.shared(
+                "vs_deepmd", device="cuda", sizes=[4, 8, 12], configs=["default", "mini"], **common
+            )
+        ],
+    )
     a.add_argument("--md-size", type=int, default=8)
     a.add_argument("--md-steps", type=int, default=20)
     a.add_argument("--run-steps", type=int, nargs="*", default=[200])
@@ -517,8 +611,9 @@ def main(argv=None) -> None:
     c.add_argument("dir", help="the folder the checkpoints are written to")
     c.add_argument("--mini-json", default=str(harness.models.MINI_JSON))
     for name, device in (("deepmd", "auto"), ("mdband", "cuda")):
-        s = sp.add_parser(name, parents=[harness.flags.shared("vs_deepmd", device=device,
-                          sizes=[4], **common)])  # fmt: skip
+        s = sp.add_parser(
+            name, parents=[harness.flags.shared("vs_deepmd", device=device, sizes=[4], **common)]
+        )
         s.add_argument("--name", required=True, help="the config's name (default, mini)")
         s.add_argument("--checkpoint", required=True)
         s.add_argument("--md-size", type=int, default=0)
@@ -528,12 +623,18 @@ def main(argv=None) -> None:
         s.add_argument("--profile", type=int, default=0, help="profile one call at this size")
         s.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
         s.add_argument("--variant-sizes", type=int, nargs="*", default=[])
-    n = sp.add_parser("neighbours", parents=[harness.flags.shared("vs_deepmd", sizes=[8],
-                      **common)])  # fmt: skip
+    n = sp.add_parser(
+        "neighbours", parents=[harness.flags.shared("vs_deepmd", sizes=[8], **common)]
+    )
     n.add_argument("--launches", nargs="*", default=[], help="pair-kernel launches BWxWARPS")
     args = ap.parse_args(argv)
-    {"all": cmd_all, "checkpoints": cmd_checkpoints, "deepmd": cmd_deepmd,
-     "mdband": cmd_mdband, "neighbours": cmd_neighbours}[args.cmd](args)  # fmt: skip
+    {
+        "all": cmd_all,
+        "checkpoints": cmd_checkpoints,
+        "deepmd": cmd_deepmd,
+        "mdband": cmd_mdband,
+        "neighbours": cmd_neighbours,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

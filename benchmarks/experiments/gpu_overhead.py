@@ -48,8 +48,14 @@ def call_python(fn, calls: int, rows: int) -> list:
     out = []
     for (path, line, name), (_, ncalls, tottime, cumtime, _) in items:
         where = f"{os.path.basename(path)}:{line}({name})"
-        out.append([where[:70], ncalls / calls, round(1e6 * tottime / calls, 1),
-                    round(1e6 * cumtime / calls, 1)])  # fmt: skip
+        out.append(
+            [
+                where[:70],
+                ncalls / calls,
+                round(1e6 * tottime / calls, 1),
+                round(1e6 * cumtime / calls, 1),
+            ]
+        )
     return out
 
 
@@ -73,8 +79,9 @@ def measure(pot, dev, n: int, args) -> dict:
     )
     row["list_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat)
     row["list_device_cell_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True), args.repeat)
-    row["list_ops"] = list_ops(dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell),
-                               args.rows)  # fmt: skip
+    row["list_ops"] = list_ops(
+        dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.rows
+    )
     row["call_python"] = call_python(
         lambda: pot.evaluate(pos, cell, True, sym), args.calls, args.rows
     )
@@ -82,9 +89,16 @@ def measure(pot, dev, n: int, args) -> dict:
 
 
 def main(argv=None) -> None:
-    ap = harness.parser("experiments.gpu_overhead", __doc__, device="cuda",
-                        configs=["default", "mini"], sizes=[4, 8], repeat=20, warmup=2,
-                        tiny=False)  # fmt: skip
+    ap = harness.parser(
+        "experiments.gpu_overhead",
+        __doc__,
+        device="cuda",
+        configs=["default", "mini"],
+        sizes=[4, 8],
+        repeat=20,
+        warmup=2,
+        tiny=False,
+    )
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--rows", type=int, default=25)
     args = ap.parse_args(argv)

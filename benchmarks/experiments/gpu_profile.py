@@ -42,8 +42,9 @@ call_args = harness.evaluate_args
 def potential(name: str, device: str, **options):
     """Random weights (seed 0, gain 0.5), float32; ``options`` are engine settings."""
     cfg = harness.models.config(name)
-    return harness.models.potential(cfg, seed=0, gain=0.5, device=device, dtype="float32",
-                                    **options)  # fmt: skip
+    return harness.models.potential(
+        cfg, seed=0, gain=0.5, device=device, dtype="float32", **options
+    )
 
 
 def use_stack_configs(paths):
@@ -57,8 +58,9 @@ def use_stack_configs(paths):
         key = (best["lmax"], best["channels"])
         lin, gate = best["linear"]["tf32x3"], best["gate"]
         linear = tuning.LinearLaunch(edges=lin["BE"], warps=lin["warps"], stages=lin["stages"])
-        gate = tuning.GateLaunch(edges=gate["BE"], fwd_warps=gate["fwd_warps"],
-                                 bwd_warps=gate["bwd_warps"])  # fmt: skip
+        gate = tuning.GateLaunch(
+            edges=gate["BE"], fwd_warps=gate["fwd_warps"], bwd_warps=gate["bwd_warps"]
+        )
         shapes[key] = tuning.StackShape(linear={"tf32x3": linear}, gate=gate)
         print("so2_mix_layer launch", key, shapes[key], flush=True)
     return tuning.override(so2_stack={"shapes": shapes})
@@ -67,12 +69,14 @@ def use_stack_configs(paths):
 # ------------------------------------------------------------------ profile
 def kernel_table(pot, atoms, rows: int) -> str:
     with harness.profiling.eager(pot):
-        prof = harness.profiling.profile(lambda: pot.evaluate(*call_args(atoms)), pot.device,
-                                         record_shapes=True)  # fmt: skip
+        prof = harness.profiling.profile(
+            lambda: pot.evaluate(*call_args(atoms)), pot.device, record_shapes=True
+        )
     key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
     avg = prof.key_averages(group_by_input_shape=True)
-    return avg.table(sort_by=key, row_limit=rows, max_name_column_width=40,
-                     max_shapes_column_width=70)  # fmt: skip
+    return avg.table(
+        sort_by=key, row_limit=rows, max_name_column_width=40, max_shapes_column_width=70
+    )
 
 
 def source_table(pot, atoms, rows: int) -> str:
@@ -100,8 +104,9 @@ def source_table(pot, atoms, rows: int) -> str:
             hooks.append(mod.register_forward_hook(leave))
     try:
         with harness.profiling.eager(pot):
-            prof = harness.profiling.profile(lambda: pot.evaluate(*call_args(atoms)), pot.device,
-                                             with_stack=True)  # fmt: skip
+            prof = harness.profiling.profile(
+                lambda: pot.evaluate(*call_args(atoms)), pot.device, with_stack=True
+            )
     finally:
         for h in hooks:
             h.remove()
@@ -241,8 +246,9 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
         atoms = diamond(n)
         base[n] = pot.evaluate(*call_args(atoms))
     clock = harness.timer.timer(device)
-    ref_ms = {n: clock.measure(lambda: pot.evaluate(*call_args(diamond(n))), repeat).ms
-              for n in sizes}  # fmt: skip
+    ref_ms = {
+        n: clock.measure(lambda: pot.evaluate(*call_args(diamond(n))), repeat).ms for n in sizes
+    }
     del pot
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     pot = compiled_potential(name, variant, device)
@@ -267,8 +273,14 @@ def run_variant(name: str, variant: str, sizes: list[int], repeat: int, device: 
 
 
 def main(argv=None) -> None:
-    ap = harness.parser("experiments.gpu_profile", __doc__, device="auto",
-                        configs=["mini", "default"], sizes=[4, 8], repeat=5)  # fmt: skip
+    ap = harness.parser(
+        "experiments.gpu_profile",
+        __doc__,
+        device="auto",
+        configs=["mini", "default"],
+        sizes=[4, 8],
+        repeat=5,
+    )
     ap.add_argument("--profile-size", type=int, default=8)
     ap.add_argument("--variants", nargs="*", default=["modules", "breaks"])
     ap.add_argument("--rows", type=int, default=45)
@@ -279,8 +291,12 @@ def main(argv=None) -> None:
         help="the fused ops on any device (kernels=ops: the CPU under TRITON_INTERPRET=1)",
     )
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip what would start later")
-    ap.add_argument("--stack-config", nargs="*", default=[],
-                    help="experiments.gpu_stack JSON-lines files whose best launches to use")  # fmt: skip
+    ap.add_argument(
+        "--stack-config",
+        nargs="*",
+        default=[],
+        help="experiments.gpu_stack JSON-lines files whose best launches to use",
+    )
     args = ap.parse_args(argv)
     # the whole run with those launches (left when the script ends)
     contextlib.ExitStack().enter_context(use_stack_configs(args.stack_config))
@@ -293,8 +309,9 @@ def main(argv=None) -> None:
             calls = {}
             for n in args.sizes:
                 atoms = diamond(n)
-                calls[len(atoms)] = clock.measure(lambda: pot.evaluate(*call_args(atoms)),
-                                                  args.repeat).ms  # fmt: skip
+                calls[len(atoms)] = clock.measure(
+                    lambda: pot.evaluate(*call_args(atoms)), args.repeat
+                ).ms
             print(json.dumps({"call_ms": {name: calls}}), flush=True)
             results.add("call_ms", config=name, ms=calls)
             atoms = diamond(args.profile_size)
@@ -306,8 +323,14 @@ def main(argv=None) -> None:
                 print(f"== {name}: torch ops by source, {len(atoms)} atoms ==\n{src}", flush=True)
             mods = module_forward_ms(pot, atoms)
             print(json.dumps({"module_forward_ms": {name: mods}}, indent=1), flush=True)
-            results.add("profile", config=name, atoms=len(atoms), kernels=table, sources=src,
-                        module_forward_ms=mods)  # fmt: skip
+            results.add(
+                "profile",
+                config=name,
+                atoms=len(atoms),
+                kernels=table,
+                sources=src,
+                module_forward_ms=mods,
+            )
             del pot
     for variant in args.variants:
         for name in args.configs:

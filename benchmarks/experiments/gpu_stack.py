@@ -57,15 +57,18 @@ def checks(device, L, C):
             (gwant,) = torch.autograd.grad(want, xa, gy)
         x32 = x.to(F32).requires_grad_(True)
         with cm.force_backend("triton"):
-            y = ss.so2_mix_layer(x32, w0.float(), wm.float(), wg.float() if gated else None, L,
-                                 prec)  # fmt: skip
+            y = ss.so2_mix_layer(
+                x32, w0.float(), wm.float(), wg.float() if gated else None, L, prec
+            )
             (gx,) = torch.autograd.grad(y, x32, gy.float())
         for what, a, b in (("y", y, want), ("grad_x", gx, gwant)):
             r = rel(a, b)
             ok = r <= THRESHOLD[prec]
             rows.append(dict(F=F, E=E, gated=gated, precision=prec, output=what, rel=r, ok=ok))
-            print(f"  {'ok ' if ok else 'FAIL'} F={F} gated={gated} {prec:6s} {what:6s} {r:.2e}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {'ok ' if ok else 'FAIL'} F={F} gated={gated} {prec:6s} {what:6s} {r:.2e}",
+                flush=True,
+            )
     return rows
 
 
@@ -126,10 +129,13 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
         row.update(precision=prec, BE=be, warps=warps, stages=stages)
         row["linear_tflops"] = flop / row["linear_ms"] / 1e9
         sweep.append(row)
-        print(f"  {prec:7s} BE={be:3d} w={warps} s={stages}: "
-              f"fwd {row['fwd_ms']:6.2f} ms (no h {row['fwd_nosave_ms']:6.2f}), "
-              f"bwd {row['bwd_ms']:6.2f} ms, linear {row['linear_ms']:6.2f} ms "
-              f"({row['linear_tflops']:.1f} TFLOP/s)", flush=True)  # fmt: skip
+        print(
+            f"  {prec:7s} BE={be:3d} w={warps} s={stages}: "
+            f"fwd {row['fwd_ms']:6.2f} ms (no h {row['fwd_nosave_ms']:6.2f}), "
+            f"bwd {row['bwd_ms']:6.2f} ms, linear {row['linear_ms']:6.2f} ms "
+            f"({row['linear_tflops']:.1f} TFLOP/s)",
+            flush=True,
+        )
     out["sweep"] = sweep
     best = {}
     for prec in ss.PRECISIONS:
@@ -139,8 +145,13 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
             best[prec] = {k: b[k] for k in ("BE", "warps", "stages")}
     out["best"] = best
     linear = dict(table.linear)
-    linear.update({p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
-                   for p, b in best.items() if p in tuning.SPLIT_MODES})  # fmt: skip
+    linear.update(
+        {
+            p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
+            for p, b in best.items()
+            if p in tuning.SPLIT_MODES
+        }
+    )
     with tuning.override(so2_stack={"linear": linear, "shapes": shapes}):
         out["gate_sweep"], out["best_gate"] = (
             gate_sweep(x, w0, wm, wg, gy, L) if gates else ([], None)
@@ -164,8 +175,11 @@ def gate_sweep(x, w0, wm, wg, gy, L):
                 print(f"  gate BE={be} w={warps}: {type(exc).__name__}"[:200])
                 continue
             rows.append({"BE": be, "warps": warps, "fwd_ms": t["fwd_ms"], "bwd_ms": t["bwd_ms"]})
-            print(f"  gate BE={be:3d} w={warps}: fwd {t['fwd_ms']:6.2f} ms, "
-                  f"bwd {t['bwd_ms']:6.2f} ms", flush=True)  # fmt: skip
+            print(
+                f"  gate BE={be:3d} w={warps}: fwd {t['fwd_ms']:6.2f} ms, "
+                f"bwd {t['bwd_ms']:6.2f} ms",
+                flush=True,
+            )
     best, best_ms = None, float("inf")
     for be in sorted({r["BE"] for r in rows}):
         fwd = min((r for r in rows if r["BE"] == be), key=lambda r: r["fwd_ms"])
@@ -207,9 +221,14 @@ def main(argv=None):
     else:
         configs = [(be, w, s) for be in (64, 128, 256) for w in (4, 8) for s in (1, 2, 3)]
     result["timing"] = timing(
-        device, args.lmax, args.channels, args.edges, configs, args.precisions,
+        device,
+        args.lmax,
+        args.channels,
+        args.edges,
+        configs,
+        args.precisions,
         gates=not args.no_gate_sweep,
-    )  # fmt: skip
+    )
     ok = all(r["ok"] for r in result["checks"])
     shape = {"lmax": args.lmax, "channels": args.channels, "edges": args.edges}
     for r in result["checks"]:
@@ -221,9 +240,11 @@ def main(argv=None):
         results.add("gate", **shape, **r)
     results.add("torch", **shape, **{k: v for k, v in t.items() if k.startswith("torch_")})
     results.add("best", **shape, linear=t["best"], gate=t["best_gate"], ok=ok)
-    print(f"torch path: fwd {t['torch_fwd_ms']:.2f} ms, bwd {t['torch_bwd_ms']:.2f} ms, "
-          f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}, "
-          f"gate {t['best_gate']}")  # fmt: skip
+    print(
+        f"torch path: fwd {t['torch_fwd_ms']:.2f} ms, bwd {t['torch_bwd_ms']:.2f} ms, "
+        f"saved {t['torch_saved_MB']:.0f} MB; best {t['best']}, "
+        f"gate {t['best_gate']}"
+    )
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

@@ -101,8 +101,9 @@ def aggregate_sweep(E, N, L, C, dev):
     S = st.RotationStorage(band, c["Ls"], c["storage"][band])
 
     def fwd():  # the forward alone (no graph)
-        return aggregate(c["y"], S, L, rho, c["dst"], c["N"], c["env"],
-                         logits=c["logits"][:, :1], z=c["z"][:1])  # fmt: skip
+        return aggregate(
+            c["y"], S, L, rho, c["dst"], c["N"], c["env"], logits=c["logits"][:, :1], z=c["z"][:1]
+        )
 
     ok = True
     ref = fn()
@@ -117,9 +118,12 @@ def aggregate_sweep(E, N, L, C, dev):
         same = close(out, ref)
         bitwise = all(torch.equal(a, b) for a, b in zip(out, ref) if a is not None)
         ok &= same
-        say(f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
-              f"prefetch={prefetch}: {ms:7.2f} ms (fwd + bwd), fwd {ms_fwd:6.2f}  "
-              f"matches default: {same}  bitwise: {bitwise}", flush=True)  # fmt: skip
+        say(
+            f"aggregate L={L} C={C} warps={warps or 'auto'} stages={stages} "
+            f"prefetch={prefetch}: {ms:7.2f} ms (fwd + bwd), fwd {ms_fwd:6.2f}  "
+            f"matches default: {same}  bitwise: {bitwise}",
+            flush=True,
+        )
     say("aggregate bwd compiles:", compiled_sizes(aggregate_walk_bwd_kernel), flush=True)
     ok &= dot_sweep(fn, fwd, ref, L, C, dev)
     return ok
@@ -129,8 +133,9 @@ def dot_sweep(fn, fwd, ref, L, C, dev):
     """The "dot" backward (edges per step as tl.dot) per precision, edges per step and warps
     against the walk's results (fwd + bwd timed, the forward the walk)."""
     ok = True
-    runs = [("ieee", 16, 4)] + [("tf32x3", e, w) for e, w in
-                                ((8, 4), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))]  # fmt: skip
+    runs = [("ieee", 16, 4)] + [
+        ("tf32x3", e, w) for e, w in ((8, 4), (16, 2), (16, 4), (16, 8), (32, 4), (32, 8))
+    ]
     for prec, edges, warps in runs:
         launch = tuning.DotLaunch(edges=edges, warps=warps)
         change = {"bwd": "dot", "dot_precision": prec, f"dot_{prec}": launch}
@@ -143,8 +148,7 @@ def dot_sweep(fn, fwd, ref, L, C, dev):
             say(f"{what}: {type(exc).__name__}", flush=True)
             continue
         ok &= err < 1e-4
-        say(f"{what}: {ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}",
-              flush=True)  # fmt: skip
+        say(f"{what}: {ms:7.2f} ms (fwd + bwd)  max rel. diff from the walk {err:.1e}", flush=True)
     return ok
 
 
@@ -175,8 +179,11 @@ def gate_sweep(E, L, C, dev):
     moved = 3 * gy.numel() * 4 / 1e9  # gy, h read and gh written once (GB)
     buf = torch.empty_like(gy)
     mul_ms = gk.bench(lambda: torch.mul(gy, h, out=buf), dev)[0]
-    say(f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
-          f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)", flush=True)  # fmt: skip
+    say(
+        f"gate L={L} C={C}: linear x·Wᵀ alone {lin_ms:.3f} ms; torch gy*h (same bytes) "
+        f"{mul_ms:.3f} ms ({moved / mul_ms:.2f} TB/s)",
+        flush=True,
+    )
     ok = True
     ref = bwd(True)()
     for be, warps in ((16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8), (128, 8)):
@@ -189,9 +196,11 @@ def gate_sweep(E, L, C, dev):
             say(f"gate L={L} C={C} BE={be} warps={warps}: {type(exc).__name__}", flush=True)
             continue
         ok &= err <= 1e-5
-        say(f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
-              f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
-              flush=True)  # fmt: skip
+        say(
+            f"gate L={L} C={C} BE={be:3d} warps={warps}: {ms:6.3f} ms "
+            f"({moved / ms:.2f} TB/s)  max rel. diff from the default {err:.1e}",
+            flush=True,
+        )
     say("gate bwd compiles:", compiled_sizes(so2_gate_bwd_kernel), flush=True)
     return ok
 
@@ -220,9 +229,11 @@ def zonal_timing(E, N, L, C, dev):
             ms = gk.bench(fn, dev)[0]
             errs = [rel(u, v) for u, v in zip(fn(), ref)]
         ok &= max(errs) <= 1e-5
-        say(f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
-              f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
-              flush=True)  # fmt: skip
+        say(
+            f"zonal L={L} C={C} bwd {kernel}: fwd + bwd {ms:6.3f} ms; max rel. diff from the "
+            f"reference (out, gradial, grot, gs) {' '.join(f'{x:.1e}' for x in errs)}",
+            flush=True,
+        )
     return ok
 
 
@@ -244,13 +255,17 @@ def radial_timing(E, n, dev):
         return env, rbf, torch.autograd.grad((env, rbf), (r,), (g_env, g_rbf))[0]
 
     want = run(False, r64.requires_grad_(), f64, g_env.double(), g_rbf.double())
-    errs = {k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want))
-            for k in ("op", "torch")}  # fmt: skip
+    errs = {
+        k: max(rel(u.double(), v) for u, v in zip(run(k == "op"), want)) for k in ("op", "torch")
+    }
     ms = {k: gk.bench(lambda k=k: run(k == "op"), dev)[0] for k in ("op", "torch")}
     ok = errs["op"] <= 1e-5
-    say(f"radial_basis E={E} n={n}: fwd + bwd op {ms['op']:.3f} ms, torch path "
-          f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
-          f"{errs['torch']:.1e}", flush=True)  # fmt: skip
+    say(
+        f"radial_basis E={E} n={n}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+        f"{ms['torch']:.3f} ms; error from float64 op {errs['op']:.1e}, torch "
+        f"{errs['torch']:.1e}",
+        flush=True,
+    )
     return ok
 
 
@@ -271,8 +286,13 @@ def seed_mlp_timing(E, channels, dev):
 
     rbf64 = torch.rand(E, R, generator=g, device=dev, dtype=torch.float64)
     ts, td = (torch.randint(0, 3, (E,), generator=g, device=dev) for _ in range(2))
-    rest64 = [torch.randn(4, T, generator=g, device=dev, dtype=torch.float64), m(R, P), m(P, P),
-              m(P + 2 * T, H), m(H, Q)]  # fmt: skip
+    rest64 = [
+        torch.randn(4, T, generator=g, device=dev, dtype=torch.float64),
+        m(R, P),
+        m(P, P),
+        m(P + 2 * T, H),
+        m(H, Q),
+    ]
     gg = torch.randn(E, Q, generator=g, device=dev)
     rbf, rest = rbf64.float().requires_grad_(), [t.float() for t in rest64]
 
@@ -281,8 +301,7 @@ def seed_mlp_timing(E, channels, dev):
         return out, torch.autograd.grad(out, (rbf,), gg)[0]
 
     want = run(False, rbf64.requires_grad_(), rest64, gg.double())
-    return _fused_mlp_rows(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}", "seed_mlp", run, want,
-                           dev)  # fmt: skip
+    return _fused_mlp_rows(f"seed_mlp E={E} widths {R}/{P}/{T}/{H}/{Q}", "seed_mlp", run, want, dev)
 
 
 #: launches (edges per program, warps, dot precision) of the seed_mlp and radial_mlp timings
@@ -304,8 +323,10 @@ def _fused_mlp_rows(title, op, run, want, dev):
     float64 ``want``; True when every launch is within 1e-5."""
     t_torch = gk.bench(lambda: run(False), dev)[0]
     e_torch = max(rel(u.double(), v) for u, v in zip(run(False), want))
-    say(f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
-          flush=True)  # fmt: skip
+    say(
+        f"{title}: torch path fwd + bwd {t_torch:.3f} ms, error from float64 {e_torch:.1e}",
+        flush=True,
+    )
     ok = True
     rec = getattr(tuning.current(), op)
     first = (rec.edges, rec.warps, rec.precision)
@@ -314,8 +335,11 @@ def _fused_mlp_rows(title, op, run, want, dev):
             err = max(rel(u.double(), v) for u, v in zip(run(True), want))
             ms = gk.bench(lambda: run(True), dev)[0]
         ok &= err <= 1e-5
-        say(f"  op BE={be} warps={warps} {prec}: fwd + bwd {ms:.3f} ms, error from float64 "
-              f"{err:.1e}", flush=True)  # fmt: skip
+        say(
+            f"  op BE={be} warps={warps} {prec}: fwd + bwd {ms:.3f} ms, error from float64 "
+            f"{err:.1e}",
+            flush=True,
+        )
     return ok
 
 
@@ -328,8 +352,10 @@ def radial_mlp_timing(E, channels, L, dev):
     R, C, D = 16, channels, (L + 1) * channels
     f64 = dict(device=dev, dtype=torch.float64)
     rbf64, env64 = torch.rand(E, R, generator=g, **f64), torch.rand(E, 1, generator=g, **f64)
-    w64 = [torch.randn(R, C, generator=g, **f64) / R**0.5,
-           torch.randn(C, D, generator=g, **f64) / C**0.5]  # fmt: skip
+    w64 = [
+        torch.randn(R, C, generator=g, **f64) / R**0.5,
+        torch.randn(C, D, generator=g, **f64) / C**0.5,
+    ]
     go = torch.randn(E, D, generator=g, device=dev)
     rbf, env = rbf64.float().requires_grad_(), env64.float().requires_grad_()
     w = [t.float() for t in w64]
@@ -364,18 +390,27 @@ def segment_outer_timing(E, N, Q, dev):
 
     ok = close(fused(), torch_path())
     ms = {name: gk.bench(fn, dev)[0] for name, fn in (("op", fused), ("torch", torch_path))}
-    say(f"segment_outer E={E} N={N} P=4 Q={Q}: fwd + bwd op {ms['op']:.3f} ms, torch path "
-          f"{ms['torch']:.3f} ms, matches: {ok}", flush=True)  # fmt: skip
+    say(
+        f"segment_outer E={E} N={N} P=4 Q={Q}: fwd + bwd op {ms['op']:.3f} ms, torch path "
+        f"{ms['torch']:.3f} ms, matches: {ok}",
+        flush=True,
+    )
     return ok
 
 
 #: launches of the linear sweep per (L, C): edges per program, warps, stages, output rows per
 #: program (the first of each list is the shape's default; 2026-12-03 sweep in BENCHMARKS.md)
 LINEAR_RUNS = {
-    (3, 64): [(128, 8, 2, 1), (128, 16, 2, 1), (256, 16, 2, 1), (256, 8, 2, 1), (64, 8, 2, 1),
-              (128, 16, 2, 2)],
+    (3, 64): [
+        (128, 8, 2, 1),
+        (128, 16, 2, 1),
+        (256, 16, 2, 1),
+        (256, 8, 2, 1),
+        (64, 8, 2, 1),
+        (128, 16, 2, 2),
+    ],
     (2, 32): [(256, 4, 3, 1), (128, 4, 3, 1), (128, 4, 2, 2), (256, 8, 2, 1)],
-}  # fmt: skip
+}
 
 
 def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
@@ -399,8 +434,11 @@ def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
             for name, fn in cases.items():
                 try:
                     ms = gk.bench(fn, dev)[0]
-                    err = rel(fn(), refs[name]) if name != "gated" else max(
-                        rel(u, v) for u, v in zip(fn(), refs[name]))  # fmt: skip
+                    err = (
+                        rel(fn(), refs[name])
+                        if name != "gated"
+                        else max(rel(u, v) for u, v in zip(fn(), refs[name]))
+                    )
                 except Exception as exc:  # noqa: BLE001 - a launch that does not fit: record it
                     line += f" {name} {type(exc).__name__}"
                     continue
@@ -435,17 +473,20 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
     x, src = c["x"], c["src"]
     ops = {
         "fwd": lambda: torch.ops.mdband.rotate_mix(x, src, rot, code, L, L, k, b, rad, *scsr),
-        "bwd": lambda: torch.ops.mdband.rotate_mix_bwd(c["gy"], x, src, rot, code, L, L, k, b,
-                                                       rad, *scsr),
-    }  # fmt: skip
+        "bwd": lambda: torch.ops.mdband.rotate_mix_bwd(
+            c["gy"], x, src, rot, code, L, L, k, b, rad, *scsr
+        ),
+    }
     ok = True
     for pas, fn in ops.items():
         if pas not in passes:
             continue
         with tuning.override(rotate_mix={"bwd": "edge"}):
             ref = fn()
-            say(f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
-                  flush=True)  # fmt: skip
+            say(
+                f"rotate_mix {mode} L={L} C={C} {pas} edge: {gk.bench(fn, dev)[0]:7.3f} ms",
+                flush=True,
+            )
         for prec, edges, warps in runs or RM_DOT_RUNS:
             warps = warps or tuning.DEFAULTS.rotate_mix.dot_warps
             dot = {"bwd": "dot", "dot_precision": prec, "dot_edges": edges, "dot_warps": warps}
@@ -455,13 +496,19 @@ def rotate_mix_dot_sweep(E, N, L, C, mode, dev, passes=("bwd",), runs=None):
                     out = fn()
                 err = max(rel(u, v) for u, v in zip(out, ref) if u.numel())
             except Exception as exc:  # noqa: BLE001 - a launch that does not fit
-                say(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
-                      f"warps={warps}: {type(exc).__name__}", flush=True)  # fmt: skip
+                say(
+                    f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+                    f"warps={warps}: {type(exc).__name__}",
+                    flush=True,
+                )
                 continue
             ok &= err < 1e-4
-            say(f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
-                  f"warps={warps or 'auto'}: {ms:7.3f} ms  max rel. diff from edge "
-                  f"{err:.1e}", flush=True)  # fmt: skip
+            say(
+                f"rotate_mix {mode} L={L} C={C} {pas} dot {prec} BE={edges} "
+                f"warps={warps or 'auto'}: {ms:7.3f} ms  max rel. diff from edge "
+                f"{err:.1e}",
+                flush=True,
+            )
     return ok
 
 
@@ -552,10 +599,12 @@ def main(argv=None):
 
     ops = {
         "rotate_mix fwd": lambda: torch.ops.mdband.rotate_mix(
-            x, src, rot, code, L, L, k, b, None, *scsr),
+            x, src, rot, code, L, L, k, b, None, *scsr
+        ),
         "rotate_mix bwd": lambda: torch.ops.mdband.rotate_mix_bwd(
-            c["gy"], x, src, rot, code, L, L, k, b, None, *scsr),
-    }  # fmt: skip
+            c["gy"], x, src, rot, code, L, L, k, b, None, *scsr
+        ),
+    }
     ok = True
     if args.no_rotate_mix:
         ops = {}
@@ -578,16 +627,29 @@ def main(argv=None):
                     ms = gk.bench(fn, dev)[0]
                     same = close(fn(), ref)
                 ok &= same
-                say(f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
-                      f"matches default: {same}", flush=True)  # fmt: skip
+                say(
+                    f"rotate_mix bwd  EB={eb:2d} stages={stages}: {ms:7.2f} ms  "
+                    f"matches default: {same}",
+                    flush=True,
+                )
         if fn:
             say("edge kernel compiles:", compiled_sizes(rotate_mix_edge_bwd_kernel), flush=True)
-        runs = [(p, int(be), int(w)) for p, bw in (a.split(":") for a in
-                args.rotate_mix_dot_launches) for be, w in [bw.split("x")]]  # fmt: skip
+        runs = [
+            (p, int(be), int(w))
+            for p, bw in (a.split(":") for a in args.rotate_mix_dot_launches)
+            for be, w in [bw.split("x")]
+        ]
         for case in args.rotate_mix_dot:
             mode, shape = case.split(":")
-            ok &= rotate_mix_dot_sweep(E, N, *(int(v) for v in shape.split("x")), mode, dev,
-                                       args.rotate_mix_dot_passes, runs)  # fmt: skip
+            ok &= rotate_mix_dot_sweep(
+                E,
+                N,
+                *(int(v) for v in shape.split("x")),
+                mode,
+                dev,
+                args.rotate_mix_dot_passes,
+                runs,
+            )
         for shape in args.zonal:
             ok &= zonal_timing(E, N, *(int(v) for v in shape.split("x")), dev)
         for q in args.segment_outer:
@@ -602,8 +664,7 @@ def main(argv=None):
         lruns = [tuple(int(v) for v in a.split("x")) for a in args.linear_launches]
         for shape in args.linear:
             for prec in args.linear_precisions:
-                ok &= linear_sweep(E, *(int(v) for v in shape.split("x")), dev, lruns or None,
-                                   prec)  # fmt: skip
+                ok &= linear_sweep(E, *(int(v) for v in shape.split("x")), dev, lruns or None, prec)
         for shape in args.gate:
             ok &= gate_sweep(E, *(int(v) for v in shape.split("x")), dev)
         for shape in args.aggregate:

@@ -42,8 +42,9 @@ def sweep(name, nodes, device, launches, results):
     proj = make()
     K, D = proj.n_frames, (proj.lmax + 1) ** 2
     g = torch.Generator().manual_seed(0)
-    left64, right64, gout64 = (torch.randn(nodes, D, K * C, generator=g, dtype=torch.float64)
-                               for _ in range(3))  # fmt: skip
+    left64, right64, gout64 = (
+        torch.randn(nodes, D, K * C, generator=g, dtype=torch.float64) for _ in range(3)
+    )
     left64, right64, gout64 = left64.to(device), right64.to(device), gout64.to(device)
     gouts = {torch.float64: gout64, torch.float32: gout64.float()}  # no copies inside the timing
     left, right = left64.float().requires_grad_(), right64.float().requires_grad_()
@@ -63,8 +64,18 @@ def sweep(name, nodes, device, launches, results):
         err = max(rel(a, b) for a, b in zip(res, ref))
         fwd = bench(lambda: run(left, right, fused, False), device)[0]
         both = bench(lambda: run(left, right, fused, True), device)[0]
-        rows.append(results.add("row", case=name, nodes=nodes, C=C, launch=launch, fwd_ms=fwd,
-                                fwd_bwd_ms=both, rel_err_vs_fp64=err))  # fmt: skip
+        rows.append(
+            results.add(
+                "row",
+                case=name,
+                nodes=nodes,
+                C=C,
+                launch=launch,
+                fwd_ms=fwd,
+                fwd_bwd_ms=both,
+                rel_err_vs_fp64=err,
+            )
+        )
 
     row("torch", False)
     with cm.force_backend("triton"):
@@ -85,8 +96,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     results = harness.Results("experiments.grid_sweep", args.out, vars(args))
-    return [r for name in args.cases
-            for r in sweep(name, args.nodes, device, args.launches, results)]  # fmt: skip
+    return [
+        r for name in args.cases for r in sweep(name, args.nodes, device, args.launches, results)
+    ]
 
 
 if __name__ == "__main__":

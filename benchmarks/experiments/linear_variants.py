@@ -5,8 +5,9 @@ and the next candidate, ``lin_pair`` (the |m| = 1 rows in degree pairs with Gaus
 products: 25 % fewer tensor-core products for those rows, 17 % in all; checked in the interpreter by
 ``tests/benchmarks/test_linear_variants.py``).
 ``python -m benchmarks.experiments.linear_variants [--lmax L --channels C --product-only]``
-records one JSON line per variant (kind ``variant``) (time, useful TFLOP/s, error against float64); the product's kernel is timed in
-both orientations, one or two output rows per program (``rows``), tf32x3 and fp16x3.
+records one JSON line per variant (kind ``variant``: time, useful TFLOP/s, error against
+float64); the product's kernel is timed in both orientations, one or two output rows per
+program (``rows``), tf32x3 and fp16x3.
 """
 
 from __future__ import annotations
@@ -36,8 +37,17 @@ _rna = rna_tf32  # round to the nearest TF32 value (the product kernel's split)
 
 
 @triton.jit
-def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
-            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
+def lin_uni(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    y_ptr,
+    E,
+    L: tl.constexpr,
+    C: tl.constexpr,
+    BE: tl.constexpr,
+    RES: tl.constexpr,
+):
     """Builtin tf32x3, one loop for every output row; w (F, Dm, 2L, C_out, C_in)."""
     DM: tl.constexpr = 3 * L + 1
     NK: tl.constexpr = 2 * L
@@ -66,9 +76,20 @@ def lin_uni(x_ptr, res_ptr, w_ptr, y_ptr, E,
 
 
 @triton.jit
-def lin_tma(xh_d, xl_d, res_d, wh_d, wl_d, y_d,
-            L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr,
-            BUILTIN: tl.constexpr, XSPLIT: tl.constexpr = 0):  # fmt: skip
+def lin_tma(
+    xh_d,
+    xl_d,
+    res_d,
+    wh_d,
+    wl_d,
+    y_d,
+    L: tl.constexpr,
+    C: tl.constexpr,
+    BE: tl.constexpr,
+    RES: tl.constexpr,
+    BUILTIN: tl.constexpr,
+    XSPLIT: tl.constexpr = 0,
+):
     """TMA descriptors: x (F, E, Dm·C) tiles [1, BE, C] (zero-filled / clipped past E);
     w (F·Dm·2L·C, C) tiles [C, C] stored [c_out][c_in]. BUILTIN: one tf32x3 dot of xh (the raw
     x) and wh (the raw w); XSPLIT 1: x split by truncation in registers, 2: the raw x as the
@@ -132,8 +153,19 @@ def _dot3(a, wh, wl, acc):
 
 
 @triton.jit
-def lin_pair(x_d, res_d, wh_d, wl_d, ph_d, pl_d, y_d,
-             L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, RES: tl.constexpr):  # fmt: skip
+def lin_pair(
+    x_d,
+    res_d,
+    wh_d,
+    wl_d,
+    ph_d,
+    pl_d,
+    y_d,
+    L: tl.constexpr,
+    C: tl.constexpr,
+    BE: tl.constexpr,
+    RES: tl.constexpr,
+):
     """Candidate: the m = 0 rows as the product kernel (one output row per program), the
     |m| = 1 rows in degree pairs (l, −1), (l, +1) per program with Gauss's three complex
     products: t1 = (x₋ + x₊)·Wu, t2 = x₊·(Wu + Wv), t3 = x₋·(Wv − Wu), h₋ = t1 − t2,
@@ -205,9 +237,17 @@ def pair_linear(x, res, w0, wm, L, be=64, warps=4, stages=2, transpose=False):
     rows = [TensorDescriptor.from_tensor(t.view(F, E, -1), [1, be, C]) for t in (x, res, y)]
     wd = [TensorDescriptor.from_tensor(t, [C, C]) for t in (wh, wl, ph, pl)]
     lin_pair[((2 * L + 1) * triton.cdiv(E, be), F)](
-        rows[0], rows[1], *wd, rows[2], L=L, C=C, BE=be, RES=True, num_warps=warps,
+        rows[0],
+        rows[1],
+        *wd,
+        rows[2],
+        L=L,
+        C=C,
+        BE=be,
+        RES=True,
+        num_warps=warps,
         num_stages=stages,
-    )  # fmt: skip
+    )
     return y
 
 
@@ -256,8 +296,14 @@ def main(argv=None):
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
         ran = [dataclasses.asdict(launch) for launch in so2_launch._WORKING.values()]
-        results.add("variant", variant=name, ms=round(ms, 3), useful_tflops=round(tf, 1),
-                    rel_err=err, launch=ran[-1] if ran else None)  # fmt: skip
+        results.add(
+            "variant",
+            variant=name,
+            ms=round(ms, 3),
+            useful_tflops=round(tf, 1),
+            rel_err=err,
+            launch=ran[-1] if ran else None,
+        )
 
     y = torch.empty_like(x)
     if not args.product_only:
@@ -279,9 +325,13 @@ def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, results, t
     for be, wa, stg in [] if tma_only else [(128, 8, 2), (128, 8, 3), (64, 4, 3)]:
         tag = f"{be}/{wa}/{stg}"
         grid = (DM, triton.cdiv(E, be), F)
-        report("uni " + tag, lambda be=be, wa=wa, stg=stg, grid=grid: lin_uni[grid](
-            x, x, wp, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa,
-            num_stages=stg), y)  # fmt: skip
+        report(
+            "uni " + tag,
+            lambda be=be, wa=wa, stg=stg, grid=grid: lin_uni[grid](
+                x, x, wp, y, E, L=L, C=C, BE=be, RES=True, num_warps=wa, num_stages=stg
+            ),
+            y,
+        )
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     def descs(be):
@@ -311,25 +361,48 @@ def experiments(x, y, wp, wh, wl, xh, xl, w0, wm, L, C, F, E, report, results, t
         dxh, dxl, dx, dwh, dwl, dy, draw, dwp = descs(be)
         first = {"pre": dxh, "pre-raw": draw, "builtin": draw, "xsplit": draw, "xraw": draw}[mode]
         d = (first, dxl, dx, dwp if mode == "builtin" else dwh, dwl, dy)
-        report(f"tma-{mode} {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg, d=d, mode=mode:
-               lin_tma[(DM, triton.cdiv(E, be), F)](*d, L=L, C=C, BE=be, RES=True,
-               BUILTIN=mode == "builtin", XSPLIT=XSPLIT_CODE.get(mode, 0), num_warps=wa,
-               num_stages=stg), y)  # fmt: skip
+        report(
+            f"tma-{mode} {be}/{wa}/{stg}",
+            lambda be=be, wa=wa, stg=stg, d=d, mode=mode: lin_tma[(DM, triton.cdiv(E, be), F)](
+                *d,
+                L=L,
+                C=C,
+                BE=be,
+                RES=True,
+                BUILTIN=mode == "builtin",
+                XSPLIT=XSPLIT_CODE.get(mode, 0),
+                num_warps=wa,
+                num_stages=stg,
+            ),
+            y,
+        )
     for be, wa, stg in [] if tma_only else [(64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 2)]:
         try:
             out = pair_linear(x, x, w0, wm, L, be, wa, stg)
         except Exception as exc:  # noqa: BLE001 - an experiment: record and go on
             results.add("variant", variant=f"pair-gauss {be}/{wa}/{stg}", error=str(exc)[:300])
             continue
-        report(f"pair-gauss {be}/{wa}/{stg}", lambda be=be, wa=wa, stg=stg:
-               pair_linear(x, x, w0, wm, L, be, wa, stg), out)  # fmt: skip
+        report(
+            f"pair-gauss {be}/{wa}/{stg}",
+            lambda be=be, wa=wa, stg=stg: pair_linear(x, x, w0, wm, L, be, wa, stg),
+            out,
+        )
 
 
 def product(x, w0, wm, L, C, report, results, tma_only=False):
     """The product's kernel in both orientations: one output row per program (rows = 1) or two
     rows of one m-group sharing each x tile's load and split (rows = 2), per mode and launch."""
-    launches = [(128, 8, 2, 1), (64, 4, 2, 1), (128, 8, 2, 2), (64, 4, 2, 2), (64, 8, 2, 2),
-                (128, 8, 1, 2), (64, 4, 3, 2), (32, 4, 2, 2), (256, 8, 2, 2)]  # fmt: skip
+    launches = [
+        (128, 8, 2, 1),
+        (64, 4, 2, 1),
+        (128, 8, 2, 2),
+        (64, 4, 2, 2),
+        (64, 8, 2, 2),
+        (128, 8, 1, 2),
+        (64, 4, 3, 2),
+        (32, 4, 2, 2),
+        (256, 8, 2, 2),
+    ]
     if tma_only:
         launches = launches[:1]
     table = tuning.current().so2_stack

@@ -15,9 +15,10 @@ or split.
 
 ``python -m benchmarks.experiments.presplit_linear [--edges E --lmax L --channels C]`` records
 one JSON line per variant (kind ``variant``; kernel times by
-:func:`benchmarks.gpu_kernels.bench`, CUDA events, L2 flushed): the product's tf32x3 and fp16x3 kernels, the split pass alone (a Triton kernel:
-what fusing it into the producer would save), and the candidate per launch (ms, useful
-TFLOP/s, error against float64 relative to the largest output). Checked in the interpreter by
+:func:`benchmarks.gpu_kernels.bench`, CUDA events, L2 flushed): the product's tf32x3 and
+fp16x3 kernels, the split pass alone (a Triton kernel: what fusing it into the producer would
+save), and the candidate per launch (ms, useful TFLOP/s, error against float64 relative to
+the largest output). Checked in the interpreter by
 ``tests/benchmarks/test_presplit_variants.py``.
 """
 
@@ -41,8 +42,9 @@ LO = sw.FP16_LO_SCALE
 
 
 @triton.jit
-def split_rows(x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.constexpr,
-               BE: tl.constexpr):  # fmt: skip
+def split_rows(
+    x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.constexpr, BE: tl.constexpr
+):
     """Rows of x (N, R) fp32 -> xh, xl (N, R) fp16 and inv (N,): x = (xh + xl/2¹¹)·inv."""
     rows = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
     cols = tl.arange(0, RP)
@@ -59,8 +61,21 @@ def split_rows(x_ptr, xh_ptr, xl_ptr, inv_ptr, N, R: tl.constexpr, RP: tl.conste
 
 
 @triton.jit
-def lin_f16pre(xh_d, xl_d, inv_ptr, res_d, wh_d, wl_d, y_d, w_inv, E,
-               L: tl.constexpr, C: tl.constexpr, BE: tl.constexpr, NR: tl.constexpr):  # fmt: skip
+def lin_f16pre(
+    xh_d,
+    xl_d,
+    inv_ptr,
+    res_d,
+    wh_d,
+    wl_d,
+    y_d,
+    w_inv,
+    E,
+    L: tl.constexpr,
+    C: tl.constexpr,
+    BE: tl.constexpr,
+    NR: tl.constexpr,
+):
     """The product's pre-split kernel (:mod:`mdband.kernels.so2_stack.presplit`,
     same grid and tiles) with one scale per edge (inv (F·E,)) instead of one per edge and row:
     the k-tiles' products accumulate in two fp32 accumulators inside the tensor-core chain
@@ -104,13 +119,15 @@ def split_x(x, be=16, warps=4, per_row=False):
     xh = torch.empty(x.shape, dtype=torch.float16, device=x.device)
     xl = torch.empty_like(xh)
     inv = torch.empty(n, dtype=torch.float32, device=x.device)
-    split_rows[(triton.cdiv(n, be),)](x, xh, xl, inv, n, R=r, RP=triton.next_power_of_2(r), BE=be,
-                                      num_warps=warps)  # fmt: skip
+    split_rows[(triton.cdiv(n, be),)](
+        x, xh, xl, inv, n, R=r, RP=triton.next_power_of_2(r), BE=be, num_warps=warps
+    )
     return xh, xl, inv
 
 
-def presplit_linear(parts, res, w0, wm, L, nr=1, be=128, warps=8, stages=2, per_row=False,
-                    transpose=False):  # fmt: skip
+def presplit_linear(
+    parts, res, w0, wm, L, nr=1, be=128, warps=8, stages=2, per_row=False, transpose=False
+):
     """x·W + res (x·Wᵀ + res) from ``parts`` = :func:`split_x` (x): one scale per edge by
     :func:`lin_f16pre`, per edge and row (``per_row``) by the product's
     :func:`mdband.kernels.so2_stack.launch.presplit_linear` at this launch (weights packed once
@@ -133,9 +150,21 @@ def presplit_linear(parts, res, w0, wm, L, nr=1, be=128, warps=8, stages=2, per_
     wh, wl, scale = sw.packed_weights(w0, wm, F, L, C, transpose, "fp16x3", rows=nr)
     wd = [TensorDescriptor.from_tensor(t, [nr * C, C]) for t in (wh, wl)]
     lin_f16pre[((dm // nr) * triton.cdiv(E, be), F)](
-        d(xh, C), d(xl, C), inv, d(res, nr * C), *wd, d(y, nr * C), 1.0 / scale, E,
-        L=L, C=C, BE=be, NR=nr, num_warps=warps, num_stages=stages,
-    )  # fmt: skip
+        d(xh, C),
+        d(xl, C),
+        inv,
+        d(res, nr * C),
+        *wd,
+        d(y, nr * C),
+        1.0 / scale,
+        E,
+        L=L,
+        C=C,
+        BE=be,
+        NR=nr,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return y
 
 
@@ -206,11 +235,14 @@ def main(argv=None):
             parts = split_x(x, per_row=per_row)
             for nr in row_blocks(L):
                 for be, warps, stages in launches:
-                    report(f"presplit {'row' if per_row else 'edge'} nr={nr} {be}/{warps}/{stages}",
-                           lambda nr=nr, be=be, warps=warps, stages=stages, parts=parts,
-                           per_row=per_row:
-                           presplit_linear(parts, x, w0, wm, L, nr, be, warps, stages,
-                                           per_row))  # fmt: skip
+                    launch = (nr, be, warps, stages, per_row)
+
+                    def fn(parts=parts, launch=launch):
+                        return presplit_linear(parts, x, w0, wm, L, *launch)
+
+                    report(
+                        f"presplit {'row' if per_row else 'edge'} nr={nr} {be}/{warps}/{stages}", fn
+                    )
 
 
 def gate_split_sweep(E, L, C, results):

@@ -4,7 +4,8 @@
 * :mod:`~benchmarks.harness.models`: deepmd-kit's DPA4 sections, mdband configs (``default``,
   ``mini``, ``tiny``), random weights and potentials, deepmd-kit checkpoints;
 * :mod:`~benchmarks.harness.timer`: one timer, wall/CPU/CUDA-event times per call
-  (:func:`measure`, :func:`once`, :func:`timer`), and the CUDA peak of a block (:class:`PeakMemory`);
+  (:func:`measure`, :func:`once`, :func:`timer`), the CUDA peak of a block
+  (:class:`PeakMemory`);
 * :mod:`~benchmarks.harness.flags`: ``--device``, ``--dtype``, ``--repeat``, ``--warmup``,
   ``--threads``, ``--sizes``, ``--configs``, ``--tiny``, ``--out`` (:func:`parser`);
 * :mod:`~benchmarks.harness.results`: records appended as JSON lines (:class:`Results`);
