@@ -20,9 +20,7 @@ from benchmarks.gpu_kernels import bench
 E, N = 647154, 4096
 
 
-def timed_us(fn):
-    """Median µs of ``fn``'s kernels (:func:`benchmarks.gpu_kernels.bench`)."""
-    return 1e3 * bench(fn, torch.device("cuda"))[0]
+CUDA = torch.device("cuda")
 
 
 @triton.jit
@@ -52,13 +50,13 @@ def main(argv=None):
         assert torch.equal(take(x, idx), x[idx])
         ones = torch.ones(E, C, device=d)
         row = {
-            "index_select": timed_us(lambda: x.index_select(0, idx)),
-            "3d view": timed_us(lambda: x.unsqueeze(1).index_select(0, idx)),
-            "x[idx]": timed_us(lambda: x[idx]),
-            "int32": timed_us(lambda: x.index_select(0, i32)),
-            "sorted": timed_us(lambda: x.index_select(0, srt)),
-            "triton": timed_us(lambda: take(x, idx)),
-            "index_add": timed_us(lambda: torch.zeros_like(x).index_add_(0, idx, ones)),
+            "index_select": 1e3 * bench(lambda: x.index_select(0, idx), CUDA)[0],
+            "3d view": 1e3 * bench(lambda: x.unsqueeze(1).index_select(0, idx), CUDA)[0],
+            "x[idx]": 1e3 * bench(lambda: x[idx], CUDA)[0],
+            "int32": 1e3 * bench(lambda: x.index_select(0, i32), CUDA)[0],
+            "sorted": 1e3 * bench(lambda: x.index_select(0, srt), CUDA)[0],
+            "triton": 1e3 * bench(lambda: take(x, idx), CUDA)[0],
+            "index_add": 1e3 * bench(lambda: torch.zeros_like(x).index_add_(0, idx, ones), CUDA)[0],
         }
         results.add("gather", C=C, us=row)
         print(f"C={C}: " + ", ".join(f"{k} {v:.0f} us" for k, v in row.items()), flush=True)

@@ -68,17 +68,20 @@ def measure(pot, dev, n: int, args) -> dict:
     row = {"atoms": len(atoms)}
     clock = harness.timer.timer(dev)
 
-    def median_ms(fn, repeat):
-        return clock.measure(fn, repeat, args.warmup).ms
-
-    row["call_ms"] = median_ms(lambda: pot.evaluate(pos, cell, True, sym), args.repeat)
+    row["call_ms"] = clock.measure(
+        lambda: pot.evaluate(pos, cell, True, sym), args.repeat, args.warmup
+    ).ms
     graph = nl.edges(pos_t, cell_t, True, host_cell=cell)
     row["edges"] = graph.n_edges
-    row["model_step_ms (list prebuilt)"] = median_ms(
-        lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat
-    )
-    row["list_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat)
-    row["list_device_cell_ms"] = median_ms(lambda: nl.edges(pos_t, cell_t, True), args.repeat)
+    row["model_step_ms (list prebuilt)"] = clock.measure(
+        lambda: pot.evaluate(pos_t, cell_t, True, sym, graph=graph), args.repeat, args.warmup
+    ).ms
+    row["list_ms"] = clock.measure(
+        lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.repeat, args.warmup
+    ).ms
+    row["list_device_cell_ms"] = clock.measure(
+        lambda: nl.edges(pos_t, cell_t, True), args.repeat, args.warmup
+    ).ms
     row["list_ops"] = list_ops(
         dev, lambda: nl.edges(pos_t, cell_t, True, host_cell=cell), args.rows
     )

@@ -21,13 +21,14 @@ import torch
 import triton
 
 from benchmarks import harness
-from benchmarks.gpu_kernels import bench as kernel_bench
+from benchmarks.gpu_kernels import bench
 from mdband.kernels import _common as cm
 from mdband.kernels import so2_stack as ss
 from mdband.kernels import tuning
 from mdband.model.so2 import GatedActivation, SO2Linear
 
 F64, F32 = torch.float64, torch.float32
+CUDA = torch.device("cuda")
 THRESHOLD = {"ieee": 2e-6, "tf32x3": 2e-5, "fp16x3": 2e-5, "fp16": 2e-3}  # max |err| / max |value|
 
 
@@ -72,21 +73,16 @@ def checks(device, L, C):
     return rows
 
 
-def bench(fn):
-    """Median ms of ``fn``'s kernels on the GPU."""
-    return kernel_bench(fn, torch.device("cuda"))[0]
-
-
 def time_config(x, w0, wm, wg, gy, L, prec):
     op, bwd = torch.ops.mdband.so2_mix_layer, torch.ops.mdband.so2_mix_layer_bwd
     with cm.force_backend("triton"):
         _, h = op(x, w0, wm, wg, L, True, prec, True)
         return {
-            "fwd_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, True)),
+            "fwd_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, True), CUDA)[0],
             # no backward to come (no_grad): h is not written
-            "fwd_nosave_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, False)),
-            "bwd_ms": bench(lambda: bwd(gy, h, w0, wm, wg, L, True, prec)),
-            "linear_ms": bench(lambda: op(x, w0, wm, wg, L, False, prec, False)),
+            "fwd_nosave_ms": bench(lambda: op(x, w0, wm, wg, L, True, prec, False), CUDA)[0],
+            "bwd_ms": bench(lambda: bwd(gy, h, w0, wm, wg, L, True, prec), CUDA)[0],
+            "linear_ms": bench(lambda: op(x, w0, wm, wg, L, False, prec, False), CUDA)[0],
         }
 
 
@@ -103,8 +99,10 @@ def timing(device, L, C, E, configs, precisions=("tf32x3",), gates=True):
     xa = x.clone().requires_grad_(True)
     out = {}
     y_t = xa + act(lin(xa))
-    out["torch_fwd_ms"] = bench(lambda: xa + act(lin(xa)))
-    out["torch_bwd_ms"] = bench(lambda: torch.autograd.grad(y_t, xa, gy, retain_graph=True))
+    out["torch_fwd_ms"] = bench(lambda: xa + act(lin(xa)), CUDA)[0]
+    out["torch_bwd_ms"] = bench(lambda: torch.autograd.grad(y_t, xa, gy, retain_graph=True), CUDA)[
+        0
+    ]
     y_t = None
     base = torch.cuda.memory_allocated()
     y_t = xa + act(lin(xa))

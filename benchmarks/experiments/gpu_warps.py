@@ -3,22 +3,22 @@
     python -m benchmarks.experiments.gpu_warps [--edges 647154] [--nodes 4096]
         [--aggregate 3x64 2x32] [--gate 3x64 2x32] [--no-rotate-mix]
 
-Every launch below is set through ``mdband.kernels.tuning.override`` (the tuning table's
-records named in brackets). Times rotate_mix's forward and backward (median of
-``triton.testing.do_bench``) for 1, 2, 4 and 8 warps per program, then the backward for edges
-per program and pipeline stages of its edge kernel (``rotate_mix``: edge_block, edge_stages),
-band storage, L = 3, C = 64, mixer rank 1, and checks that every launch agrees with the default
-to 1e-5 relative; then aggregate's walk kernels (``aggregate``: walk_warps, walk_stages, the
-prefetches) per (L, C), forward + backward with one attention head, and its "dot" backward per
-tl.dot precision (ieee, tf32x3), edges per step and warps; then so2_mix_layer's backward gate
-kernel per edges per program and warps (``so2_stack`` shapes' gate launch), each timed as the
-gated backward op less the ungated one (the linear kernel alone) and checked against the default
-launch; then rotate_mix's by-source "dot" backward of radial rows per tl.dot precision, edges
-per step and warps against its edge kernels (``--rotate-mix-dot rad:3x64``; the mixer has the
-edge kernels only); radial_basis against its torch path (``--radial n``); seed_mlp and
-radial_mlp against theirs (``--seed-mlp 32 64``, ``--radial-mlp 2x32 3x64``). Prints one line
-per setting, each also a record (kind ``line``) of ``--out``; times by
-:func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed).
+Every launch below is set through ``mdband.kernels.tuning.override`` (the tuning table's records
+named in brackets). Times rotate_mix's forward and backward (median of
+``benchmarks.gpu_kernels.bench``: CUDA events, L2 flushed) for 1, 2, 4 and 8 warps per program,
+then the backward for edges per program and pipeline stages of its edge kernel (``rotate_mix``:
+edge_block, edge_stages), band storage, L = 3, C = 64, mixer rank 1, and checks that every
+launch agrees with the default to 1e-5 relative; then aggregate's walk kernels (``aggregate``:
+walk_warps, walk_stages, the prefetches) per (L, C), forward + backward with one attention head,
+and its "dot" backward per tl.dot precision (ieee, tf32x3), edges per step and warps; then
+so2_mix_layer's backward gate kernel per edges per program and warps (``so2_stack`` shapes' gate
+launch), each timed as the gated backward op less the ungated one (the linear kernel alone) and
+checked against the default launch; then rotate_mix's by-source "dot" backward of radial rows
+per tl.dot precision, edges per step and warps against its edge kernels (``--rotate-mix-dot
+rad:3x64``; the mixer has the edge kernels only); radial_basis against its torch path
+(``--radial n``); seed_mlp and radial_mlp against theirs (``--seed-mlp 32 64``, ``--radial-mlp
+2x32 3x64``). Prints one line per setting, each also a record (kind ``line``) of ``--out``;
+times by :func:`benchmarks.gpu_kernels.bench` (CUDA events, L2 flushed).
 """
 
 from __future__ import annotations
