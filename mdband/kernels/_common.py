@@ -25,7 +25,9 @@ except ImportError:  # pragma: no cover
     tl = None
     TRITON_AVAILABLE = False
 
-#: dtypes the Triton kernels are compiled for (exact fp32 or fp64 arithmetic, no TF32)
+#: dtypes the Triton kernels are compiled for (float64 always exact; float32 exact FMAs, or
+#: tf32x3 tl.dot products where the tuning table picks them, which is float32's default on
+#: GPUs with TF32 tensor cores)
 KERNEL_DTYPES = (torch.float32, torch.float64)
 
 BACKENDS = ("triton", "reference")

@@ -123,7 +123,10 @@ if cm.TRITON_AVAILABLE:
         from triton.language.extra import libdevice as _libdevice
     except ImportError:  # pragma: no cover - an older Triton
         _libdevice = None
-    ACCURATE_TRIG = _libdevice is not None and not cm.interpret_mode()
+
+    def _accurate_trig() -> bool:
+        """libdevice's sin/cos (on a GPU); the interpreter has numpy's."""
+        return _libdevice is not None and not cm.interpret_mode()
 
     @triton.jit
     def _envelope(r, inv_rcut, POLY_ORDER: tl.constexpr):
@@ -257,7 +260,7 @@ def _launch(r, freqs, rcut, p_env, p_rbf, basis, gc):
         ENV_ORDER=p_env,
         RBF_ORDER=p_rbf,
         BASIS=BASES.index(basis),
-        ACCURATE_TRIG=ACCURATE_TRIG,
+        ACCURATE_TRIG=_accurate_trig(),
         BLOCK_EDGES=launch.fwd_edges,
         BLOCK_BASIS=max(2, cm.next_pow2(N)),
         num_warps=launch.warps,

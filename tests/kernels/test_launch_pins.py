@@ -36,10 +36,10 @@ DEVICES = (*GPUS, "interpreter")
 # ============================================================================ ADAPTER
 # (the code's names; the only part of this file a refactor may edit)
 def _modules():
-    from mdband.kernels import cell_pairs, grid_product, radial_basis
+    from mdband.kernels import cell_pairs, grid_product
     from mdband.kernels.so2_stack import launch as so2_launch
 
-    return so2_launch, cell_pairs, grid_product, radial_basis
+    return so2_launch, cell_pairs, grid_product
 
 
 #: kernel function name -> its name in the pins
@@ -155,9 +155,8 @@ DROPPED: dict[tuple[str, str], object] = {
 
 def _simulate(monkeypatch, device: str) -> None:
     """Patch the device predicates so the dispatch sees ``device`` (tensors stay on the CPU)."""
-    so2_launch, cell_pairs, gp, rb = _modules()
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
+    so2_launch, _, gp = _modules()
+    so2_launch.forget_fitted_launches()  # every simulated device is the CPU to its cache
     if device == "interpreter":
         return
     cap = GPUS[device]
@@ -168,12 +167,11 @@ def _simulate(monkeypatch, device: str) -> None:
     monkeypatch.setattr(
         gp, "_precision", lambda x, exact: int(not exact and x.dtype == F32 and cap >= (8, 0))
     )
-    monkeypatch.setattr(rb, "ACCURATE_TRIG", True)
 
 
 def _patch_direct_launches(monkeypatch, record) -> None:
     """Kernels launched without ``cm.wrap`` (run after recording)."""
-    _, cell_pairs, _, _ = _modules()
+    _, cell_pairs, _ = _modules()
     kernel = cell_pairs.cell_pairs_kernel
 
     class Launcher:

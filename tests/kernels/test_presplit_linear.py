@@ -58,7 +58,6 @@ def test_presplit_linear_matches_float64(kdev, L, C, F, E, rows, transpose, scal
     """x·W + res (and x·Wᵀ + res) from the split parts within fp32 level of float64 (2e-6 of the
     largest product term) for inputs from 1e-7 to 1e6, one or two rows per program; rows far
     apart in size inside one edge keep their own accuracy (scales per edge and row)."""
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
     launches = (tuning.LinearLaunch(edges=16, warps=4, stages=2, rows=rows),)
     gy, _, w0, wm, _ = _case(L, C, F, E, seed=L + rows, scale=scale)
     gy[:, 4, 1:] *= 1e-6
@@ -123,7 +122,6 @@ def test_gated_fp16x3_backward_runs_the_presplit_kernel(kdev, monkeypatch):
     (no fp32 gh, no in-register split); tf32x3 keeps the linear kernel."""
     seen = []
     intercept_launches(monkeypatch, lambda k, grid, kw: seen.append(k.__name__))
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
     L, C = 3, 16
     gy, h, w0, wm, wg = _case(L, C, 1, 33, seed=2)
     want = ss.so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, L, True)
@@ -139,24 +137,29 @@ def test_gated_fp16x3_backward_runs_the_presplit_kernel(kdev, monkeypatch):
 def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
     from triton.runtime.errors import OutOfResources
 
+    tried = []
+
     def refuse(kernel, grid, kw):
-        if kernel is so2_presplit_linear_kernel and kw["ROWS"] == 2:
-            raise OutOfResources(240_000, 232_448, "shared memory")
+        if kernel is so2_presplit_linear_kernel:
+            tried.append((kw["BLOCK_EDGES"], kw["ROWS"]))
+            if kw["ROWS"] == 2:
+                raise OutOfResources(240_000, 232_448, "shared memory")
 
     intercept_launches(monkeypatch, refuse)
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
+    so2_launch.forget_fitted_launches()
     small = tuning.LinearLaunch(edges=16, warps=4, stages=1, rows=1)
     gy, _, w0, wm, _ = _case(3, 16, 1, 20, seed=5)
     parts = _split_on_host(gy)
     args = (SplitRowsOn(parts, kdev), *_on(kdev, gy, w0, wm), 3, False)
-    with cm.force_triton(), tuning.override(so2_stack={"presplit": (SMALL[0], small)}):
-        got = so2_launch.presplit_linear(*args)
     want = ss.linear_reference(parts.value(), w0, wm, 3) + gy
-    torch.testing.assert_close(
-        got.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max())
-    )
-    assert list(so2_launch._PRESPLIT_WORKING.values()) == [small]
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
+    for refused in ([(SMALL[0].edges, 2)], []):  # the second call starts at the one that fit
+        tried.clear()
+        with cm.force_triton(), tuning.override(so2_stack={"presplit": (SMALL[0], small)}):
+            got = so2_launch.presplit_linear(*args)
+        torch.testing.assert_close(
+            got.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max())
+        )
+        assert tried == [*refused, (16, 1)], tried
     with cm.force_triton(), tuning.override(so2_stack={"presplit": SMALL}):
         with pytest.raises(RuntimeError, match="no launch configuration"):
             so2_launch.presplit_linear(*args)

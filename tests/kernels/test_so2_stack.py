@@ -99,7 +99,6 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
     x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=L)
     x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
     res = torch.randn_like(x32)
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
     out = {}
     for rows in (1, 2):
         launch = with_linear(precision, edges=16, warps=4, stages=2, rows=rows)
@@ -162,25 +161,35 @@ def test_reference_op_on_cpu_is_differentiable():
 
 
 def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
-    """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
+    """A GPU with less shared memory than the tuned launch needs gets the next one that fits,
+    and keeps it: a second call launches only that one."""
     from triton.runtime.errors import OutOfResources
 
+    tried = []
+
     def refuse(kernel, grid, kw):
-        if kernel is so2_linear_kernel and kw["BLOCK_EDGES"] == 32:
-            raise OutOfResources(200_000, 100_000, "shared memory")
+        if kernel is so2_linear_kernel:
+            tried.append((kw["BLOCK_EDGES"], kw["num_stages"]))
+            if kw["BLOCK_EDGES"] == 32:
+                raise OutOfResources(200_000, 100_000, "shared memory")
 
     intercept_launches(monkeypatch, refuse)
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
+    so2_launch.forget_fitted_launches()
     small = tuning.LinearLaunch(edges=16, warps=4, stages=1)
     change = with_linear("tf32x3", edges=32, warps=4, stages=2)
     change["fallbacks"] = (tuning.LinearLaunch(edges=32, warps=4, stages=1), small)
     x, w0, wm, wg, _ = _inputs(2, 16, 1, 40)
     want, _ = so2_mix_layer_reference(x, w0, wm, wg, 2, True)
     w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
-    with cm.force_triton(), tuning.override(so2_stack=change):
-        y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
-    torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
-    assert list(so2_launch._WORKING.values()) == [small]
+    for call in range(2):
+        tried.clear()
+        with cm.force_triton(), tuning.override(so2_stack=change):
+            y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
+        scale = float(want.abs().max())
+        torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * scale)
+        refused = [(32, 2), (32, 1)] if call == 0 else []  # the tuned launch, then fallbacks
+        assert tried[: len(refused)] == refused, tried
+        assert tried[len(refused) :] and set(tried[len(refused) :]) == {(16, 1)}, tried
 
 
 def test_shape_launches_set_the_launch(kdev, monkeypatch):
@@ -191,7 +200,6 @@ def test_shape_launches_set_the_launch(kdev, monkeypatch):
         monkeypatch,
         lambda k, grid, kw: seen.append((k.__name__, kw["BLOCK_EDGES"], kw.get("num_warps"))),
     )
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
     linear = tuning.LinearLaunch(edges=16, warps=2, stages=1)
     gate = tuning.GateLaunch(edges=16, fwd_warps=2, bwd_warps=1)
     shapes = {(2, 16): tuning.StackShape(linear={"tf32x3": linear}, gate=gate)}
@@ -238,8 +246,6 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
         monkeypatch,
         lambda k, grid, kw: grids.setdefault(n_edges, []).append((k.__name__, tuple(grid))),
     )
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
-    monkeypatch.setattr(so2_launch, "_PRESPLIT_WORKING", {})
     launch = tuning.LinearLaunch(edges=16, warps=2, stages=1)
     gate = tuning.GateLaunch(edges=16, fwd_warps=2, bwd_warps=1)
     change = {
@@ -269,7 +275,6 @@ def test_gated_epilogue_rows_and_save(kdev, L, C, F, E, precision, monkeypatch):
     x, w0, wm, wg, _ = _inputs(L, C, F, E, seed=L + 10)
     x32, w0_32, wm_32, wg_32 = (t.to(F32).to(kdev) for t in (x, w0, wm, wg))
     want_y, want_h = so2_mix_layer_reference(x, w0, wm, wg, L, True)
-    monkeypatch.setattr(so2_launch, "_WORKING", {})
     out = {}
     for rows in (1, 2):
         launch = with_linear(precision, edges=16, warps=4, stages=2, rows=rows)

@@ -1,7 +1,8 @@
 """so2_mix_layer's launches: the linear kernel (plain, or with the gated epilogue), the gate
 kernels and the pre-split kernel, at the tuning table's ``so2_stack`` launches; where shared
 memory runs out a launch falls back to the next smaller one, and the launch that fit is kept
-per device and shape. Called inside the op's ``triton_op`` bodies only."""
+per device and launches to try (an override's launches are a key of their own). Called inside
+the op's ``triton_op`` bodies only."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from mdband.kernels import tuning
 from mdband.kernels.so2_stack import weights
 from mdband.kernels.so2_stack.presplit import SplitRows, rows_per_program
 
-#: the launch that fit, per (device, precision, configured launch, gated) of the linear kernel
-#: and per (device, L, C, transpose) of the pre-split kernel (a cache, not a setting)
-_WORKING: dict = {}
-_PRESPLIT_WORKING: dict = {}
+#: the launch that fit, per (device, precision, gated, launches to try) of the linear kernel
+#: and per (device, L, C, transpose, launches to try) of the pre-split kernel (a cache, not a
+#: setting: the launches come from the tuning table, and a changed table is a new key)
+_FITTED: dict = {}
 
 if cm.TRITON_AVAILABLE:
     from triton.runtime.errors import OutOfResources
@@ -26,6 +27,18 @@ if cm.TRITON_AVAILABLE:
     from mdband.kernels.so2_stack.presplit import so2_presplit_linear_kernel
 
     triton = cm.triton
+
+
+def forget_fitted_launches() -> None:
+    """Forget which launches fit: the next call tries the tuning table's launches from the
+    first (tests that simulate another device or refuse launches)."""
+    _FITTED.clear()
+
+
+def _in_turn(key: tuple, launches: tuple) -> tuple:
+    """The launches to try: the one that fit under ``key`` first, then the others in order."""
+    kept = _FITTED.get(key)
+    return launches if kept is None else (kept, *(x for x in launches if x != kept))
 
 
 def linear_slots(L: int, rows: int) -> int:
@@ -46,9 +59,9 @@ def _linear_launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
     w_hi, w_lo, w_scale = weights.packed_weights(w0, wm, F, L, C, transpose, precision)
     table = tuning.current().so2_stack
     primary = table.linear_launch(precision, L, C)
-    key = (x.device.type, x.device.index, precision, primary, gate is None)
-    tried = [_WORKING[key]] if key in _WORKING else [primary, *table.fallbacks]
-    for launch in tried:
+    launches = (primary, *table.fallbacks)
+    key = ("linear", x.device.type, x.device.index, precision, gate is None, launches)
+    for launch in _in_turn(key, launches):
         be, rows = launch.edges, launch.rows
         slots = linear_slots(L, rows)
 
@@ -89,7 +102,7 @@ def _linear_launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
                 )
         except OutOfResources:  # not enough shared memory on this GPU: a smaller launch
             continue
-        _WORKING[key] = launch
+        _FITTED[key] = launch
         return
     raise RuntimeError("so2_mix_layer: no launch configuration fits this GPU")
 
@@ -163,9 +176,9 @@ def presplit_linear(x: SplitRows, res, w0, wm, L: int, transpose: bool) -> torch
     if cm.has_no_items(E) or cm.has_no_items(F):
         return y
     dev = x.hi.device
-    key = (dev.type, dev.index, L, C, transpose)
     launches = tuning.current().so2_stack.presplit
-    for launch in [_PRESPLIT_WORKING[key]] if key in _PRESPLIT_WORKING else launches:
+    key = ("presplit", dev.type, dev.index, L, C, transpose, launches)
+    for launch in _in_turn(key, launches):
         be, rows = launch.edges, rows_per_program(L, launch.rows)
         w_hi, w_lo, w_scale = weights.packed_weights(w0, wm, F, L, C, transpose, "fp16x3", rows)
 
@@ -192,6 +205,6 @@ def presplit_linear(x: SplitRows, res, w0, wm, L: int, transpose: bool) -> torch
             )
         except OutOfResources:  # not enough shared memory on this GPU: a smaller launch
             continue
-        _PRESPLIT_WORKING[key] = launch
+        _FITTED[key] = launch
         return y
     raise RuntimeError("so2_mix_layer: no launch configuration of the pre-split kernel fits")
