@@ -444,7 +444,8 @@ def linear_sweep(E, L, C, dev, runs=None, precision="tf32x3"):
                     continue
                 ok &= err <= 1e-5
                 line += f" {name} {ms:6.3f} ms ({flop / ms / 1e9:5.1f} TFLOP/s, diff {err:.0e})"
-        ran = {v for k, v in so2_launch._WORKING.items() if k[3] == cfg}
+        # the launch that fit where this one was tried first (the cache's key ends with them)
+        ran = {v for k, v in so2_launch._FITTED.items() if k[0] == "linear" and k[-1][0] == cfg}
         if ran and ran != {cfg}:
             line += f" (did not fit: ran {ran})"
         say(line, flush=True)

@@ -295,7 +295,7 @@ def main(argv=None):
             return
         err = ((out[:, :ne].double() - ref).abs().max() / ref.abs().max()).item()
         tf = flop / ms / 1e9
-        ran = [dataclasses.asdict(launch) for launch in so2_launch._WORKING.values()]
+        ran = [dataclasses.asdict(v) for k, v in so2_launch._FITTED.items() if k[0] == "linear"]
         results.add(
             "variant",
             variant=name,
@@ -411,7 +411,7 @@ def product(x, w0, wm, L, C, report, results, tma_only=False):
         for be, warps, stages, rows in launches:
             linear = dict(table.linear)
             linear[mode] = tuning.LinearLaunch(edges=be, warps=warps, stages=stages, rows=rows)
-            so2_launch._WORKING.clear()
+            so2_launch.forget_fitted_launches()
             with tuning.override(so2_stack={"linear": linear, "shapes": shapes}):
                 for t in (False, True):
                     tag = f"mdband {mode} {'xWt' if t else 'xW'} {be}/{warps}/{stages} rows={rows}"

@@ -137,7 +137,7 @@ def presplit_linear(
     xh, xl, inv = parts
     F, E, dm, C = xh.shape
     if per_row:
-        so2_launch._PRESPLIT_WORKING.clear()
+        so2_launch.forget_fitted_launches()
         launch = tuning.LinearLaunch(edges=be, warps=warps, stages=stages, rows=nr)
         with tuning.override(so2_stack={"presplit": (launch,)}):
             split = ps.SplitRows(xh, xl, inv.view(F, E, dm))
@@ -222,7 +222,7 @@ def main(argv=None):
 
     with set_wrap_triton_enabled(False):  # launches outside a triton_op (linear_variants.py)
         for mode in ("tf32x3", "fp16x3"):
-            so2_launch._WORKING.clear()
+            so2_launch.forget_fitted_launches()
             report(
                 f"product {mode}", lambda mode=mode: so2_op._linear(x, x, w0, wm, L, False, mode)
             )
