@@ -7,117 +7,60 @@ orientations, fixed seed) of sizes drawn uniformly between ``--min-atoms`` and `
 range) and ``small`` (1,000 frames of 9–63 atoms: the issue's ≤ 64 acceptance case). The model
 is the shared trained water checkpoint (``dpa4-water-smoke/pretrained.pt``) unless ``--model``.
 
-    python3 benchmarks/batch_throughput.py [--device cpu|cuda] [--cases mixed small]
+    python -m benchmarks.batch_throughput [--device cpu|cuda] [--cases mixed small]
         [--frames 1000] [--threads 1] [--repeat 3] [--batch-atoms 1024 ...]
         [--neighbour-list vesin|cell_list]
-        [--deepmd-python ${DEEPMD_REF_VENV:-<venv>}/bin/python | --no-deepmd] [--json FILE]
+        [--deepmd-python ${DEEPMD_REF_VENV:-<venv>}/bin/python | --no-deepmd] [--out FILE.jsonl]
 
 Timed in this process after a warm-up (the model is loaded once; the neighbour lists are part
 of every timing): ``batched`` (every ``--batch-atoms`` value), ``one_by_one``. ``dp test``
 runs in a subprocess on the frames written as deepmd/npy systems (one per atom count, as it
 needs), ``-n 0``; its wall time includes its start-up (imports, model load), which is measured
 separately (``dp test`` of one frame) and also given subtracted. Every figure comes as wall
-time and as CPU time (user + system; on a loaded machine the CPU time of a one-thread run is
-the steadier figure; on CUDA only wall time means anything). ``mdband test`` of the same
-systems is timed the same way, for a wall-clock comparison of the two commands. One JSON line
-per measurement, then a table. Prints the load average before and after (a shared machine).
+time and as CPU time (user + system, the commands' included; on a loaded machine the CPU time
+of a one-thread run is the steadier figure; on CUDA only wall time means anything). ``mdband
+test`` of the same systems is timed the same way, for a wall-clock comparison of the two
+commands. One JSON line per case (kind ``case``), then a table. The ``start`` and ``end``
+records give the load average before and after (a shared machine).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
+try:  # python -m benchmarks.batch_throughput, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/batch_throughput.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
 
-HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent / ".." / "shared" / "data"
-WATER_MODEL = SHARED / "dpa4-water-smoke" / "pretrained.pt"
 CASES = {"mixed": (9, 198), "small": (9, 63)}
-OH = 0.9572  # Å
-HOH = np.deg2rad(104.52)
-VOLUME_PER_MOLECULE = 29.9  # Å³ at 1 g/cm³
-MIN_APART = 1.6  # Å between atoms of different molecules (an H-bond's H…O is ~1.8)
 
 
-def water_box(n_molecules: int, rng: np.random.Generator):
-    """(positions, cell, species) of ``n_molecules`` waters in a periodic cube at ~1 g/cm³:
-    molecules placed one by one at random (random orientations), each kept when its atoms are
-    at least :data:`MIN_APART` from every other molecule's (minimum image)."""
-    length = (n_molecules * VOLUME_PER_MOLECULE) ** (1.0 / 3.0)
-    local = np.array([[0.0, 0.0, 0.0], [OH, 0.0, 0.0], [OH * np.cos(HOH), OH * np.sin(HOH), 0.0]])
-    placed = np.zeros((0, 3))
-    while len(placed) < 3 * n_molecules:
-        q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
-        mol = rng.uniform(0.0, length, 3) + local @ q.T
-        d = mol[:, None, :] - placed[None, :, :]
-        d -= length * np.round(d / length)
-        if len(placed) == 0 or np.sqrt((d * d).sum(-1)).min() >= MIN_APART:
-            placed = np.concatenate([placed, mol])
-    return placed, np.eye(3) * length, ["O", "H", "H"] * n_molecules
+def command_time(cmd: list[str], env: dict, repeat: int) -> dict:
+    """Median wall and CPU seconds (the command's CPU time: user + system) of ``repeat`` runs
+    of a command (its last lines of output on failure)."""
 
-
-def make_frames(n_frames: int, min_atoms: int, max_atoms: int, seed: int = 7):
-    rng = np.random.default_rng(seed)
-    lo, hi = max(1, min_atoms // 3), max(1, max_atoms // 3)
-    return [water_box(int(m), rng) for m in rng.integers(lo, hi + 1, n_frames)]
-
-
-def write_systems(frames, root: Path, type_map) -> list[str]:
-    """The frames as deepmd/npy systems, one per atom count (zero labels); their paths."""
-    by_size: dict[int, list] = {}
-    for pos, cell, species in frames:
-        by_size.setdefault(len(species), []).append((pos, cell, species))
-    out = []
-    for n, group in sorted(by_size.items()):
-        d = root / f"n{n:04d}"
-        (d / "set.000").mkdir(parents=True)
-        types = [type_map.index(s) for s in group[0][2]]
-        (d / "type.raw").write_text("\n".join(map(str, types)) + "\n")
-        (d / "type_map.raw").write_text("\n".join(type_map) + "\n")
-        np.save(d / "set.000" / "coord.npy", np.stack([g[0].reshape(-1) for g in group]))
-        np.save(d / "set.000" / "box.npy", np.stack([g[1].reshape(-1) for g in group]))
-        np.save(d / "set.000" / "energy.npy", np.zeros(len(group)))
-        np.save(d / "set.000" / "force.npy", np.zeros((len(group), 3 * n)))
-        out.append(str(d))
-    return out
-
-
-def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds (this process, all threads) of ``repeat`` calls: on a loaded
-    machine the CPU time of a one-thread run is the steadier figure."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        walls.append(time.perf_counter() - t0)
-        cpus.append(time.process_time() - c0)
-    return walls, cpus
-
-
-def command_wall(cmd: list[str], env: dict, repeat: int) -> dict:
-    """Median wall and CPU seconds (user + system of the child) of a command (its last lines of
-    output on failure)."""
-    walls, cpus = [], []
-    for _ in range(repeat):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
+    def run():
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        walls.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
         if proc.returncode:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            return {"error": " | ".join(tail)[:300]}
-    return {"wall_s": statistics.median(walls), "walls_s": walls, "cpu_s": statistics.median(cpus)}
+            raise RuntimeError(" | ".join(tail)[:300])
+
+    try:
+        t = harness.measure(run, "cpu", repeat=repeat, warmup=0)
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    return {
+        "wall_s": t.median() / 1e3,
+        "walls_s": [w / 1e3 for w in t.wall],
+        "cpu_s": t.median("cpu") / 1e3,
+    }
 
 
 def run_commands(args, model: str, systems: list[str], tmp: Path, n_frames: int) -> dict:
@@ -137,8 +80,8 @@ def run_commands(args, model: str, systems: list[str], tmp: Path, n_frames: int)
     if args.deepmd_python:
         dp = str(Path(args.deepmd_python).parent / "dp")
         base = [dp, "--pt", "test", "-m", model]
-        full = command_wall([*base, "-f", str(listing), "-n", "0"], env, args.repeat)
-        start = command_wall([*base, "-f", str(one), "-n", "1"], env, args.repeat)
+        full = command_time([*base, "-f", str(listing), "-n", "0"], env, args.repeat)
+        start = command_time([*base, "-f", str(one), "-n", "1"], env, args.repeat)
         out["dp_test"] = _net(full, start, n_frames)
     mdb = [
         sys.executable,
@@ -155,8 +98,8 @@ def run_commands(args, model: str, systems: list[str], tmp: Path, n_frames: int)
         "--threads",
         threads,
     ]
-    full = command_wall([*mdb, *systems], env, args.repeat)
-    start = command_wall([*mdb, systems[0], "-n", "1"], env, args.repeat)
+    full = command_time([*mdb, *systems], env, args.repeat)
+    start = command_time([*mdb, systems[0], "-n", "1"], env, args.repeat)
     out["mdband_test"] = _net(full, start, n_frames)
     return out
 
@@ -177,39 +120,27 @@ def _net(full: dict, start: dict, n_frames: int) -> dict:
     }
 
 
-def _sync(pot) -> None:
-    if pot.device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(pot.device)
-
-
 def _batched(pot, systems, limit):
-    def run():
-        pot.evaluate_many(systems, batch_atoms=limit)
-        _sync(pot)
-
-    return run
+    return lambda: pot.evaluate_many(systems, batch_atoms=limit)
 
 
 def _one_by_one(pot, systems):
     def run():
         for p, c, b, s in systems:
             pot.evaluate(p, c, b, s)
-        _sync(pot)
 
     return run
 
 
 def main(argv=None) -> list[dict]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (mdband and dp test alike)")
-    ap.add_argument("--model", default=str(WATER_MODEL), help="deepmd-kit checkpoint (.pt)")
+    ap = harness.parser(
+        "batch_throughput", __doc__, device="cpu", dtype="float32", threads=1, repeat=3
+    )
+    ap.add_argument(
+        "--model", default=str(harness.models.WATER_MODEL), help="deepmd-kit checkpoint (.pt)"
+    )
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--frames", type=int, default=1000)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument(
         "--neighbour-list",
         default=None,
@@ -232,7 +163,6 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--deepmd-python", default=None, help="python of a deepmd-kit 3.2 venv")
     ap.add_argument("--no-deepmd", action="store_true", help="skip dp test")
     ap.add_argument("--no-commands", action="store_true", help="skip dp test and mdband test")
-    ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     if args.no_deepmd:
         args.deepmd_python = None
@@ -248,23 +178,19 @@ def main(argv=None) -> list[dict]:
     pot = mdband.load_model(
         args.model, device=args.device, dtype=args.dtype, neighbour_list=args.neighbour_list
     )
-    rows = []
-    print(
-        json.dumps(
-            {
-                "loadavg_start": os.getloadavg(),
-                "device": str(pot.device),
-                "threads": args.threads,
-                "model": args.model,
-                "neighbour_list": pot.neighbour_backend,
-                "cuda_graphs": pot.cuda_graphs,
-            }
-        ),
-        flush=True,
+    results = harness.Results("batch_throughput", args.out, vars(args))
+    results.add(
+        "setup",
+        device=str(pot.device),
+        threads=args.threads,
+        model=args.model,
+        neighbour_list=pot.neighbour_backend,
+        cuda_graphs=pot.cuda_graphs,
     )
+    clock = harness.timer.timer(pot.device)
     for case in args.cases:
         lo, hi = CASES[case]
-        frames = make_frames(args.frames, lo, hi)
+        frames = harness.systems.water_frames(args.frames, lo, hi)
         systems = [(p, c, True, s) for p, c, s in frames]
         sizes = [len(s) for _, _, s in frames]
         row = {
@@ -277,26 +203,25 @@ def main(argv=None) -> list[dict]:
         pot.evaluate_many(systems[:50])  # warm-up (first calls, allocator)
         for p, c, _, s in systems[:10]:
             pot.evaluate(p, c, True, s)
-        for limit in args.batch_atoms:
-            ts, cpu = timed(_batched(pot, systems, limit), args.repeat)
-            row[f"batched_{limit or 'default'}_frames_per_s"] = len(frames) / min(ts)
-            row[f"batched_{limit or 'default'}_frames_per_cpu_s"] = len(frames) / min(cpu)
-            row[f"batched_{limit or 'default'}_s"] = ts
+        timed = [
+            (f"batched_{limit or 'default'}", systems, _batched(pot, systems, limit))
+            for limit in args.batch_atoms
+        ]
         some = systems[: args.one_by_one_frames or len(systems)]
-        ts, cpu = timed(_one_by_one(pot, some), args.repeat)
-        row["one_by_one_frames_per_s"] = len(some) / min(ts)
-        row["one_by_one_frames_per_cpu_s"] = len(some) / min(cpu)
-        row["one_by_one_s"] = ts
+        timed.append(("one_by_one", some, _one_by_one(pot, some)))
+        for label, done, fn in timed:
+            t = clock.measure(fn, args.repeat, warmup=0)
+            row[f"{label}_frames_per_s"] = len(done) / (t.min() / 1e3)
+            row[f"{label}_frames_per_cpu_s"] = len(done) / (t.min("cpu") / 1e3)
+            row[f"{label}_s"] = [w / 1e3 for w in t.wall]
         if not args.no_commands:
             with tempfile.TemporaryDirectory() as tmp:
-                dirs = write_systems(frames, Path(tmp), pot.type_map)
+                dirs = harness.systems.write_npy_systems(frames, Path(tmp), pot.type_map)
                 row.update(run_commands(args, args.model, dirs, Path(tmp), len(frames)))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    print(json.dumps({"loadavg_end": os.getloadavg()}), flush=True)
+        results.add("case", **row)
+    results.add("end", loadavg=list(os.getloadavg()))
+    rows = results.of("case")
     _table(rows, args)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return rows
 
 

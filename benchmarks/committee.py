@@ -13,83 +13,46 @@ Model: deepmd-kit's default DPA4 config, ``--models`` copies with different rand
 Frames are slightly moved copies of one cell (MD-like, so CUDA graphs replay). The committee's
 deviations are checked against those of the separate evaluations (bitwise: the same lists).
 
-    python benchmarks/committee.py [--size 8] [--models 4] [--repeat 20] [--device cuda]
-    python benchmarks/committee.py --tiny --device cpu --size 2 --repeat 3     # CPU smoke test
+    python -m benchmarks.committee [--size 8] [--models 4] [--repeat 20] [--device cuda]
+    python -m benchmarks.committee --tiny --device cpu --size 2 --repeat 3     # CPU smoke test
 
-Writes ``$OUT/committee.json`` when ``OUT`` is set; exits 1 if a check fails.
+One JSON line per variant (kind ``variant``: median and fastest ms per frame), then the checks
+and ratios (kind ``summary``); exits 1 if a check fails.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
-import time
-
 import numpy as np
-import torch
-from ase.build import bulk
 
 from mdband.committee import Committee, CommitteeCalculator, model_deviation
-from mdband.config import SeZMConfig
-from mdband.testing.sezm import random_potential
 
-CFG = SeZMConfig(type_map=("C",)).to_dict()
-#: ``--tiny``: a small model to smoke-test this script on a CPU
-TINY = SeZMConfig(type_map=("C",), channels=8, n_radial=4, l_schedule=(1,), mixing_layers=1,
-                  rcut=3.0).to_dict()  # fmt: skip
-
-
-def frames(n: int, count: int):
-    base = bulk("C", "diamond", a=3.567, cubic=True) * (n, n, n)
-    base.rattle(0.03, seed=0)
-    rng = np.random.default_rng(1)
-    out = []
-    for _ in range(count):
-        a = base.copy()
-        a.positions += rng.normal(scale=0.005, size=a.positions.shape)
-        out.append(a)
-    return out
+try:  # python -m benchmarks.committee, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/committee.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def timed(fn, atoms_list, device: str) -> list[float]:
-    out = []
-    for atoms in atoms_list:
-        sync(device)
-        t = time.perf_counter()
-        fn(atoms)
-        sync(device)
-        out.append(1e3 * (time.perf_counter() - t))
-    return out
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", type=int, default=8, help="8·n³ atoms")
+def main(argv=None) -> int:
+    ap = harness.parser(
+        "committee", __doc__, device="cuda", size=8, repeat=20, warmup=3, tiny=False
+    )
     ap.add_argument("--models", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=20, help="timed frames per variant")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
-    args = ap.parse_args()
-    cfg = TINY if args.tiny else CFG
+    args = ap.parse_args(argv)
+    results = harness.Results("committee", args.out, vars(args))
+    cfg = harness.models.config("tiny" if args.tiny else "default")
     pots = [
-        random_potential(cfg, seed=s, gain=0.5, device=args.device, dtype="float32")
+        harness.models.potential(cfg, seed=s, device=args.device, dtype="float32")
         for s in range(args.models)
     ]
     committee = Committee(pots)
     calc = CommitteeCalculator(pots, skin=1.0)
-    work = frames(args.size, args.warmup + args.repeat)
-    n_atoms = len(work[0])
-
-    def args_of(a):
-        return a.positions, a.cell.array, True, a.numbers
+    base = harness.diamond(args.size)
+    work = harness.systems.moved_copies(base, args.warmup + args.repeat)
+    n_atoms = len(base)
+    clock = harness.timer.timer(args.device)
+    args_of = harness.evaluate_args
 
     def single(a):
         return pots[0].evaluate(*args_of(a))
@@ -97,9 +60,10 @@ def main() -> int:
     def separate(a):
         res = [p.evaluate(*args_of(a)) for p in pots]
         return model_deviation(
-            np.stack([r.forces for r in res]), np.stack([r.virial for r in res]),
+            np.stack([r.forces for r in res]),
+            np.stack([r.virial for r in res]),
             np.array([r.energy for r in res]),
-        )  # fmt: skip
+        )
 
     def joint(a):
         return committee.evaluate(*args_of(a)).deviation
@@ -110,16 +74,28 @@ def main() -> int:
         a.get_forces()
         return calc.results["max_devi_f"]
 
-    variants = {"single": single, "separate": separate, "committee": joint,
-                "calculator": calculator}  # fmt: skip
-    report = {"n_atoms": n_atoms, "models": args.models, "device": args.device,
-              "tiny": args.tiny, "repeat": args.repeat, "ms": {}}  # fmt: skip
-    for name, fn in variants.items():
-        for a in work[: args.warmup]:
-            fn(a)
-        ms = timed(fn, work[args.warmup :], args.device)
-        report["ms"][name] = {"median": statistics.median(ms), "min": min(ms)}
-        print(f"{name:>10}: {statistics.median(ms):9.2f} ms/frame (min {min(ms):.2f})", flush=True)
+    variants = {
+        "single": single,
+        "separate": separate,
+        "committee": joint,
+        "calculator": calculator,
+    }
+    ms = {}
+    with harness.PeakMemory(args.device) as mem:
+        for name, fn in variants.items():
+            frames = iter(work)  # each call a new frame: warm-up frames first
+            t = clock.measure(
+                lambda fn=fn, frames=frames: fn(next(frames)), args.repeat, args.warmup
+            )
+            ms[name] = t.ms
+            results.add(
+                "variant",
+                variant=name,
+                atoms=n_atoms,
+                models=args.models,
+                ms_per_frame=t.ms,
+                min_ms_per_frame=t.min(),
+            )
     a = work[-1]
     d_sep, d_joint = separate(a), joint(a)
     checks = {
@@ -127,18 +103,21 @@ def main() -> int:
         "per_atom_equal": bool(np.array_equal(d_sep.devi_f, d_joint.devi_f)),
         "models_disagree": d_joint.max_devi_f > 0,
     }
-    ms = report["ms"]
-    report["checks"] = checks
-    report["committee_over_separate"] = ms["committee"]["median"] / ms["separate"]["median"]
-    report["committee_over_single"] = ms["committee"]["median"] / ms["single"]["median"]
-    print(f"committee / separate {report['committee_over_separate']:.3f}, "
-          f"committee / single {report['committee_over_single']:.2f}; checks {checks}")  # fmt: skip
-    if torch.cuda.is_available() and args.device.startswith("cuda"):
-        report["cuda_graphs"] = pots[0].cuda_graphs
-        report["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "committee.json"), "w") as fh:
-            json.dump(report, fh, indent=1)
+    summary = results.add(
+        "summary",
+        atoms=n_atoms,
+        checks=checks,
+        committee_over_separate=ms["committee"] / ms["separate"],
+        committee_over_single=ms["committee"] / ms["single"],
+        cuda_graphs=pots[0].cuda_graphs,
+        peak_gb=mem.peak_gb,
+    )
+    for name, t in ms.items():
+        print(f"{name:>10}: {t:9.2f} ms/frame", flush=True)
+    print(
+        f"committee / separate {summary['committee_over_separate']:.3f}, "
+        f"committee / single {summary['committee_over_single']:.2f}; checks {checks}"
+    )
     ok = all(checks.values())
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1

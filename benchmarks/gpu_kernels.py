@@ -2,12 +2,13 @@
 
 Usage (from the repository root)::
 
-    python benchmarks/gpu_kernels.py            # check (moderate sizes) + timing (E ≈ 650k)
-    python benchmarks/gpu_kernels.py --full     # more degrees in the check
-    python benchmarks/gpu_kernels.py --no-time  # check only
+    python -m benchmarks.gpu_kernels            # check (moderate sizes) + timing (E ≈ 650k)
+    python -m benchmarks.gpu_kernels --full     # more degrees in the check
+    python -m benchmarks.gpu_kernels --no-time  # check only
 
-Writes ``$OUT/gpu_kernels.json`` when the OUT environment variable is set; exit code 1 if a check
-fails. Needs no SeZM model: only ``mdband.so3`` and ``mdband.kernels`` are imported.
+Records (JSON lines, to ``--out`` only: the human summary goes to standard output): one
+``check`` per comparison, one ``timing`` per row, a ``summary``; exit code 1 if a check fails.
+Needs no SeZM model: only ``mdband.so3`` and ``mdband.kernels`` are imported.
 
 Check stage, for every op, forward and backward (autograd through the registered op):
 
@@ -16,49 +17,50 @@ Check stage, for every op, forward and backward (autograd through the registered
 * Triton vs the torch reference, fp64 inputs: max-norm relative error ≤ 1e-6 (typically 1e-14);
 * Triton fp32 vs the fp64 reference: ≤ 2e-5 (fp32 rounding of sums over ~100 edges per node).
 
-aggregate is checked with both kernel families of ``aggregate.KERNELS`` ("walk", and "dot" as
-``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..] dot~walk``, same thresholds);
-rotate_mix likewise with ``rotate_mix.KERNELS`` ("edge", and "dot" as ``rotate_mix[mode] dot``,
-plus ``rotate_mix[mode] dot~edge``).
+aggregate is checked with both backward kernel families of the tuning table's ``aggregate.bwd``
+("walk", and "dot" as ``aggregate[H=..] dot``), plus "dot" vs "walk" (``aggregate[H=..]
+dot~walk``, same thresholds); rotate_mix's radial rows likewise with ``rotate_mix.bwd`` ("edge",
+and "dot" as ``rotate_mix[none] dot``, plus ``rotate_mix[none] dot~edge``; the mixer has the
+edge kernels only).
 
 Timing stage (fp32; default E = 650 000 edges, N = 4096, C = 64, L = 3, H = 1, R = 1): median
-milliseconds (``triton.testing.do_bench``) of each op's forward and backward op for band and dense
-storage, of the torch reference on the same GPU, and the peak extra memory of forward+backward.
-aggregate's forward and backward are timed with both kernel families (rows ``aggregate[H]`` =
-"walk", ``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage
-only, the dot kernels at other (``DOT_EDGES``, ``DOT_WARPS``) settings (``aggregate[H] dot BE=8
-w=4``; ``--no-dot-sweep`` skips them); a walk/dot summary follows the table. rotate_mix (both
-modes, ``rotate_mix[mix]`` and ``rotate_mix[none]``) the same way: "edge" kernels, ``dot`` rows and
-the dot sweep of ``_rotate_mix_dot``; an edge/dot summary follows.
+milliseconds between CUDA events (the harness timer, L2 flushed before each call, ``--repeat``
+calls after ``--warmup``) of each op's forward and backward op for band and dense storage,
+of the torch reference on the same GPU, and the peak extra memory of forward+backward.
+aggregate's backward is timed with both kernel families (rows ``aggregate[H]`` = "walk",
+``aggregate[H] dot`` = "dot" at its default step size and warps), and, band storage only, the
+dot kernel at other (edges per step, warps) launches (``aggregate[H] dot BE=8 w=4``;
+``--no-dot-sweep`` skips them); a walk/dot summary follows the table. rotate_mix's radial rows
+(``rotate_mix[none]``) the same way: "edge" kernels, ``dot`` rows and the dot sweep; an edge/dot
+summary follows. Every setting goes through ``mdband.kernels.tuning.override``.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
 import platform
 import sys
-import time
 import types
 from pathlib import Path
 
 import torch
 
+try:  # python -m benchmarks.gpu_kernels, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_kernels.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
+
 ROOT = Path(__file__).resolve().parents[1]
-if "mdband" not in sys.modules:
+if __name__ == "__main__" and "mdband" not in sys.modules:
     # load mdband.so3 / mdband.kernels without running mdband/__init__ (which pulls in the model,
     # ASE and the neighbour list): this script depends on the kernels only
     _pkg = types.ModuleType("mdband")
     _pkg.__path__ = [str(ROOT / "mdband")]
     sys.modules["mdband"] = _pkg
 
-from mdband.kernels import _aggregate_dot as aggregate_dot  # noqa: E402
 from mdband.kernels import _common as cm  # noqa: E402
-from mdband.kernels import _rotate_mix_dot as rotate_mix_dot  # noqa: E402
-from mdband.kernels import aggregate as aggregate_mod  # noqa: E402
-from mdband.kernels import rotate_mix as rotate_mix_mod  # noqa: E402
+from mdband.kernels import tuning  # noqa: E402
 from mdband.kernels.aggregate import aggregate  # noqa: E402
 from mdband.kernels.band_producer import band_producer  # noqa: E402
 from mdband.kernels.edge_dot import edge_dot  # noqa: E402
@@ -89,7 +91,13 @@ def make_case(E, N, C, L, Ls, device, seed=0, H=1, R=1):
         v[1] = torch.tensor([0.2, -0.3, -1e-3], dtype=F64)  # just below the chart switch
     nodes = max(N - 1, 1)  # the last node has no edge at all
     case = {
-        "E": E, "N": N, "C": C, "L": L, "Ls": Ls, "H": H, "R": R,
+        "E": E,
+        "N": N,
+        "C": C,
+        "L": L,
+        "Ls": Ls,
+        "H": H,
+        "R": R,
         "v": v,
         "src": torch.randint(0, nodes, (E,), generator=g, device=device),
         "dst": torch.randint(0, nodes, (E,), generator=g, device=device),  # unsorted
@@ -107,7 +115,7 @@ def make_case(E, N, C, L, Ls, device, seed=0, H=1, R=1):
         "gy": r(E, st.reduced_dim(L), C),
         "gout": r(N, st.dim_of(L), C),
         "gband": r(E, st.band_width(L)),
-    }  # fmt: skip
+    }
     case["storage"] = storages(case["v"], Ls)
     return case
 
@@ -137,41 +145,32 @@ def cast(case, dtype):
 
 
 # ---------------------------------------------------------------------------- op runners
-@contextlib.contextmanager
-def kernels(mod, name):
-    """``mod``'s Triton path (aggregate or rotate_mix) on the kernels ``name`` ("walk" / "edge"
-    or "dot"), both passes, in the block."""
-    old = dict(mod.KERNELS)
-    mod.KERNELS.update(fwd=name, bwd=name)
-    try:
-        yield
-    finally:
-        mod.KERNELS.update(old)
+def kernels(op, name):
+    """``op``'s Triton path ("aggregate" or "rotate_mix") with its backward on the kernels
+    ``name`` ("walk" / "edge" or "dot") in the block (the forward has one family)."""
+    return tuning.override(**{op: {"bwd": name}})
 
 
 def aggregate_kernels(name):
-    return kernels(aggregate_mod, name)
+    return kernels("aggregate", name)
 
 
 def rotate_mix_kernels(name):
-    return kernels(rotate_mix_mod, name)
+    return kernels("rotate_mix", name)
 
 
-@contextlib.contextmanager
-def dot_config(edges, warps, mod=aggregate_dot):
-    """The dot kernels of ``mod`` (aggregate's, or ``rotate_mix_dot``) at ``edges`` per step and
-    ``warps`` per program in the block."""
-    old = mod.DOT_EDGES, mod.DOT_WARPS
-    mod.DOT_EDGES, mod.DOT_WARPS = edges, warps
-    try:
-        yield
-    finally:
-        mod.DOT_EDGES, mod.DOT_WARPS = old
+def dot_config(edges, warps, op="aggregate"):
+    """The dot backward of ``op`` at ``edges`` per step and ``warps`` per program in the
+    block."""
+    if op == "aggregate":
+        launch = tuning.DotLaunch(edges=edges, warps=warps)
+        return tuning.override(aggregate={"dot_ieee": launch, "dot_tf32x3": launch})
+    return tuning.override(rotate_mix={"dot_edges": edges, "dot_warps": warps})
 
 
 #: (edges per step, warps) of the dot kernels timed besides their default (band storage)
 DOT_SWEEP = ((4, 4), (8, 4), (8, 8))
-#: the same for rotate_mix's dot kernels (their defaults: 4 edges, 2 / 1 warps fwd / bwd)
+#: the same for rotate_mix's dot backward (its default: 4 edges, 1 warp)
 RM_DOT_SWEEP = ((4, 1), (4, 2), (4, 4), (8, 2))
 
 
@@ -256,7 +255,7 @@ class Checks:
                 "case": case,
                 "dtype": str(dtype).replace("torch.", ""),
                 "output": what,
-                "kind": kind,
+                "compare": kind,
                 "value": value if kind != "bitwise" else bool(value),
                 "threshold": threshold,
                 "ok": ok,
@@ -299,8 +298,15 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
         if i == rot_index:
             keep = st.band_to_dense(torch.ones(1, st.band_width(Ls), dtype=b.dtype), Ls)
             off = b * (1 - keep.to(b.device))
-            checks.add(op, case, c["x"].dtype, name + " off-band zero", "bitwise",
-                       int(torch.count_nonzero(off)) == 0, None)  # fmt: skip
+            checks.add(
+                op,
+                case,
+                c["x"].dtype,
+                name + " off-band zero",
+                "bitwise",
+                int(torch.count_nonzero(off)) == 0,
+                None,
+            )
             b = st.dense_to_band(b, Ls)
         checks.add(
             op, case, c["x"].dtype, name + " band==dense", "bitwise", torch.equal(a, b), None
@@ -308,8 +314,9 @@ def compare_layouts(checks, op, case, run, c, names, rot_index, Ls):
 
 
 def compare_dot(checks, op, case, run, mod, base, c64, c32, names):
-    """``mod``'s "dot" Triton kernels against its ``base`` ones ("walk" for aggregate, "edge"
-    for rotate_mix), band storage: rounding only. ``run(c)`` gives the op's outputs."""
+    """The "dot" backward of ``mod`` ("aggregate" or "rotate_mix") against its ``base``
+    kernels ("walk" for aggregate, "edge" for rotate_mix), band storage: rounding only.
+    ``run(c)`` gives the op's outputs."""
     for dtype, c, thr in ((F64, c64, REL_F64), (F32, c32, REL_F32)):
         res = {}
         for kern in (base, "dot"):
@@ -334,32 +341,66 @@ def run_checks(device, full, E, N):
         c32 = cast(c64, F32)
         # rotate_mix and aggregate on each of their kernels: (op, module, base kernels, run,
         # output names); the "dot" kernels are also compared with the base ones
-        variants = [(f"rotate_mix[{m}]", rotate_mix_mod, "edge",
-                     lambda c, lay, m=m: run_rotate_mix(c, lay, m),
-                     ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]))
-                    for m in ("mix", "none")]  # fmt: skip
-        variants += [(f"aggregate[H={H}]", aggregate_mod, "walk",
-                      lambda c, lay, H=H: run_aggregate(c, lay, H),
-                      ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]))
-                     for H in (0, 1, 2)]  # fmt: skip
+        variants = [
+            (
+                f"rotate_mix[{m}]",
+                "rotate_mix",
+                "edge",
+                lambda c, lay, m=m: run_rotate_mix(c, lay, m),
+                ["y", "gx", "grot"] + (["gk", "gbasis"] if m == "mix" else ["grad"]),
+            )
+            for m in ("mix", "none")
+        ]
+        variants += [
+            (
+                f"aggregate[H={H}]",
+                "aggregate",
+                "walk",
+                lambda c, lay, H=H: run_aggregate(c, lay, H),
+                ["out", "gy", "grot", "genv"] + (["glogits", "gz"] if H else ["gs"]),
+            )
+            for H in (0, 1, 2)
+        ]
         for name, mod, base, run, names in variants:
-            for kern in (base, "dot"):
+            has_dot = name != "rotate_mix[mix]"  # the mixer has the edge kernels only
+            for kern in (base, "dot") if has_dot else (base,):
                 op = name + (" dot" if kern == "dot" else "")
                 with kernels(mod, kern):
                     for lay in (BAND, DENSE):
-                        compare_to_reference(checks, op, f"{tag} {lay.value}",
-                                             lambda c, lay=lay, run=run: run(c, lay), c64, c32,
-                                             names)  # fmt: skip
+                        compare_to_reference(
+                            checks,
+                            op,
+                            f"{tag} {lay.value}",
+                            lambda c, lay=lay, run=run: run(c, lay),
+                            c64,
+                            c32,
+                            names,
+                        )
                     for cc in (c64, c32):
                         compare_layouts(checks, op, tag, run, cc, names, 2, Ls)
-            compare_dot(checks, f"{name} dot~{base}", tag, lambda c, run=run: run(c, BAND), mod,
-                        base, c64, c32, names)  # fmt: skip
+            if has_dot:
+                compare_dot(
+                    checks,
+                    f"{name} dot~{base}",
+                    tag,
+                    lambda c, run=run: run(c, BAND),
+                    mod,
+                    base,
+                    c64,
+                    c32,
+                    names,
+                )
         names = ["out", "grot", "gradial", "gs"]
         for lay in (BAND, DENSE):
             compare_to_reference(
-                checks, "zonal_embed", f"{tag} {lay.value}",
-                lambda c, lay=lay: run_zonal(c, lay), c64, c32, names,
-            )  # fmt: skip
+                checks,
+                "zonal_embed",
+                f"{tag} {lay.value}",
+                lambda c, lay=lay: run_zonal(c, lay),
+                c64,
+                c32,
+                names,
+            )
         for cc in (c64, c32):
             compare_layouts(checks, "zonal_embed", tag, run_zonal, cc, names, 1, Ls)
     # the L = 6 producer backward takes ~1 min to compile: --full only
@@ -376,8 +417,15 @@ def run_checks(device, full, E, N):
     for H in (1, 2):
         c64 = make_case(E, N, 64, 1, 1, device, seed=50 + H, H=H)
         names = ["out", "gq", "gk"]
-        compare_to_reference(checks, f"edge_dot[H={H}]", f"E={E} N={N} C=64", run_edge_dot, c64,
-                             cast(c64, F32), names)  # fmt: skip
+        compare_to_reference(
+            checks,
+            f"edge_dot[H={H}]",
+            f"E={E} N={N} C=64",
+            run_edge_dot,
+            c64,
+            cast(c64, F32),
+            names,
+        )
     c64 = make_case(E, N, 4, 1, 1, device, seed=99)
     with cm.force_backend("reference"):
         ref = run_force(c64)
@@ -403,8 +451,15 @@ def check_node_ops(checks, device, E, N):
         x = torch.randn(N, width, generator=g).to(device)
         with cm.force_backend("triton"):
             got = take_rows(x, idx)
-        checks.add("take_rows", f"E={E} N={N} W={width}", F32, "out", "bitwise",
-                   torch.equal(got, x.index_select(0, idx)), None)  # fmt: skip
+        checks.add(
+            "take_rows",
+            f"E={E} N={N} W={width}",
+            F32,
+            "out",
+            "bitwise",
+            torch.equal(got, x.index_select(0, idx)),
+            None,
+        )
     for label, proj, C in (
         ("so3 L=2 k=1", so3_projector(2, 1), 96),
         ("s2 L=3", s2_projector(3), 64),
@@ -424,34 +479,32 @@ def check_node_ops(checks, device, E, N):
             with cm.force_backend("triton"):
                 tri = run(left.to(dtype), right.to(dtype), True)
             for name, a, b in zip(["out", "gleft", "gright"], tri, ref):
-                checks.add("grid_product", f"{label} N={N} C={C}", dtype, name, "rel",
-                           rel(a, b), thr)  # fmt: skip
+                checks.add(
+                    "grid_product", f"{label} N={N} C={C}", dtype, name, "rel", rel(a, b), thr
+                )
 
 
 # ---------------------------------------------------------------------------- timing
-def bench(fn, device):
-    if device.type == "cuda":
-        import triton.testing
+#: timed calls and untimed ones before them of every kernel timing (``--repeat``, ``--warmup``)
+TIMING = {"repeat": 50, "warmup": 5}
 
-        torch.cuda.synchronize()
-        q = triton.testing.do_bench(fn, warmup=25, rep=100, quantiles=[0.5, 0.2, 0.8])
-        return [float(t) for t in q]
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = (time.perf_counter() - t0) * 1e3
-    return [dt, dt, dt]
+
+def bench(fn, device):
+    """Median, 20th and 80th percentile ms of ``fn``'s kernels (:attr:`Timing.kernel_ms`: CUDA
+    events, L2 flushed before each call); on a CPU (the interpreter) one call after one more,
+    a wall-clock figure of no meaning."""
+    if device.type == "cuda":
+        t = harness.timer.timer(device, flush_cache=True).measure(fn, **TIMING)
+        return [t.kernel_ms, t.quantile(0.2, "device"), t.quantile(0.8, "device")]
+    t = harness.measure(fn, "cpu", repeat=1, warmup=1)
+    return [t.ms, t.ms, t.ms]
 
 
 def peak_mb(fn, device):
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
+    """MB allocated by ``fn`` above what was allocated before (None on a CPU)."""
+    with harness.PeakMemory(device) as mem:
+        fn()
+    return mem.added_mb
 
 
 def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
@@ -469,34 +522,73 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
         a = (rot, code[lay], L, L)
         ops = {
             ("rotate_mix[mix]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
-                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
+                c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr
+            ),
             ("rotate_mix[mix]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
-                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr),
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, c["k"], c["basis"], None, *scsr
+            ),
             ("rotate_mix[none]", "fwd"): lambda a=a: torch.ops.mdband.rotate_mix(
-                c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
+                c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr
+            ),
             ("rotate_mix[none]", "bwd"): lambda a=a: torch.ops.mdband.rotate_mix_bwd(
-                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr),
+                c["gy"], c["x"], c["src"], a[0], a[1], a[2], L, None, None, c["rad"], *scsr
+            ),
             ("aggregate[H]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
-                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None),
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], lg, z, None
+            ),
             ("aggregate[plain]", "fwd"): lambda a=a: torch.ops.mdband.aggregate(
-                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], None, None,
-                c["s"]),
+                c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr, c["env"], None, None, c["s"]
+            ),
             ("zonal_embed", "fwd"): lambda a=a: torch.ops.mdband.zonal_embed(
-                a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
+                a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]
+            ),
             ("zonal_embed", "bwd"): lambda a=a: torch.ops.mdband.zonal_embed_bwd(
-                c["gout"], a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]),
-        }  # fmt: skip
+                c["gout"], a[0], a[1], a[2], L, c["radial"], c["dst"], perm, ptr, c["s"]
+            ),
+        }
         with cm.force_backend("triton"):
             out_h, stats_h = ops[("aggregate[H]", "fwd")]()
             out_p, stats_p = ops[("aggregate[plain]", "fwd")]()
         ops[("aggregate[H]", "bwd")] = lambda a=a, o=out_h, s_=stats_h: (
             torch.ops.mdband.aggregate_bwd(
-                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
-                c["env"], lg, z, None))  # fmt: skip
+                c["gout"],
+                o,
+                s_,
+                c["y"],
+                a[0],
+                a[1],
+                a[2],
+                L,
+                rho,
+                c["dst"],
+                perm,
+                ptr,
+                c["env"],
+                lg,
+                z,
+                None,
+            )
+        )
         ops[("aggregate[plain]", "bwd")] = lambda a=a, o=out_p, s_=stats_p: (
             torch.ops.mdband.aggregate_bwd(
-                c["gout"], o, s_, c["y"], a[0], a[1], a[2], L, rho, c["dst"], perm, ptr,
-                c["env"], None, None, c["s"]))  # fmt: skip
+                c["gout"],
+                o,
+                s_,
+                c["y"],
+                a[0],
+                a[1],
+                a[2],
+                L,
+                rho,
+                c["dst"],
+                perm,
+                ptr,
+                c["env"],
+                None,
+                None,
+                c["s"],
+            )
+        )
         runners = {
             "rotate_mix[mix]": lambda lay=lay: run_rotate_mix(c, lay, "mix"),
             "rotate_mix[none]": lambda lay=lay: run_rotate_mix(c, lay, "none"),
@@ -518,14 +610,16 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
             rows.append(_row(name, pas, lay.value, t_tri, t_ref, mem))
-        # aggregate and rotate_mix on their "dot" kernels (same op calls; aggregate's bwd
-        # reuses the walk's out/stats), with the launch sweeps on the band layout
-        dots = [(n, aggregate_kernels, DOT_SWEEP, aggregate_dot)
-                for n in ("aggregate[H]", "aggregate[plain]")]  # fmt: skip
-        dots += [(n, rotate_mix_kernels, RM_DOT_SWEEP, rotate_mix_dot)
-                 for n in ("rotate_mix[mix]", "rotate_mix[none]")]  # fmt: skip
+        # the backward of aggregate and of rotate_mix's radial rows on their "dot" kernels
+        # (same op calls; aggregate's bwd reuses the walk's out/stats), with the launch sweeps
+        # on the band layout
+        dots = [
+            (n, aggregate_kernels, DOT_SWEEP, "aggregate")
+            for n in ("aggregate[H]", "aggregate[plain]")
+        ]
+        dots += [("rotate_mix[none]", rotate_mix_kernels, RM_DOT_SWEEP, "rotate_mix")]
         for name, kernels, sweep, module in dots:
-            for pas in ("fwd", "bwd"):
+            for pas in ("bwd",):
                 with kernels("dot"), cm.force_backend("triton"):
                     t_dot = bench(ops[(name, pas)], device)
                     mem = peak_mb(runners[name], device) if pas == "fwd" else None
@@ -536,23 +630,40 @@ def run_timing(device, E, N, C, L, H, R, with_reference, dot_sweep=True):
                     rows.append(_row(f"{name} dot BE={be} w={w}", pas, lay.value, t_dot))
     v = c["v"]
     gb = c["gband"].to(F32)
-    rows += _time_passes("band_producer", "band", device, with_reference, (
-        ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
-        ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
-    ))  # fmt: skip
+    rows += _time_passes(
+        "band_producer",
+        "band",
+        device,
+        with_reference,
+        (
+            ("fwd", lambda: torch.ops.mdband.band_producer(v, L)),
+            ("bwd", lambda: torch.ops.mdband.band_producer_bwd(gb, v, L)),
+        ),
+    )
     dperm, dptr = perm, ptr
     sperm, sptr = cm.csr(c["src"], N)
     fa = (c["g"], v, c["src"], c["dst"], dperm, dptr, sperm, sptr)
-    rows += _time_passes("force_assembly", "-", device, with_reference,
-                         (("fwd", lambda: torch.ops.mdband.force_assembly(*fa)),))  # fmt: skip
+    rows += _time_passes(
+        "force_assembly",
+        "-",
+        device,
+        with_reference,
+        (("fwd", lambda: torch.ops.mdband.force_assembly(*fa)),),
+    )
     q = c["x"][:, 0].reshape(N, 1, -1).contiguous()
     kk = c["x"][:, 1].reshape(N, 1, -1).contiguous()
     ed = (q, kk, c["dst"], c["src"], dperm, dptr, sperm, sptr)
     g1 = c["logits"][:, :1].contiguous()
-    rows += _time_passes("edge_dot", "-", device, with_reference, (
-        ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
-        ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
-    ))  # fmt: skip
+    rows += _time_passes(
+        "edge_dot",
+        "-",
+        device,
+        with_reference,
+        (
+            ("fwd", lambda: torch.ops.mdband.edge_dot(*ed)),
+            ("bwd", lambda: torch.ops.mdband.edge_dot_bwd(g1, *ed)),
+        ),
+    )
     return rows
 
 
@@ -586,16 +697,20 @@ def print_table(rows):
     """One line per (op, pass, layout); ``ref/tri`` = reference / Triton time, ``dense/band`` =
     dense / band Triton time of the same op and pass."""
     band = {(r["op"], r["pass"]): r["triton_ms"] for r in rows if r["layout"] == "band"}
-    print(f"{'op':<30} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
-          f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}")  # fmt: skip
+    print(
+        f"{'op':<30} {'pass':<4} {'layout':<6} {'triton ms':>10} {'ref ms':>10} "
+        f"{'ref/tri':>8} {'dense/band':>10} {'peak MB':>9}"
+    )
     for r in sorted(rows, key=lambda r: (r["op"], r["pass"], r["layout"])):
         ref = r["reference_ms"]
         sp = f"{ref / r['triton_ms']:.1f}" if ref and r["triton_ms"] else "-"
         b = band.get((r["op"], r["pass"]))
         db = f"{r['triton_ms'] / b:.2f}" if r["layout"] == "dense" and b else "-"
         mem = f"{r['peak_fwd_bwd_MB']:.0f}" if r["peak_fwd_bwd_MB"] is not None else "-"
-        print(f"{r['op']:<30} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
-              f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}")  # fmt: skip
+        print(
+            f"{r['op']:<30} {r['pass']:<4} {r['layout']:<6} {r['triton_ms']:>10.3f} "
+            f"{(f'{ref:.3f}' if ref else '-'):>10} {sp:>8} {db:>10} {mem:>9}"
+        )
     ms = {(r["op"], r["pass"], r["layout"]): r["triton_ms"] for r in rows}
     for (op, pas, lay), t_dot in sorted(ms.items()):
         base, _, label = op.partition(" dot")
@@ -610,16 +725,22 @@ def print_table(rows):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--device", default=None, help="cuda (default) or cpu with TRITON_INTERPRET=1")
+    p = harness.parser(
+        "gpu_kernels", __doc__, device="auto", repeat=TIMING["repeat"], warmup=TIMING["warmup"]
+    )
     p.add_argument("--full", action="store_true", help="check more degrees (L up to 6)")
     p.add_argument("--no-check", action="store_true")
-    p.add_argument("--node-ops-only", action="store_true",
-                   help="check take_rows and grid_product only")  # fmt: skip
+    p.add_argument(
+        "--node-ops-only", action="store_true", help="check take_rows and grid_product only"
+    )
     p.add_argument("--no-time", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip reference timings")
-    p.add_argument("--no-dot-sweep", action="store_true", help="time the dot kernels (aggregate, "
-                   "rotate_mix) at their default step size and warps only")  # fmt: skip
+    p.add_argument(
+        "--no-dot-sweep",
+        action="store_true",
+        help="time the dot kernels (aggregate, "
+        "rotate_mix) at their default step size and warps only",
+    )
     p.add_argument("--check-edges", type=int, default=20000)
     p.add_argument("--check-nodes", type=int, default=512)
     p.add_argument("--edges", type=int, default=650000)
@@ -629,10 +750,11 @@ def main(argv=None):
     p.add_argument("--heads", type=int, default=1)
     p.add_argument("--rank", type=int, default=1)
     args = p.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device)
     if device.type != "cuda" and not cm.interpret_mode():
         print("no CUDA device: run on a GPU, or on the CPU with TRITON_INTERPRET=1 and tiny sizes")
         return 2
+    TIMING.update(repeat=args.repeat, warmup=args.warmup)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     import triton
@@ -644,38 +766,46 @@ def main(argv=None):
         "python": platform.python_version(),
     }
     print(env)
-    result = {"env": env, "args": vars(args)}
-    ok = True
+    results = harness.Results("gpu_kernels", args.out, vars(args), echo=False)
+    ok, n_checks = True, 0
     if not args.no_check:
-        t0 = time.time()
-        if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
-            checks = Checks()
-            check_node_ops(checks, device, args.check_edges, args.check_nodes)
-        else:
-            checks = run_checks(device, args.full, args.check_edges, args.check_nodes)
-        ok = checks.ok
-        result["checks"] = checks.rows
+
+        def check():
+            if args.node_ops_only:  # the node ops' checks alone: seconds instead of minutes
+                checks = Checks()
+                check_node_ops(checks, device, args.check_edges, args.check_nodes)
+                return checks
+            return run_checks(device, args.full, args.check_edges, args.check_nodes)
+
+        checks, t = harness.once(check)
+        ok, n_checks = checks.ok, len(checks.rows)
+        for r in checks.rows:
+            results.add("check", **r)
         n_fail = sum(not r["ok"] for r in checks.rows)
         worst = {}
         for r in checks.rows:
-            if r["kind"] == "rel":
+            if r["compare"] == "rel":
                 key = (r["op"], r["dtype"])
                 worst[key] = max(worst.get(key, 0.0), r["value"])
-        print(f"checks: {len(checks.rows)} ({n_fail} failed) in {time.time() - t0:.0f} s")
+        print(f"checks: {len(checks.rows)} ({n_fail} failed) in {t.ms / 1e3:.0f} s")
         for (op, dt), w in sorted(worst.items()):
             print(f"  worst rel err {op:<22} {dt:<8} {w:.2e}")
     if not args.no_time:
-        rows = run_timing(device, args.edges, args.nodes, args.channels, args.lmax, args.heads,
-                          args.rank, not args.no_reference, not args.no_dot_sweep)  # fmt: skip
-        result["timings"] = rows
+        rows = run_timing(
+            device,
+            args.edges,
+            args.nodes,
+            args.channels,
+            args.lmax,
+            args.heads,
+            args.rank,
+            not args.no_reference,
+            not args.no_dot_sweep,
+        )
+        for r in rows:
+            results.add("timing", **r)
         print_table(rows)
-    result["ok"] = ok
-    out = os.environ.get("OUT")
-    if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with open(Path(out) / "gpu_kernels.json", "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {Path(out) / 'gpu_kernels.json'}")
+    results.add("summary", ok=ok, checks=n_checks, **env)
     print("ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1
 

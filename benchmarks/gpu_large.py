@@ -13,57 +13,36 @@ random weights, float32; system: rattled diamond of 8·n³ atoms. As a user call
 * sizes: ms per call, peak GB, chunks and the estimate for every ``--sizes`` n (memory_budget
   "auto": unchunked when the estimate fits; CUDA graphs off), stopping at the first error.
 
-    python benchmarks/gpu_large.py [--sizes 12 16 24 32] [--repeat 2] [--budget-check 8GB]
+    python -m benchmarks.gpu_large [--sizes 12 16 24 32] [--repeat 2] [--budget-check 8GB]
         [--cost] [--device cpu --check-size 2 --sizes]   (the last: the cost on a CPU)
 
-Writes ``$OUT/gpu_large.json`` when ``OUT`` is set; exits 1 if a check fails.
+Records (JSON lines): ``checks``, ``cost``, one ``size`` per cell; exits 1 if a check fails.
 """
 
+# ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
-import argparse
 import gc
-import json
-import os
-import statistics
-import time
 
 import numpy as np
 import torch
-from ase.build import bulk
 
-from mdband.config import SeZMConfig
 from mdband.model import chunked
 from mdband.model.chunking import plan_chunks, row_pointer
-from mdband.model.factory import build_sezm
-from mdband.potential import Potential
-from mdband.testing.sezm import random_potential
 
-CFG = SeZMConfig(type_map=("C",)).to_dict()
-TINY = SeZMConfig(type_map=("C",), channels=8, n_radial=4, l_schedule=(1,), mixing_layers=1,
-                  rcut=3.0).to_dict()  # fmt: skip
+try:  # python -m benchmarks.gpu_large, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_large.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
+
 FORCE_TOL = 1e-5  # eV/Å, float32 against float64
-
-
-def diamond(n: int, seed: int = 0):
-    a = bulk("C", "diamond", a=3.567, cubic=True) * (n, n, n)
-    a.rattle(0.03, seed=seed)
-    return a
-
-
-def make(cfg, sd, device, dtype, **options) -> Potential:
-    model = build_sezm(cfg, sd, options)
-    return Potential(model, kind="sezm", type_map=["C"], cutoff=cfg["rcut"], config=cfg,
-                     device=device, dtype=dtype)  # fmt: skip
-
-
-def sync(dev):
-    if str(dev).startswith("cuda"):
-        torch.cuda.synchronize()
+make = harness.models.potential
 
 
 def call(pot, atoms):
-    return pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols())
+    return pot.evaluate(*harness.evaluate_args(atoms))
 
 
 def estimate(pot, atoms) -> tuple[float, int]:
@@ -74,23 +53,12 @@ def estimate(pot, atoms) -> tuple[float, int]:
     return est.unchunked(len(atoms), g.n_edges) / 1e9, g.n_edges
 
 
-def timed(dev, fn, repeat: int) -> float:
-    """Median seconds of ``fn()`` over ``repeat`` calls after one warm-up."""
-    ts = []
-    for _ in range(1 + repeat):
-        sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        sync(dev)
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts[1:])
-
-
 def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: int = 0) -> dict:
     """ms per energy + forces call of one edge list: unchunked, and chunked (1 and
     ``n_chunks`` chunks) with the last stage in one pass and recomputed; with
     ``profile_rows``, a profile of one unchunked call and one of each plan."""
-    pot = make(cfg, sd, dev, "float32", memory_budget="off", cuda_graphs="off")
+    pot = make(cfg, sd, device=dev, dtype="float32", memory_budget="off", cuda_graphs="off")
+    clock = harness.timer.timer(dev)
     g = pot.edges(atoms.positions, atoms.cell.array, True)
     t = torch.as_tensor(pot.types_of(atoms.get_chemical_symbols()), device=pot.device)
     src = torch.as_tensor(g.src, device=pot.device)
@@ -107,13 +75,12 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: in
 
     def time_plans(label: str, key: str) -> None:
         for plan in plans.values():
-            row[f"{plan.n_chunks}_chunks_{label}_ms"] = 1e3 * timed(
-                dev, lambda plan=plan: evaluate(plan), repeat
-            )
+            t = clock.measure(lambda plan=plan: evaluate(plan), repeat, 1)
+            row[f"{plan.n_chunks}_chunks_{label}_ms"] = t.ms
             got = evaluate(plan).edge_grad
             row[f"max_dgrad_{plan.n_chunks}_{key}"] = float((got - ref).abs().max())
 
-    row["unchunked_ms"] = 1e3 * timed(dev, evaluate, repeat)
+    row["unchunked_ms"] = clock.measure(evaluate, repeat, 1).ms
     ref = evaluate().edge_grad
     cached = chunked.CACHE_GEOMETRY
     try:
@@ -139,48 +106,27 @@ def chunk_cost(cfg, sd, dev, atoms, n_chunks: int, repeat: int, profile_rows: in
     return row
 
 
-def profiled(dev, fn):
-    """torch.profiler's key averages of one call of ``fn`` after a warm-up call (CPU, and
-    CUDA on a GPU)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.startswith("cuda") else [])
-    fn()
-    sync(dev)
-    with profile(activities=acts) as prof:
-        fn()
-        sync(dev)
-    return prof.key_averages()
-
-
 def profile_call(dev, fn, rows: int) -> dict:
     """One profiled call (after a warm-up): the ``rows`` kernels and ops of most self device
     time, and the chunked stages' ranges (``chunked: ...``, device time under each), in ms."""
-    events = profiled(dev, fn)
-
-    def own(e):  # self time on the device (CPU time on a CPU run)
-        return getattr(e, "self_device_time_total", 0) or e.self_cpu_time_total
-
-    def under(e):
-        return getattr(e, "device_time_total", 0) or e.cpu_time_total
-
-    top = sorted(events, key=own, reverse=True)[:rows]
-    ranges = sorted((e for e in events if e.key.startswith("chunked: ")), key=under, reverse=True)
+    prof = harness.profiling
+    events = prof.profile(fn, dev).key_averages()
+    ranges = sorted(
+        (e for e in events if e.key.startswith("chunked: ")), key=prof.total_ms, reverse=True
+    )
     return {
-        "total_ms": sum(own(e) for e in events) / 1e3,
-        "top": [[e.key[:60], round(own(e) / 1e3, 3), e.count] for e in top],
-        "stages": [[e.key, round(under(e) / 1e3, 3), e.count] for e in ranges],
+        "total_ms": sum(prof.self_ms(e) for e in events),
+        "top": [[k[:60], ms, n] for k, ms, n in prof.top(events, rows)],
+        "stages": [[e.key, round(prof.total_ms(e), 3), e.count] for e in ranges],
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="*", default=[12, 16, 24])
+def main(argv=None) -> int:
+    ap = harness.parser(
+        "gpu_large", __doc__, device="cuda", sizes=[12, 16, 24], repeat=2, tiny=False
+    )
     ap.add_argument("--check-size", type=int, default=8)
     ap.add_argument("--budget-check", default="4GB", help="budget of the chunked check call")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
     ap.add_argument("--cost", action="store_true", help="time chunked against unchunked")
     ap.add_argument("--cost-chunks", type=int, default=4)
     ap.add_argument(
@@ -193,111 +139,100 @@ def main() -> None:
         metavar="ROWS",
         help="with --cost: profile one unchunked call and one of each plan (top ROWS)",
     )
-    args = ap.parse_args()
-    cfg = TINY if args.tiny else CFG
+    args = ap.parse_args(argv)
+    results = harness.Results("gpu_large", args.out, vars(args))
+    cfg = harness.models.config("tiny" if args.tiny else "default")
     dev = args.device
-    cuda = dev.startswith("cuda")
-    ref = random_potential(cfg, seed=0, gain=0.5, device="cpu", dtype="float64")
-    sd = {k: v.clone() for k, v in ref.model.state_dict().items()}
-    out = {"checks": {}, "sizes": {}}
-    if cuda:
-        out["gpu"] = torch.cuda.get_device_name()
+    sd = harness.models.random_weights(cfg, seed=0, gain=0.5)
+    clock = harness.timer.timer(dev)
     ok = True
 
     # ---- checks on a cell every path fits
-    atoms = diamond(args.check_size, seed=1)
-    p32 = make(cfg, sd, dev, "float32", memory_budget="off")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    r32 = call(p32, atoms)
-    peak = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
+    atoms = harness.diamond(args.check_size, seed=1)
+    p32 = make(cfg, sd, device=dev, dtype="float32", memory_budget="off")
+    with harness.PeakMemory(dev) as mem:
+        r32 = call(p32, atoms)
     est, edges = estimate(p32, atoms)
     del p32
-    pch = make(cfg, sd, dev, "float32", memory_budget=args.budget_check)
+    pch = make(cfg, sd, device=dev, dtype="float32", memory_budget=args.budget_check)
     rch = call(pch, atoms)
     del pch
-    p64 = make(cfg, sd, dev, "float64", memory_budget="off", cuda_graphs="off")
+    p64 = make(cfg, sd, device=dev, dtype="float64", memory_budget="off", cuda_graphs="off")
     r64 = call(p64, atoms)
     del p64
-    if cuda:
-        torch.cuda.empty_cache()
-    c = out["checks"]
-    c["atoms"], c["edges"] = len(atoms), edges
+    empty_cache(dev)
+    c = {"atoms": len(atoms), "edges": edges}
     c["chunks"] = rch.chunks
     c["chunked_vs_unchunked_fp32_max_dF"] = float(np.abs(rch.forces - r32.forces).max())
     c["chunked_fp32_vs_fp64_max_dF"] = float(np.abs(rch.forces - r64.forces).max())
     c["unchunked_fp32_vs_fp64_max_dF"] = float(np.abs(r32.forces - r64.forces).max())
     c["energy_rel_chunked_vs_fp64"] = abs(rch.energy - r64.energy) / abs(r64.energy)
-    c["unchunked_peak_gb"], c["estimate_gb"] = peak, est
+    c["unchunked_peak_gb"], c["estimate_gb"] = mem.peak_gb, est
     ok &= rch.chunks > 1 and c["chunked_fp32_vs_fp64_max_dF"] < FORCE_TOL
-    print(json.dumps({"checks": c}), flush=True)
+    checks = results.add("checks", **c)
 
     # ---- what chunking costs (same edge list, plans fixed, no neighbour list in the timing)
+    cost = None
     if args.cost:
-        out["cost"] = chunk_cost(cfg, sd, dev, atoms, args.cost_chunks, args.repeat,
-                                 args.cost_profile)  # fmt: skip
-        print(json.dumps({"cost": out["cost"]}), flush=True)
+        cost = chunk_cost(cfg, sd, dev, atoms, args.cost_chunks, args.repeat, args.cost_profile)
+        results.add("cost", **cost)
 
     # ---- sizes, memory_budget auto (a fresh potential each: no graph pool of the last size)
     chunked.CACHE_GEOMETRY = args.cache_geometry
-    out["cache_geometry"] = args.cache_geometry
     for n in args.sizes:
-        atoms = diamond(n)
-        row = {"atoms": len(atoms)}
+        atoms = harness.diamond(n)
+        row = {"size": n, "atoms": len(atoms), "cache_geometry": args.cache_geometry}
         # eager: at these sizes launches cost nothing, and a CUDA-graph capture of a cell near
         # the memory limit only adds a second pool (StepGraphs would drop it and retry)
-        pot = make(cfg, sd, dev, "float32", cuda_graphs="off")
+        pot = make(cfg, sd, device=dev, dtype="float32", cuda_graphs="off")
         try:
             row["estimate_unchunked_gb"], row["edges"] = estimate(pot, atoms)
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            ts = []
             reps = args.repeat if len(atoms) < 500_000 else 1  # about 90 s per call at 10⁶
-            for _ in range(1 + reps):  # the first call includes the capture or warm-up
-                sync(dev)
-                t0 = time.perf_counter()
-                res = call(pot, atoms)
-                sync(dev)
-                ts.append(time.perf_counter() - t0)
-            row["first_s"], row["s_per_call"] = ts[0], statistics.median(ts[1:])
-            row["call_s"] = ts
+            done = []
+            with harness.PeakMemory(dev) as mem:
+                # the first call (warm-up, kernel compilation) timed on its own
+                first = clock.measure(lambda: call(pot, atoms), 1, 0)
+                t = clock.measure(lambda: done.append(call(pot, atoms)), reps, 0)
+            res = done[-1]
+            row["first_s"], row["s_per_call"] = first.ms / 1e3, t.ms / 1e3
+            row["call_s"] = [w / 1e3 for w in first.wall + t.wall]
             row["us_per_atom"] = 1e6 * row["s_per_call"] / len(atoms)
             row["chunks"] = res.chunks
-            row["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if cuda else None
+            row["peak_gb"] = mem.peak_gb
             row["finite"] = bool(np.isfinite(res.forces).all())
             ok &= row["finite"]
         except torch.OutOfMemoryError as exc:
             row["error"] = f"OutOfMemoryError: {str(exc).splitlines()[0][:100]}"
         except Exception as exc:  # report and stop: larger cells fail the same way
             row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-        out["sizes"][str(n)] = row
-        print(json.dumps({"size": row}), flush=True)
-        del pot
+        results.add("size", **row)
+        pot = None  # its memory goes before the next size's potential
         gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
+        empty_cache(dev)
         if "error" in row:
             break
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gpu_large.json"), "w") as fh:
-            json.dump(out, fh, indent=1)
     print("\n== large cells ==")
-    print("checks:", json.dumps(out["checks"]))
-    if "cost" in out:
-        cost = dict(out["cost"])
+    print("checks:", {k: v for k, v in checks.items() if k not in ("bench", "run", "kind")})
+    if cost is not None:
         prof = cost.pop("profile", {})
         if "profile_1_chunk_geometry_cached" in cost:
             prof["1_chunk_geometry_cached"] = cost.pop("profile_1_chunk_geometry_cached")
-        print("cost:", json.dumps(cost))
+        print("cost:", cost)
         for name, p in prof.items():  # where a call's device time goes, chunked or not
             print(f"profile {name}: {p['total_ms']:.1f} ms of device time")
             for key, ms, count in p["stages"] + p["top"][:12]:
                 print(f"  {key:<62} {ms:9.2f} ms  x{count}")
-    for row in out["sizes"].values():
-        print(json.dumps(row))
+    for row in results.of("size"):
+        print({k: v for k, v in row.items() if k not in ("bench", "run", "kind")})
     print("CHECKS", "PASSED" if ok else "FAILED")
-    raise SystemExit(0 if ok else 1)
+    return 0 if ok else 1
+
+
+def empty_cache(dev) -> None:
+    """Give the CUDA allocator's cached blocks back (nothing on a CPU)."""
+    if str(dev).startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -14,39 +14,40 @@ Model: deepmd-kit's default DPA4 config (random weights, seed 0, float32, writte
 * ``--phase finish``: ``mdband run --resume`` from that checkpoint to ``--steps``; then the
   trajectory must hold every frame from 0 to ``--steps`` once, in order.
 
-    python benchmarks/gpu_large_md.py --phase start  [--size 24] [--split 50] [--steps 100]
-    python benchmarks/gpu_large_md.py --join DIR   (here, between the calls: DIR the first
+    python -m benchmarks.gpu_large_md --phase start  [--size 24] [--split 50] [--steps 100]
+    python -m benchmarks.gpu_large_md --join DIR   (here, between the calls: DIR the first
         call's returned files, parts joined into STATE)
-    python benchmarks/gpu_large_md.py --phase finish [--size 24] [--steps 100]
+    python -m benchmarks.gpu_large_md --phase finish [--size 24] [--steps 100]
 
 The checkpoint records its outputs' absolute paths: both calls must run in a checkout at the
-same path (the device machine's is). Writes ``$OUT/gpu_large_md-PHASE.json`` and copies the
-checkpoint, trajectory and log there (a file above ``--part-bytes`` in parts ``NAME.partK``);
-exits 1 when a check fails.
+same path (the device machine's is). Records (JSON lines): ``restart_check`` and ``run``
+(start), ``run`` and ``trajectory`` (finish); when the environment sets ``OUT`` (the device
+machine's output folder) the checkpoint, trajectory and log are copied there (a file above
+``--part-bytes`` in parts ``NAME.partK``); exits 1 when a check fails.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_md  # noqa: E402  (the restart check and its helpers)
+from mdband.io.h5md import H5MDReader
 
-from mdband.io.h5md import H5MDReader  # noqa: E402
-from mdband.testing.sezm import random_potential  # noqa: E402
+try:  # python -m benchmarks.gpu_large_md, or imported
+    from benchmarks import gpu_md, harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_large_md.py: the modules beside it
+    if exc.name != "benchmarks":
+        raise
+    import gpu_md
+    import harness
 
 #: the run's folder (``--state``): in the repository, ignored by git, carried to the next call
 STATE = Path(__file__).resolve().parent.parent / ".large-md"
@@ -55,23 +56,49 @@ KEEP = ("run.ckpt", "run.h5", "run.log")  # what comes back and travels (no lock
 
 def main_run(args, resume: bool) -> dict:
     """``mdband run`` of the big cell into STATE; its own ms/step summary, and wall time."""
-    cmd = [sys.executable, "-m", "mdband.cli", "run", "--structure", str(STATE / "start.xyz"),
-           "--model", str(STATE / "model.mdband"), "--device", args.device, "--ensemble",
-           "nvt-langevin", "--temperature", "300", "--seed", "7", "--timestep", "0.5",
-           "--steps", str(args.steps if resume else args.split),
-           "--traj-every", str(args.traj_every), "--checkpoint-every", str(args.split),
-           "--trajectory", str(STATE / "run.h5"), "--checkpoint", str(STATE / "run.ckpt"),
-           "--log", str(STATE / "run.log"), "--no-progress",
-           "--guard-distance", "0", "--max-temperature", "0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mdband.cli",
+        "run",
+        "--structure",
+        str(STATE / "start.xyz"),
+        "--model",
+        str(STATE / "model.mdband"),
+        "--device",
+        args.device,
+        "--ensemble",
+        "nvt-langevin",
+        "--temperature",
+        "300",
+        "--seed",
+        "7",
+        "--timestep",
+        "0.5",
+        "--steps",
+        str(args.steps if resume else args.split),
+        "--traj-every",
+        str(args.traj_every),
+        "--checkpoint-every",
+        str(args.split),
+        "--trajectory",
+        str(STATE / "run.h5"),
+        "--checkpoint",
+        str(STATE / "run.ckpt"),
+        "--log",
+        str(STATE / "run.log"),
+        "--no-progress",
+        "--guard-distance",
+        "0",
+        "--max-temperature",
+        "0",
+    ]
     if resume:
         cmd.append("--resume")
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    row = {"resume": resume, "rc": p.returncode, "process_s": time.perf_counter() - t0}
-    text = p.stdout + p.stderr
-    split = re.search(r"Time per step: ([0-9.]+) ms, of which ([0-9.]+) ms in the model", text)
-    if split:
-        row["step_ms"], row["model_ms"] = float(split.group(1)), float(split.group(2))
+    p, t = harness.once(lambda: subprocess.run(cmd, capture_output=True, text=True))
+    row = {"resume": resume, "rc": p.returncode, "process_s": t.ms / 1e3}
+    times = harness.commands.run_summary(p.stdout + p.stderr)
+    row.update({k: times[k] for k in ("step_ms", "model_ms") if k in times})
     if p.returncode:
         row["stderr"] = p.stderr[-600:]
     return row
@@ -118,54 +145,62 @@ def start(args) -> dict:
     shutil.rmtree(STATE, ignore_errors=True)  # a fresh run: nothing of an earlier one
     STATE.mkdir()
     gpu_md.DEVICE = args.device
-    pot = random_potential(gpu_md.CFG, seed=0, gain=0.5)
+    pot = model()
     pot.save(str(STATE / "model.mdband"))
     gpu_md.structure(args.size, STATE / "start.xyz")
     out = {"atoms": 8 * args.size**3}
     with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter()
-        row = gpu_md.restart_check(pot.model.state_dict(), Path(d), STATE / "start.xyz", 0.0,
-                                   steps=args.check_steps)  # fmt: skip
-        row["seconds"] = time.perf_counter() - t0
+        sd, xyz = pot.model.state_dict(), STATE / "start.xyz"
+        row, t = harness.once(
+            lambda: gpu_md.restart_check(sd, Path(d), xyz, 0.0, args.check_steps), args.device
+        )
+        row["seconds"] = t.ms / 1e3
     out["restart_check"] = row
-    print("restart", row, flush=True)
     del pot
     gc.collect()  # the run's process gets the GPU: nothing of the check stays cached here
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     out["run"] = main_run(args, resume=False)
-    print("run", out["run"], flush=True)
     return out
 
 
 def finish(args) -> dict:
     out = {"atoms": 8 * args.size**3}
     gpu_md.structure(args.size, STATE / "start.xyz")  # same bytes as in the first call
-    random_potential(gpu_md.CFG, seed=0, gain=0.5).save(str(STATE / "model.mdband"))
+    model().save(str(STATE / "model.mdband"))
     out["run"] = main_run(args, resume=True)
-    print("run", out["run"], flush=True)
     out["trajectory"] = frames_complete(STATE / "run.h5", args.steps, args.traj_every)
-    print("trajectory", out["trajectory"], flush=True)
     return out
 
 
-def main() -> int:
+def model():
+    """The run's model: :data:`gpu_md.CFG`, random weights of seed 0 (the same bytes in
+    both calls), on the CPU (the file is what the run loads)."""
+    return harness.models.potential(gpu_md.CFG, seed=0, gain=0.5, dtype="float64")
+
+
+def main(argv=None) -> int:
     global STATE
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", type=int, default=24, help="8·n³ atoms (24: 110,592)")
+    ap = harness.parser("gpu_large_md", __doc__, device="cuda", size=24, tiny=False)
     ap.add_argument("--steps", type=int, default=100, help="the run's total length")
     ap.add_argument("--split", type=int, default=50, help="steps of the first call")
     ap.add_argument("--traj-every", type=int, default=25)
     ap.add_argument("--check-steps", type=int, default=4, help="length of the restart check")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
     ap.add_argument("--state", type=Path, default=STATE, help="the run's folder")
-    ap.add_argument("--part-bytes", type=int, default=15 << 20,
-                    help="files above this come back in parts (NAME.partK)")  # fmt: skip
-    ap.add_argument("--join", type=Path, metavar="DIR",
-                    help="only put DIR's returned files (parts joined) into --state")  # fmt: skip
+    ap.add_argument(
+        "--part-bytes",
+        type=int,
+        default=15 << 20,
+        help="files above this come back in parts (NAME.partK)",
+    )
+    ap.add_argument(
+        "--join",
+        type=Path,
+        metavar="DIR",
+        help="only put DIR's returned files (parts joined) into --state",
+    )
     ap.add_argument("--phase", choices=("start", "finish"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     STATE = args.state.resolve()
     if args.join:
         print("joined:", ", ".join(join_parts(args.join, STATE)))
@@ -173,10 +208,14 @@ def main() -> int:
     if args.phase is None:
         ap.error("--phase is required (or --join)")
     if args.tiny:
-        gpu_md.CFG = gpu_md.TINY
+        gpu_md.CFG = harness.models.config("tiny")
     if args.split % args.traj_every or args.steps % args.traj_every:
         ap.error("--split and --steps must be multiples of --traj-every")
+    results = harness.Results("gpu_large_md", args.out, vars(args))
     out = start(args) if args.phase == "start" else finish(args)
+    for kind, row in out.items():
+        if kind != "atoms":
+            results.add(kind, phase=args.phase, atoms=out["atoms"], **row)
     if args.phase == "start":
         r = out["restart_check"]
         ok = r["state_bitwise"] and r["frames_bitwise"] and out["run"]["rc"] == 0
@@ -184,7 +223,6 @@ def main() -> int:
         ok = out["run"]["rc"] == 0 and out["trajectory"]["complete"] and out["trajectory"]["finite"]
     dest = os.environ.get("OUT")
     if dest:
-        Path(dest, f"gpu_large_md-{args.phase}.json").write_text(json.dumps(out, indent=1))
         for name in KEEP:
             if (STATE / name).exists():
                 copy_in_parts(STATE / name, Path(dest), args.part_bytes)

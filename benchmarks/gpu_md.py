@@ -9,49 +9,44 @@ Model: deepmd-kit's default DPA4 config (random weights, float32); system: rattl
 * Timing (512 atoms by default): ``mdband.md.run`` wall time per step (integrator, neighbour list,
   trajectory every 50 steps included), CUDA graphs on and off, skin 0 and 1 Å.
 
-    python benchmarks/gpu_md.py [--size 4] [--steps 200]
+    python -m benchmarks.gpu_md [--size 4] [--steps 200]
 
-Writes ``$OUT/gpu_md.json`` when ``OUT`` is set; exits 1 if a restart check fails.
+Records (JSON lines): ``restart`` per skin, ``timing`` per (skin, graphs); exits 1 if a restart
+check fails.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from ase.build import bulk
 from ase.io import write
 
-from mdband.config import SeZMConfig
 from mdband.io.h5md import H5MDReader
 from mdband.md import RunConfig, run
-from mdband.model.factory import build_sezm
-from mdband.potential import Potential
-from mdband.testing.sezm import random_potential
 
-CFG = SeZMConfig(type_map=("C",)).to_dict()
-#: ``--tiny``: a small model to smoke-test this script on a CPU
-TINY = SeZMConfig(type_map=("C",), channels=8, n_radial=4, l_schedule=(1,), mixing_layers=1,
-                  rcut=3.0).to_dict()  # fmt: skip
+try:  # python -m benchmarks.gpu_md, or imported (benchmarks.gpu_large_md)
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_md.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
+
+#: the model's config (``--tiny``: the tiny one) and the device of every run
+CFG = harness.models.config("default")
 DEVICE = "cuda"
 
 
 def structure(n: int, path: Path) -> Path:
-    a = bulk("C", "diamond", a=3.567, cubic=True) * (n, n, n)
-    a.rattle(0.03, seed=0)
-    write(path, a, format="extxyz")
+    """:func:`benchmarks.harness.systems.diamond` of ``n`` written to ``path`` (extxyz)."""
+    write(path, harness.diamond(n), format="extxyz")
     return path
 
 
-def potential(sd, **options) -> Potential:
-    model = build_sezm(CFG, sd, options)
-    return Potential(model, kind="sezm", type_map=["C"], cutoff=CFG["rcut"], config=CFG,
-                     device=DEVICE, dtype="float32")  # fmt: skip
+def potential(sd, **options):
+    """The model of :data:`CFG` with weights ``sd`` on :data:`DEVICE`, float32."""
+    return harness.models.potential(CFG, sd, device=DEVICE, dtype="float32", **options)
 
 
 def config(tmp: Path, xyz: Path, name: str, steps: int, **kw) -> RunConfig:
@@ -103,68 +98,57 @@ def restart_check(sd, tmp: Path, xyz: Path, skin: float, steps: int = 20) -> dic
         getattr(whole.atoms, g)().tobytes() == getattr(second.atoms, g)().tobytes()
         for g in ("get_positions", "get_momenta")
     )
-    steps = whole_pot._steps
+    counts = harness.profiling.graph_counts(whole_pot) or {}
     return {
         "skin": skin,
         "state_bitwise": state,
         "frames_bitwise": same_frames(tmp / f"whole-{tag}.h5", tmp / f"split-{tag}.h5"),
         "graphs": whole_pot.cuda_graphs,
-        "captures": None if steps is None else steps.n_captures,
-        "replays": None if steps is None else steps.n_replays,
+        "captures": counts.get("captures"),
+        "replays": counts.get("replays"),
     }
 
 
 def timing(sd, tmp: Path, xyz: Path, steps: int, skin: float, graphs: str) -> dict:
+    """ms per step of one ``mdband.md.run`` of ``steps`` steps (wall clock, synchronised)."""
     pot = potential(sd, cuda_graphs=graphs)
     name = f"t-{graphs}-{skin:g}"
     cfg = config(tmp, xyz, name, steps, skin=skin, traj_every=50, checkpoint_every=steps)
-    t0 = time.perf_counter()
-    run(cfg, potential=pot)
-    total = time.perf_counter() - t0
-    s = pot._steps
+    _, t = harness.once(lambda: run(cfg, potential=pot), DEVICE)
+    counts = harness.profiling.graph_counts(pot) or {}
     return {
         "cuda_graphs": graphs,
         "skin": skin,
         "steps": steps,
-        "ms_per_step": 1e3 * total / steps,
-        "captures": None if s is None else s.n_captures,
-        "replays": None if s is None else s.n_replays,
+        "ms_per_step": t.ms / steps,
+        "captures": counts.get("captures"),
+        "replays": counts.get("replays"),
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", type=int, default=4, help="timing cell: 8·n³ atoms")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="small model (CPU smoke test)")
-    args = ap.parse_args()
+def main(argv=None) -> int:
     global CFG, DEVICE
+    ap = harness.parser("gpu_md", __doc__, device="cuda", size=4, tiny=False)
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args(argv)
+    results = harness.Results("gpu_md", args.out, vars(args))
     DEVICE = args.device
     if args.tiny:
-        CFG = TINY
-    sd = random_potential(CFG, seed=0, gain=0.5).model.state_dict()
-    out = {"restart": [], "timing": []}
+        CFG = harness.models.config("tiny")
+    sd = harness.models.random_weights(CFG, seed=0, gain=0.5)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         small = structure(2, tmp / "small.xyz")
         for skin in (0.0, 1.0):
-            row = restart_check(sd, tmp, small, skin)
-            out["restart"].append(row)
-            print("restart", row, flush=True)
+            results.add("restart", **restart_check(sd, tmp, small, skin))
         xyz = structure(args.size, tmp / "timing.xyz")
         for skin in (0.0, 1.0):
             for graphs in ("auto", "off"):
                 row = timing(sd, tmp, xyz, args.steps, skin, graphs)
-                row["n_atoms"] = 8 * args.size**3
-                out["timing"].append(row)
-                print("timing", row, flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gpu_md.json"), "w") as fh:
-            json.dump(out, fh, indent=1)
+                results.add("timing", atoms=8 * args.size**3, **row)
     ok = all(
         r["state_bitwise"] and r["frames_bitwise"] and (DEVICE == "cpu" or r["graphs"] == "on")
-        for r in out["restart"]
+        for r in results.of("restart")
     )
     print("restart checks:", "ALL CHECKS PASSED" if ok else "CHECKS FAILED")
     return 0 if ok else 1

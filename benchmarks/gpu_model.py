@@ -7,70 +7,69 @@ prebuilt, timed separately) and peak GPU memory, checks float32 GPU forces again
 reference, band against dense and CUDA-graph replays against eager calls, finds the largest cell
 that fits, and profiles one eager call.
 
-    python benchmarks/gpu_model.py [--sizes 4 8] [--largest 12 14 16 18 20 22 24] [--quick]
+    python -m benchmarks.gpu_model [--sizes 4 8] [--largest 12 14 16 18 20 22 24] [--quick]
 
-Writes ``$OUT/gpu_model.json`` when ``OUT`` is set; prints a table last.
+Records (JSON lines): ``checks``, one ``timing`` per (size, variant), ``md_like``,
+``bucket_switch``, ``largest``, ``profile``; prints a table last, exits 1 if a check fails.
 """
 
+# ruff: noqa: B023  (every timed lambda runs inside its own loop iteration)
 from __future__ import annotations
 
-import argparse
-import json
-import os
+import contextlib
 import statistics
-import time
 
 import numpy as np
 import torch
-from ase.build import bulk
 
-from mdband.config import SeZMConfig
 from mdband.graph import build_edge_graph
-from mdband.model.factory import build_sezm
-from mdband.potential import Potential
-from mdband.testing.sezm import random_potential
 
-CFG = SeZMConfig(type_map=("C",)).to_dict()
+try:  # python -m benchmarks.gpu_model, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/gpu_model.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
+
+CFG = harness.models.config("default")
 #: float32 GPU forces against the float64 CPU reference (eV/Å), the issue's acceptance bound
 FORCE_TOL = 1e-5
+diamond = harness.diamond
 
 
-def diamond(n: int, seed: int = 0):
-    a = bulk("C", "diamond", a=3.567, cubic=True) * (n, n, n)
-    a.rattle(0.03, seed=seed)
-    return a
-
-
-def make(sd, device, dtype, **options) -> Potential:
-    model = build_sezm(CFG, sd, options)
-    return Potential(
-        model, kind="sezm", type_map=["C"], cutoff=6.0, config=CFG, device=device, dtype=dtype
-    )
+def make(sd, device, dtype, **options):
+    return harness.models.potential(CFG, sd, device=device, dtype=dtype, **options)
 
 
 def call(pot, atoms, graph):
-    return pot.evaluate(
-        atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols(), graph=graph
-    )
+    return pot.evaluate(*harness.evaluate_args(atoms), graph=graph)
 
 
 def timed(pot, atoms, graph, repeat):
     """Median ms per call after two warm-up calls (with CUDA graphs: the eager first call and
     the capture), peak allocated GB over all calls (the capture's pool included) and the GB
     reserved at the end."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    for _ in range(2):
-        call(pot, atoms, graph)
-    ts = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        call(pot, atoms, graph)
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    gb = torch.cuda.max_memory_allocated() / 2**30
-    return 1e3 * statistics.median(ts), gb, torch.cuda.memory_reserved() / 2**30
+    with harness.PeakMemory("cuda") as mem:
+        t = harness.measure(lambda: call(pot, atoms, graph), "cuda", repeat, warmup=2)
+    return t.ms, mem.peak_gb, torch.cuda.memory_reserved() / 1e9
+
+
+def use_stack_launches(path) -> None:
+    """The whole run with the linear launches of ``experiments.gpu_stack``'s last ``best``
+    record in ``path`` (``tuning.override``, left when the script ends)."""
+    from mdband.kernels import tuning
+
+    best = harness.results.read(path, kind="best")[-1]["linear"]
+    linear = dict(tuning.current().so2_stack.linear)
+    linear.update(
+        {
+            p: tuning.LinearLaunch(edges=b["BE"], warps=b["warps"], stages=b["stages"])
+            for p, b in best.items()
+            if p in tuning.SPLIT_MODES
+        }
+    )
+    contextlib.ExitStack().enter_context(tuning.override(so2_stack={"linear": linear}))
+    print("so2_mix_layer launches:", linear, flush=True)
 
 
 VARIANTS = {
@@ -86,37 +85,25 @@ VARIANTS = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="*", default=[4, 8])
+def main(argv=None) -> int:
+    ap = harness.parser("gpu_model", __doc__, sizes=[4, 8], repeat=5)
     ap.add_argument("--largest", type=int, nargs="*", default=[10, 12, 14, 16, 18, 20, 22, 24])
     ap.add_argument("--largest-variants", nargs="*", default=["band-recompute", "band", "dense"])
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--stack-config", help="gpu_stack.json whose best launch configs to use")
+    ap.add_argument("--quick", action="store_true", help="leave the kernels=torch variants out")
+    ap.add_argument("--stack-config", help="gpu_stack.jsonl whose best launches to use")
     ap.add_argument("--variants", nargs="*", help="subset of the variants to time")
     ap.add_argument("--profile-size", type=int, default=8, help="cell of the profile (n)")
     ap.add_argument("--md-variants", nargs="*", default=["band", "band-eager"])
     ap.add_argument("--md-size", type=int, default=4, help="cell of the MD-like sequence (n)")
     ap.add_argument("--md-steps", type=int, default=40)
     ap.add_argument("--switch-size", type=int, default=0, help="bucket-switch check cell (n)")
-    args = ap.parse_args()
-    if args.stack_config and os.path.exists(args.stack_config):
-        from mdband.kernels import so2_stack
-
-        with open(args.stack_config) as fh:
-            so2_stack.CONFIG.update(json.load(fh)["timing"]["best"])
-        print("so2_mix_layer configs:", so2_stack.CONFIG, flush=True)
-    out = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "checks": {},
-        "timing": [],
-        "largest": {},
-        "profile": [],
-    }
-    ref = random_potential(CFG, seed=0, gain=0.5, device="cpu", dtype="float64")
-    sd = {k: v.clone() for k, v in ref.model.state_dict().items()}
+    args = ap.parse_args(argv)
+    if args.stack_config:
+        use_stack_launches(args.stack_config)
+    results = harness.Results("gpu_model", args.out, vars(args))
+    out = {"checks": {}, "largest": {}}
+    sd = harness.models.random_weights(CFG, seed=0, gain=0.5)
+    ref = make(sd, "cpu", "float64")
 
     # ---- correctness: fp32 GPU vs fp64 CPU, band vs dense, kernels vs torch
     small = diamond(2)
@@ -150,7 +137,8 @@ def main() -> None:
         pot = make(sd, "cuda", "float32", **VARIANTS["band"])
         runs = [call(pot, small, g) for _ in range(3)]
         out["checks"]["graphs_status"] = pot.cuda_graphs
-        out["checks"]["graphs_captures_replays"] = [pot._steps.n_captures, pot._steps.n_replays]
+        counts = harness.profiling.graph_counts(pot) or {}
+        out["checks"]["graphs_captures_replays"] = [counts.get("captures"), counts.get("replays")]
         out["checks"]["graphs_replay_vs_eager_bitwise"] = all(
             np.array_equal(r.forces, runs[0].forces) and r.energy == runs[0].energy
             for r in runs[1:]
@@ -168,8 +156,13 @@ def main() -> None:
         )
     fscale = float(np.abs(r64.forces).max())
     out["checks"]["force_scale"] = fscale
-    pairs = (("band", "dense"), ("band-eager", "dense-eager"), ("band", "band-eager"),
-             ("band-torch", "dense-torch"), ("band", "band-torch"))  # fmt: skip
+    pairs = (
+        ("band", "dense"),
+        ("band-eager", "dense-eager"),
+        ("band", "band-eager"),
+        ("band-torch", "dense-torch"),
+        ("band", "band-torch"),
+    )
     for a, b in pairs:
         if a not in res or b not in res:
             continue
@@ -182,14 +175,15 @@ def main() -> None:
         out["checks"][f"{a}_vs_{b}_virial_maxabs"] = float(
             np.abs(res[a].virial - res[b].virial).max()
         )
-    print(json.dumps(out["checks"], indent=1), flush=True)
+    results.add("checks", **out["checks"])
 
     # ---- timing at fixed sizes
     for n in args.sizes:
         atoms = diamond(n)
-        t0 = time.perf_counter()
-        graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
-        nl_ms = 1e3 * (time.perf_counter() - t0)
+        graph, t = harness.once(
+            lambda: build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
+        )
+        nl_ms = t.ms
         for name, opt in VARIANTS.items():
             if args.quick and name.endswith("torch"):
                 continue
@@ -217,95 +211,98 @@ def main() -> None:
                 "neighbour_list_ms": nl_ms,
                 "cuda_graphs": graphs,
             }
-            out["timing"].append(row)
-            print(row, flush=True)
+            results.add("timing", **row)
 
     # ---- MD-like sequence: atoms move, the neighbour list is rebuilt every call (new edge
     # counts, so several capacity buckets are captured); evaluation time only
     for name in args.md_variants:
+        rng = np.random.default_rng(7)
         atoms = diamond(args.md_size)
         pot = make(sd, "cuda", "float32", **VARIANTS[name])
-        rng = np.random.default_rng(7)
-        ts, edges = [], []
+        steps = []  # every step's atoms and list, built outside the timing
         for _ in range(args.md_steps):
             atoms.positions += rng.normal(scale=0.01, size=atoms.positions.shape)
-            graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
-            edges.append(graph.n_edges)
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            call(pot, atoms, graph)
-            torch.cuda.synchronize()
-            ts.append(1e3 * (time.perf_counter() - t0))
-        steps = pot._steps
-        row = {
-            "variant": name,
-            "n_atoms": len(atoms),
-            "calls": args.md_steps,
-            "edges_min_max": [min(edges), max(edges)],
-            "median_ms": statistics.median(ts),
-            "mean_ms": statistics.fmean(ts),
-            "captures": None if steps is None else steps.n_captures,
-            "replays": None if steps is None else steps.n_replays,
-        }
-        out.setdefault("md_like", []).append(row)
-        print("md-like", row, flush=True)
-        pot = steps = None  # the step graphs hold their memory pool
+            steps.append(
+                (atoms.copy(), build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0))
+            )
+        edges = [g.n_edges for _, g in steps]
+        frames = iter(steps)
+        t = harness.measure(lambda: call(pot, *next(frames)), "cuda", args.md_steps, 0)
+        results.add(
+            "md_like",
+            variant=name,
+            n_atoms=len(atoms),
+            calls=args.md_steps,
+            edges_min_max=[min(edges), max(edges)],
+            median_ms=t.ms,
+            mean_ms=statistics.fmean(t.wall),
+            **(harness.profiling.graph_counts(pot) or {}),
+        )
+        pot = None  # the step graphs hold their memory pool
         torch.cuda.empty_cache()
 
     # ---- bucket switches near the memory limit: the graphs' pool holds about one step, so a
     # new bucket's eager first call runs out of memory, drops the graphs and runs again
     if args.switch_size:
         base = diamond(args.switch_size)
-        torch.cuda.reset_peak_memory_stats()
-        pot = make(sd, "cuda", "float32", **VARIANTS["band"])
-        seq = []
-        for scale in (1.0, 1.0, 0.97, 0.97, 1.0, 1.0):
-            atoms = base.copy()
-            atoms.set_cell(base.cell.array * scale, scale_atoms=True)
-            graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
-            try:
-                r = call(pot, atoms, graph)
-                seq.append({"scale": scale, "edges": graph.n_edges, "energy": r.energy,
-                            "forces": r.forces})  # fmt: skip
-            except torch.OutOfMemoryError:
-                seq.append({"scale": scale, "edges": graph.n_edges, "error": "out of memory"})
-                break
-        steps = pot._steps
-        out["bucket_switch"] = {
+        with harness.PeakMemory("cuda") as mem:
+            pot = make(sd, "cuda", "float32", **VARIANTS["band"])
+            seq = []
+            for scale in (1.0, 1.0, 0.97, 0.97, 1.0, 1.0):
+                atoms = base.copy()
+                atoms.set_cell(base.cell.array * scale, scale_atoms=True)
+                graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
+                try:
+                    r = call(pot, atoms, graph)
+                    seq.append(
+                        {
+                            "scale": scale,
+                            "edges": graph.n_edges,
+                            "energy": r.energy,
+                            "forces": r.forces,
+                        }
+                    )
+                except torch.OutOfMemoryError:
+                    seq.append({"scale": scale, "edges": graph.n_edges, "error": "out of memory"})
+                    break
+        switch = {
             "n_atoms": len(base),
             "edges": [x["edges"] for x in seq],
             "errors": [x.get("error") for x in seq],
-            "captures": steps.n_captures,
-            "replays": steps.n_replays,
-            "releases": steps.n_releases,
-            "peak_gb": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_gb": mem.peak_gb,
+            **(harness.profiling.graph_counts(pot) or {}),
         }
         if len(seq) == 6 and "error" not in seq[-1]:
-            out["checks"]["bucket_switch_ok"] = True
-            out["checks"]["bucket_switch_repeat_bitwise"] = bool(
+            switch["bucket_switch_ok"] = True
+            switch["bucket_switch_repeat_bitwise"] = bool(
                 np.array_equal(seq[0]["forces"], seq[5]["forces"])
                 and np.array_equal(seq[2]["forces"], seq[3]["forces"])
             )
         else:
-            out["checks"]["bucket_switch_error"] = "out of memory"
-        print("bucket switch", out["bucket_switch"], flush=True)
-        pot = seq = steps = None  # the step graphs hold their memory pool
+            switch["bucket_switch_error"] = "out of memory"
+        out["checks"].update({k: v for k, v in switch.items() if k.startswith("bucket_")})
+        results.add("bucket_switch", **switch)
+        pot = seq = None  # the step graphs hold their memory pool
         torch.cuda.empty_cache()
 
     # ---- largest cell that fits (band, with and without recompute)
     for name in args.largest_variants:
-        best = None
+        best, first_oom = None, None
         for n in args.largest:
             atoms = diamond(n)
             graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
             try:
                 pot = make(sd, "cuda", "float32", **VARIANTS[name])
                 ms, gb, reserved = timed(pot, atoms, graph, 1)
-                best = {"n_atoms": len(atoms), "ms_per_call": ms, "peak_gb": gb,
-                        "reserved_gb": reserved}  # fmt: skip
+                best = {
+                    "n_atoms": len(atoms),
+                    "ms_per_call": ms,
+                    "peak_gb": gb,
+                    "reserved_gb": reserved,
+                }
                 print(name, best, flush=True)
             except torch.OutOfMemoryError:
-                out["largest"][name + "_first_oom"] = len(atoms)
+                first_oom = len(atoms)
                 break
             except Exception as exc:
                 print(name, "FAILED", exc, flush=True)
@@ -314,50 +311,32 @@ def main() -> None:
                 pot = None
                 torch.cuda.empty_cache()
         out["largest"][name] = best
+        results.add("largest", variant=name, largest=best, first_oom_atoms=first_oom)
 
     # ---- where the time goes (band, launched eagerly so the profiler sees every kernel)
     atoms = diamond(args.profile_size)
     graph = build_edge_graph(atoms.positions, atoms.cell.array, True, 6.0)
     pot = make(sd, "cuda", "float32", **VARIANTS["band-eager"])
-    call(pot, atoms, graph)
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        call(pot, atoms, graph)
-        torch.cuda.synchronize()
+    events = harness.profiling.profile(lambda: call(pot, atoms, graph), "cuda").key_averages()
     # self time: each kernel once (operator totals overlap the kernels they launch)
-    rows = sorted(prof.key_averages(), key=lambda e: -getattr(e, "self_device_time_total", 0))
-    for e in rows[:40]:
-        out["profile"].append(
-            {
-                "name": e.key[:80],
-                "cuda_ms": getattr(e, "self_device_time_total", 0) / 1e3,
-                "calls": e.count,
-            }
-        )
-    out["profile_total_ms"] = sum(getattr(e, "self_device_time_total", 0) for e in rows) / 1e3
+    profile = harness.profiling.top(events, 40)
+    total = sum(harness.profiling.self_ms(e) for e in events)
+    results.add("profile", atoms=len(atoms), total_ms=total, top=profile)
 
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "gpu_model.json"), "w") as fh:
-            json.dump(out, fh, indent=1)
     print("\n== checks ==")
     for k, v in out["checks"].items():
         print(f"{k:45s} {v}")
     print("== timing ==")
-    for r in out["timing"]:
+    for r in results.of("timing"):
         print(
             f"{r['n_atoms']:6d} atoms {r['n_edges']:8d} edges {r['variant']:15s} "
             f"{r['ms_per_call']:9.1f} ms {r['peak_gb']:7.2f} GB ({r['reserved_gb']:.2f} reserved) "
             f"(NL {r['neighbour_list_ms']:.0f} ms; graphs {r['cuda_graphs']})"
         )
-    print("== largest ==", json.dumps(out["largest"]))
-    for r in out.get("md_like", []):
-        print("== md-like ==", json.dumps(r))
-    if "bucket_switch" in out:
-        print("== bucket switch ==", json.dumps(out["bucket_switch"]))
-    print(f"== profile (band, self CUDA time, {out.get('profile_total_ms', 0):.1f} ms in all) ==")
-    for p in out["profile"]:
-        print(f"{p['cuda_ms']:9.2f} ms {p['calls']:5d}  {p['name']}")
+    print("== largest ==", out["largest"])
+    print(f"== profile (band, self CUDA time, {total:.1f} ms in all) ==")
+    for name, ms, calls in profile:
+        print(f"{ms:9.2f} ms {calls:5d}  {name}")
     errs = [v for k, v in out["checks"].items() if k.endswith("_vs_fp64_force_maxabs")]
     ok = (
         bool(errs)
@@ -365,8 +344,10 @@ def main() -> None:
         and not any(k.endswith("_error") for k in out["checks"])
         and out["checks"].get("graphs_status", "on") == "on"
     )
-    print(f"float32 forces within {FORCE_TOL} eV/Å of float64:", "ALL CHECKS PASSED" if ok else
-          "CHECKS FAILED")  # fmt: skip
+    print(
+        f"float32 forces within {FORCE_TOL} eV/Å of float64:",
+        "ALL CHECKS PASSED" if ok else "CHECKS FAILED",
+    )
     return 0 if ok else 1
 
 

@@ -1,9 +1,9 @@
 """CPU cost of ``pair_style mdband``: time per MD step on 1 vs 2 ranks, and the bridge's
 overhead over mdband's own ``Potential.evaluate`` on the same system.
 
-    .venv/bin/python benchmarks/lammps_cpu.py                 # ~4000 atoms, mp2 model
-    .venv/bin/python benchmarks/lammps_cpu.py --cells 8 --model lj --steps 20
-    .venv/bin/python benchmarks/lammps_cpu.py --device cuda --configs 1x1,2x1   # GPUs
+    .venv/bin/python -m benchmarks.lammps_cpu                 # ~4000 atoms, mp2 model
+    .venv/bin/python -m benchmarks.lammps_cpu --cells 8 --model lj --steps 20
+    .venv/bin/python -m benchmarks.lammps_cpu --device cuda --configs 1x1,2x1   # GPUs
 
 The system is an fcc argon crystal (``--cells``³ × 4 atoms, a = 5.26 Å) with 0.05 Å random
 displacements. ``lmp`` runs NVE for ``--steps`` steps (``neighbor 1.0 bin``, float64) and the
@@ -14,19 +14,17 @@ by vesin included) and ``evaluate_edges`` alone (model + autograd only).
 
 ``--configs`` lists ranks x torch threads per rank. Needs ``make lammps``. Results depend on
 what else runs on the machine (oversubscribed torch threads are many times slower): take the
-minimum over ``--repeat`` runs, and keep threads × ranks ≤ free cores.
+minimum over ``--repeat`` runs, and keep threads × ranks ≤ free cores. Records (JSON lines):
+``evaluate`` per thread count, ``lammps`` per configuration (the fastest of its runs).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,16 +35,22 @@ from mdband.graph import build_edge_graph
 from mdband.testing.lj import lennard_jones_potential
 from mdband.testing.mp import message_passing_potential
 
+try:  # python -m benchmarks.lammps_cpu, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/lammps_cpu.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
+
 BIN = Path(sys.prefix) / "bin"
 
 
 def write_system(path: Path, cells: int, seed: int = 0):
-    from ase.build import bulk
-
-    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(cells)
-    rng = np.random.default_rng(seed)
+    """:func:`benchmarks.harness.systems.argon` as a LAMMPS data file (atomic style);
+    ``(positions, cell)``."""
+    atoms = harness.systems.argon(cells, seed)
     length = atoms.cell.array.diagonal()
-    pos = (atoms.positions + rng.normal(scale=0.05, size=atoms.positions.shape)) % length
+    pos = atoms.positions
     lines = ["benchmark argon", "", f"{len(pos)} atoms", "1 atom types", ""]
     lines += [f"0.0 {float(length[k])!r} {ax}lo {ax}hi" for k, ax in enumerate("xyz")]
     lines += ["", "Masses", "", "1 39.948", "", "Atoms # atomic", ""]
@@ -109,50 +113,36 @@ run {steps}
     }
 
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def time_evaluate(model: Path, pos, cell, threads: int, repeat: int, device: str):
+    """The fastest of ``repeat`` ``Potential.evaluate`` calls (after one) and of as many
+    ``evaluate_edges`` calls (model and autograd only), in ms."""
     torch.set_num_threads(threads)
     pot = load_model(model, dtype="float64", device=device)
     species = ["Ar"] * len(pos)
-    pot.evaluate(pos, cell, True, species)  # warm up
-    full, edges_only = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        pot.evaluate(pos, cell, True, species)
-        _sync(pot.device)
-        full.append(time.perf_counter() - t0)
+    clock = harness.timer.timer(pot.device)
+    full = clock.measure(lambda: pot.evaluate(pos, cell, True, species), repeat, warmup=1)
     g = build_edge_graph(pos, cell, True, pot.cutoff)
     dev = pot.device
     vec = g.edge_vectors(torch.as_tensor(pos, device=dev), torch.as_tensor(cell, device=dev))
     types = torch.zeros(len(pos), dtype=torch.long, device=dev)
     src, dst = torch.as_tensor(g.src, device=dev), torch.as_tensor(g.dst, device=dev)
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        pot.evaluate_edges(types, src, dst, vec)
-        _sync(dev)
-        edges_only.append(time.perf_counter() - t0)
+    edges_only = clock.measure(lambda: pot.evaluate_edges(types, src, dst, vec), repeat, warmup=0)
     return {
         "threads": threads,
-        "evaluate_ms": 1e3 * min(full),
-        "evaluate_edges_ms": 1e3 * min(edges_only),
+        "evaluate_ms": full.min(),
+        "evaluate_edges_ms": edges_only.min(),
         "edges": g.n_edges,
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def main(argv=None) -> None:
+    ap = harness.parser("lammps_cpu", __doc__, device="cpu", repeat=2)
     ap.add_argument("--cells", type=int, default=10, help="fcc cells per side (4·cells³ atoms)")
     ap.add_argument("--model", choices=["mp2", "lj"], default="mp2")
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--repeat", type=int, default=2, help="LAMMPS runs per configuration")
     ap.add_argument("--configs", default="1x1,1x2,2x1", help="ranks x threads, comma separated")
-    ap.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
-    ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    results = harness.Results("lammps_cpu", args.out, vars(args))
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -166,16 +156,10 @@ def main() -> None:
             f"device {args.device}, {os.cpu_count()} cores"
         )
         configs = [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
-        results = {
-            "atoms": len(pos),
-            "model": args.model,
-            "device": args.device,
-            "lammps": [],
-            "evaluate": [],
-        }
+        case = {"atoms": len(pos), "model": args.model, "device": args.device}
         for threads in sorted({t for _, t in configs}):
             r = time_evaluate(model, pos, cell, threads, repeat=5, device=args.device)
-            results["evaluate"].append(r)
+            results.add("evaluate", **case, **r)
             print(
                 f"Potential.evaluate  threads={threads}: {r['evaluate_ms']:.1f} ms "
                 f"(evaluate_edges alone {r['evaluate_edges_ms']:.1f} ms, {r['edges']} edges)"
@@ -186,7 +170,7 @@ def main() -> None:
                 for _ in range(args.repeat)
             ]
             best = min(runs, key=lambda r: r["ms_per_step"])
-            results["lammps"].append(best)
+            results.add("lammps", **case, **best)
             split = best["plugin_split_ms_mean_over_ranks"]
             print(
                 f"lmp ranks={ranks} threads={threads}: {best['ms_per_step']:.1f} ms/step "
@@ -195,8 +179,6 @@ def main() -> None:
                 f"{split.get('python_ms', float('nan')):.1f} ms, forces "
                 f"{split.get('forces_ms', float('nan')):.2f} ms)"
             )
-        if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -6,23 +6,26 @@ and the radial degree mixer (``degree_channel``, rank 1) in both forms of
 C = 64) and DPA4-Mini's (L = 2, C = 32), and checks that both forms agree. The CPU takes the one
 product by default, CUDA the per-block products; run it on a GPU to decide CUDA's entry.
 
-    python benchmarks/one_product.py [--device cpu|cuda] [--edges 34128] [--threads 1]
+    python -m benchmarks.one_product [--device cpu|cuda] [--edges 34128] [--threads 1]
 
-Prints one JSON line per (map, shape) with the milliseconds of each form.
+One JSON line per (map, shape) with the median milliseconds of each form (kind ``product``).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import torch
-from vs_deepmd import median_ms  # one timing rule for the benchmarks (CUDA synchronised)
 
 from mdband import host_memory
 from mdband.model.so2 import RadialDegreeMixer
 from mdband.so3 import storage as st
 from mdband.so3.wigner import rotation_storage
+
+try:  # python -m benchmarks.one_product, or imported
+    from benchmarks import harness
+except ModuleNotFoundError as exc:  # python benchmarks/one_product.py: the harness beside it
+    if exc.name != "benchmarks":
+        raise
+    import harness
 
 SHAPES = {"default": (3, 64), "mini": (2, 32)}
 
@@ -34,8 +37,9 @@ def cases(L: int, C: int, E: int, device, dtype):
     def rand(*shape):
         return torch.randn(*shape, generator=g, dtype=dtype).to(device).requires_grad_()
 
-    rs = rotation_storage(torch.randn(E, 3, generator=g, dtype=dtype).to(device), L,
-                          st.RotationLayout.BAND)  # fmt: skip
+    rs = rotation_storage(
+        torch.randn(E, 3, generator=g, dtype=dtype).to(device), L, st.RotationLayout.BAND
+    )
     band = rs.data.detach().clone().requires_grad_()
     D, Dm = st.dim_of(L), st.reduced_dim(L)
     x, xl, rad = rand(E, D, C), rand(E, Dm, C), rand(E, L + 1, C)
@@ -55,43 +59,47 @@ def cases(L: int, C: int, E: int, device, dtype):
     ]
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+def main(argv=None) -> list[dict]:
+    ap = harness.parser("one_product", __doc__, device="auto", threads=None, repeat=9, warmup=2)
     ap.add_argument("--edges", type=int, default=34128, help="34,128: 216 atoms of diamond")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--host-memory", default="auto", choices=("auto", "keep", "system"),
-                    help="as a model on this device would set it (mdband.host_memory)")  # fmt: skip
+    ap.add_argument(
+        "--host-memory",
+        default="auto",
+        choices=("auto", "keep", "system"),
+        help="as a model on this device would set it (mdband.host_memory)",
+    )
     args = ap.parse_args(argv)
     host_memory.apply(args.host_memory, args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    results = harness.Results("one_product", args.out, vars(args))
+    clock = harness.timer.timer(device)
     saved = st.ONE_PRODUCT_DEVICES
     try:
         for shape in args.shapes:
             L, C = SHAPES[shape]
             for name, fwd, inputs, rows in cases(L, C, args.edges, device, torch.float32):
                 gy = torch.randn(args.edges, rows, C, device=device)
-                row = {"map": name, "shape": shape, "L": L, "C": C, "edges": args.edges,
-                       "device": str(device)}  # fmt: skip
+                row = {"map": name, "shape": shape, "L": L, "C": C, "edges": args.edges}
                 outs = {}
                 for form, devices in (("one_product", {device.type}), ("per_block", set())):
                     st.ONE_PRODUCT_DEVICES = frozenset(devices)
                     outs[form] = fwd().detach()
-                    row[f"{form}_fwd_ms"] = round(median_ms(fwd, args.repeat), 3)
 
                     def both(fwd=fwd, inputs=inputs, gy=gy):
                         return torch.autograd.grad(fwd(), inputs, gy)
 
-                    row[f"{form}_fwd_bwd_ms"] = round(median_ms(both, args.repeat), 3)
+                    for label, fn in (("fwd", fwd), ("fwd_bwd", both)):
+                        t = clock.measure(fn, args.repeat, args.warmup)
+                        row[f"{form}_{label}_ms"] = round(t.ms, 3)
                 err = (outs["one_product"] - outs["per_block"]).abs().max().item()
                 row["max_abs_difference"] = err
-                print(json.dumps(row), flush=True)
+                results.add("product", **row)
     finally:
         st.ONE_PRODUCT_DEVICES = saved
+    return results.of("product")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ with torch operations on the positions' device, the candidate pairs by the Trito
 :mod:`mdband.kernels.cell_pairs` where they run (CUDA), by torch elsewhere. On the CPU it is the
 reference of the CUDA path (tests compare it with vesin, and the kernels with the torch path:
 the same tensors); on CUDA it is what :class:`mdband.neighbours.DeviceNeighbourList` calls.
-vesin's own torch package is not used: on an H200 (2026-12-04) its CUDA list took 0.43 / 1.03 /
-5.5 ms at 4,096 / 13,824 / 110,592 atoms of diamond (rc 6 Å) against 0.81 / 1.50 / 4.45 here,
-but it returns pairs unsorted and fails on cells thinner than the cutoff (a fixed pair capacity
-per atom), and its CUDA path needs a binary matching the torch version.
+vesin's own torch package is not used: its CUDA list, about as fast as this one
+(BENCHMARKS.md "2026-12-04 (third session)"), returns pairs unsorted and fails on cells thinner
+than the cutoff (a fixed pair capacity per atom), and its CUDA path needs a binary matching the
+torch version.
 
 Method. Positions go to fractional coordinates ``t`` of a box basis ``B`` (periodic rows: the
 cell vectors; open directions: unit vectors orthogonal to the periodic ones, scaled to the extent
@@ -27,8 +27,8 @@ Cost (4,096 atoms of diamond, rc 6 Å, 2 bins per cutoff): 125 stencil bins per 
 2.4 M candidates (≈ 3.7 per edge), float64 vectors. Host synchronisations: the kernels' one
 (the number of pairs), or on the torch path two (per-atom candidate counts, and one ``nonzero``
 per batch of at most ``max_candidates`` candidates); one more for a device cell given without
-``host_cell`` and one for open directions (the atoms' extent). H200, the whole list: 0.81 ms
-(torch path 1.70) at 4,096 atoms, 1.50 (3.68) at 13,824, 4.45 (21.4) at 110,592.
+``host_cell`` and one for open directions (the atoms' extent). The kernels' list against the
+torch path on a GPU: BENCHMARKS.md "2026-12-04 (third session)".
 The box basis, bins and stencil are cached per cell, periodicity, cutoff and atom count.
 """
 
@@ -248,7 +248,7 @@ def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, pb
 
     per_atom = cnt.sum(1).cpu().numpy()
     # image vectors per (atom, stencil bin), (N·K, 3): formed before the gather to candidates,
-    # where a K = 3 GEMM over every candidate pair (2.9 M at 4,096 atoms) took 0.33 ms on an H200
+    # where a K = 3 GEMM would run once per candidate pair instead of once per (atom, bin)
     img_vec = (img.reshape(-1, 3).to(torch.float64) @ frame.basis).reshape(img.shape)
     out = []
     for a0, a1 in _atom_batches(per_atom, max_candidates):

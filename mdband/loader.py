@@ -105,7 +105,7 @@ def load_model(
         Products of the fused SO(2) mixing layers on CUDA (float32): three TF32 tensor-core
         products per fp32 product (default, about fp32 rounding; on GPUs with TMA, compute
         capability 9.0+, older ones use the exact path), three fp16 products (same rounding or
-        better, each edge's inputs scaled by a power of two; slower on an H200), one fp16
+        better, each edge's inputs scaled by a power of two; about as fast), one fp16
         product (≈ 2⁻¹¹ relative per product), or exact fp32 cuBLAS GEMMs. Measured force
         errors: ``docs/precision.md``.
     cuda_graphs : {"auto", "off"} or bool, optional

@@ -21,7 +21,7 @@ stack_precision    MDBAND_STACK_PRECISION   tf32x3 (default): the fused SO(2) mi
                                             else exact cuBLAS) | fp16x3: three fp16
                                             products (same rounding or better: each
                                             edge's inputs scaled by a power of two;
-                                            measured slower on an H200) | fp16: one fp16
+                                            about tf32x3's speed) | fp16: one fp16
                                             product (about 2^-11 relative per product) |
                                             ieee: exact fp32 cuBLAS products
                                             (and exact FMAs in the grid nets'
@@ -152,8 +152,7 @@ _BOOL_MEANS = {
 PRECISION_ACCURACY = {
     "tf32x3": "forces within 4.1e-6 eV/Å of float64 (default DPA4 config), 1.6e-9 (trained water)",
     "fp16x3": "forces within 4.0e-6 eV/Å of float64 (default DPA4 config), 1.2e-9 (DPA4-Mini); "
-    "each edge's inputs scaled by a power of two; on an H200 3 % faster than tf32x3 at 4,096 "
-    "atoms of the default config, 4 % slower at 512",
+    "each edge's inputs scaled by a power of two; about tf32x3's speed (docs/precision.md)",
     "fp16": "forces off by up to 7.6e-4 eV/Å (default DPA4 config), 5.7e-6 (trained water): "
     "exploratory runs only",
     "ieee": "exact fp32 products (cuBLAS); forces at fp32 rounding",

@@ -331,3 +331,169 @@ def test_band_index_formulas_live_in_storage_only():
                 if isinstance(node.value, ast.Name) and node.value.id in aliases:
                     bad.append(f"{path.name}:{node.lineno} reads {node.value.id}.{node.attr}")
     assert not bad, "band index code outside so3/storage.py:\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------------- kernels/
+KERNELS = PACKAGE / "kernels"
+KERNELS_ROOM = "mdband.kernels"
+
+
+def kernel_units() -> dict[str, list[str]]:
+    """Top-level unit of kernels/ (a module, or a package counted as one unit) → its modules."""
+    units: dict[str, list[str]] = {}
+    for mod in modules():
+        if not mod.startswith(KERNELS_ROOM + "."):
+            continue
+        top = mod.split(".")[2]
+        units.setdefault(f"{KERNELS_ROOM}.{top}", []).append(mod)
+    return units
+
+
+def _tree(mod: str) -> ast.Module:
+    return ast.parse(modules()[mod].read_text(encoding="utf-8"))
+
+
+def _is_jit(fn: ast.FunctionDef) -> bool:
+    """Decorated with ``triton.jit`` (or a bare ``jit``)."""
+    names = [
+        d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "") for d in fn.decorator_list
+    ]
+    return "jit" in names
+
+
+def _triton_ops(mod: str) -> list[str]:
+    """Functions of ``mod`` decorated with ``torch.library.triton_op``."""
+    return [
+        n.name
+        for n in ast.walk(_tree(mod))
+        if isinstance(n, ast.FunctionDef)
+        and any(
+            isinstance(d, ast.Call) and getattr(d.func, "attr", "") == "triton_op"
+            for d in n.decorator_list
+        )
+    ]
+
+
+def op_units() -> dict[str, list[str]]:
+    """The units of kernels/ that are ops: they register a triton_op or define a Triton kernel."""
+    out = {}
+    for unit, mods in kernel_units().items():
+        has_kernel = any(
+            isinstance(n, ast.FunctionDef) and _is_jit(n) and n.name.endswith("_kernel")
+            for m in mods
+            for n in ast.walk(_tree(m))
+        )
+        if has_kernel or any(_triton_ops(m) for m in mods):
+            out[unit] = mods
+    return out
+
+
+def test_an_op_package_is_one_unit():
+    """The modules of an op package are its own: anything outside the package imports the
+    package (its ``__init__`` names the public API), never one of its modules."""
+    packages = {u for u, mods in kernel_units().items() if len(mods) > 1}
+    assert packages, "kernels/ has no op package"
+    bad = [
+        f"{where(m, line)}: imports {t} (import {t.rsplit('.', 1)[0]} instead)"
+        for m, t, line in edges()
+        for pkg in packages
+        if t.startswith(pkg + ".") and not (m == pkg or m.startswith(pkg + "."))
+    ]
+    assert not bad, "a module of an op package imported from outside it:\n" + "\n".join(bad)
+
+
+def test_one_op_per_unit_and_private_helpers_are_shared():
+    """An op lives in one unit: each triton_op name is registered by one unit, and a private
+    top-level module of kernels/ (``_common``) serves two units or more (a helper of one op
+    belongs in that op's package)."""
+    registered: dict[str, str] = {}
+    for unit, mods in kernel_units().items():
+        for mod in mods:
+            tree = _tree(mod)
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant):
+                    value = n.value.value
+                    if isinstance(value, str) and value.startswith("mdband::"):
+                        assert registered.setdefault(value, unit) == unit, (
+                            f"{value} registered by {registered[value]} and {unit}"
+                        )
+    assert registered, "no mdband:: op name found in kernels/"
+    users: dict[str, set[str]] = {}
+    for m, t, _ in edges():
+        if t.startswith(KERNELS_ROOM + ".") and m.startswith(KERNELS_ROOM + "."):
+            users.setdefault(t, set()).add(".".join(m.split(".")[:3]))
+    for unit, mods in kernel_units().items():
+        private = unit.rsplit(".", 1)[1].startswith("_")
+        if private and len(mods) == 1:
+            others = users.get(unit, set()) - {unit}
+            assert len(others) >= 2, (
+                f"{unit} serves {sorted(others)}: move it into that op's package"
+            )
+
+
+def test_every_triton_op_has_a_fake_and_a_reference():
+    """Each triton_op registers a fake (``register_fake``: shapes without running), and each op
+    unit that registers one defines its torch reference (a ``*_reference`` function)."""
+    bad = []
+    for unit, mods in op_units().items():
+        ops = [(m, fn) for m in mods for fn in _triton_ops(m)]
+        if not ops:
+            continue
+        for m, fn in ops:
+            text = modules()[m].read_text(encoding="utf-8")
+            if f"@{fn}.register_fake" not in text:
+                bad.append(f"{modules()[m].relative_to(ROOT)}: {fn} has no register_fake")
+        names = {n.name for m in mods for n in ast.walk(_tree(m)) if isinstance(n, ast.FunctionDef)}
+        if not any(name.endswith("_reference") for name in names):
+            bad.append(f"{unit}: no torch reference (*_reference)")
+    assert not bad, "\n".join(bad)
+
+
+def test_kernel_arguments_are_named_as_the_triton_tutorials():
+    """Every launched kernel (a ``@triton.jit`` function named ``*_kernel``): no argument name of
+    three characters or fewer; constexprs UPPER_CASE, every other argument lower case (pointers
+    ``*_ptr``, TMA descriptors ``*_desc``, strides ``stride_*``, sizes by what they count)."""
+    bad = []
+    kernels = 0
+    for mods in op_units().values():
+        for mod in mods:
+            for fn in ast.walk(_tree(mod)):
+                if not (isinstance(fn, ast.FunctionDef) and _is_jit(fn)):
+                    continue
+                if not fn.name.endswith("_kernel"):
+                    continue
+                kernels += 1
+                for arg in fn.args.args:
+                    constexpr = "constexpr" in ast.unparse(arg.annotation or ast.Constant(""))
+                    name, at = arg.arg, f"{modules()[mod].relative_to(ROOT)}: {fn.name}({arg.arg})"
+                    if len(name) <= 3:
+                        bad.append(f"{at}: a name of {len(name)} characters")
+                    elif constexpr != name.isupper():
+                        bad.append(
+                            f"{at}: {'constexpr not' if constexpr else 'not constexpr but'} "
+                            "upper case"
+                        )
+    assert kernels >= 20, f"only {kernels} kernels found: the walker lost them"
+    assert not bad, "kernel arguments:\n" + "\n".join(bad)
+
+
+def test_launches_come_from_the_tuning_table():
+    """No public module-level dict, list or set in kernels/: kernel choices and launches are the
+    frozen records of ``kernels/tuning.py``, changed only by ``tuning.override`` (private caches
+    such as the launch that fit a GPU's shared memory are not settings)."""
+    bad = []
+    for mod in (m for mods in kernel_units().values() for m in mods):
+        for node in _tree(mod).body:
+            stmts = node.body if isinstance(node, ast.If) else [node]  # `if TRITON_AVAILABLE:`
+            for s in stmts:
+                if not isinstance(s, (ast.Assign, ast.AnnAssign)) or s.value is None:
+                    continue
+                value = s.value
+                literal = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp))
+                call = isinstance(value, ast.Call) and getattr(value.func, "id", "")
+                mutable = literal or call in ("dict", "list", "set")
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                for t in targets:
+                    if mutable and isinstance(t, ast.Name) and not t.id.startswith("_"):
+                        bad.append(f"{modules()[mod].relative_to(ROOT)}:{s.lineno} {t.id}")
+    assert not bad, "mutable module-level settings in kernels/:\n" + "\n".join(bad)

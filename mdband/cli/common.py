@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 
 import click
 
@@ -55,11 +54,6 @@ def fail_on_user_error(fn):
             raise UserError(msg) from None
 
     return wrapper
-
-
-def echo_err(msg: str) -> None:
-    click.echo(msg, err=True)
-    sys.stderr.flush()
 
 
 class OneLineCommand(click.Command):

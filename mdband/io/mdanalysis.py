@@ -23,7 +23,7 @@ from ase.data import chemical_symbols
 
 from mdband.io.h5md_reader import H5MDReader as _MdbandReader
 
-__all__ = ["frame_interval_ps", "reader_class", "universe"]
+__all__ = ["reader_class", "universe"]
 _READER = []
 
 
@@ -58,13 +58,6 @@ def _make_reader():
             return force * kj_mol_per_ev
 
     return EvH5MDReader
-
-
-def frame_interval_ps(path) -> float | None:
-    """Time between the first two frames in ps (None for fewer than two frames)."""
-    with _MdbandReader(path) as r:
-        times = r.times
-    return float(times[1] - times[0]) if len(times) > 1 else None
 
 
 def universe(path, **kwargs):

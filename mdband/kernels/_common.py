@@ -25,7 +25,9 @@ except ImportError:  # pragma: no cover
     tl = None
     TRITON_AVAILABLE = False
 
-#: dtypes the Triton kernels are compiled for (exact fp32 or fp64 arithmetic, no TF32)
+#: dtypes the Triton kernels are compiled for (float64 always exact; float32 exact FMAs, or
+#: tf32x3 tl.dot products where the tuning table picks them, which is float32's default on
+#: GPUs with TF32 tensor cores)
 KERNEL_DTYPES = (torch.float32, torch.float64)
 
 BACKENDS = ("triton", "reference")
@@ -33,8 +35,8 @@ BACKENDS = ("triton", "reference")
 #: launcher of Triton kernels inside ``torch.library.triton_op`` bodies
 # Launch kernels through ``wrap`` only inside a ``triton_op`` (whose backend turns the wrapper's
 # tracing off): called outside one, torch traces each launch and keeps its non-tensor arguments
-# (TensorDescriptors, and so their tensors) in its kernel side table for good (seen on an
-# H200 with a benchmark calling so2_stack._linear directly: 139 GB after ~200 launches).
+# (TensorDescriptors, and so their tensors) in its kernel side table for good (a benchmark
+# calling the linear kernel's launcher directly ran out of GPU memory after ~200 launches).
 wrap = torch.library.wrap_triton
 
 #: process-wide override (not thread-local: autograd runs CUDA backwards on its own threads)
@@ -116,6 +118,16 @@ def has_tf32_cores(device) -> bool:
     if interpret_mode() and dev.type != "cuda":
         return True
     return dev.type == "cuda" and torch.cuda.get_device_capability(dev) >= (8, 0)
+
+
+def has_tma(device) -> bool:
+    """Whether the SO(2) linear kernels run on ``device``: TMA and TF32 tensor cores, compute
+    capability 9.0 or newer (the interpreter emulates both); older GPUs take the exact cuBLAS
+    path."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(dev) >= (9, 0)
 
 
 def dot_precision(choice: str, device) -> str:
@@ -251,90 +263,116 @@ if TRITON_AVAILABLE:
     #: the same reduction on the GPU and skips a nested jit call (milliseconds) when interpreting.
     #: Beware: Triton rewrites a product of two broadcast 2-d tiles summed over the middle axis,
     #: ``sum(a[:, :, None] * b[None, :, :], 1)``, into a dot at its default fp32 precision (TF32,
-    #: ≈ 1e-3 relative, seen on an H200 once a has 16 rows): the kernels keep such products
+    #: ≈ 1e-3 relative, seen on a GPU once a has 16 rows): the kernels keep such products
     #: below 16 rows (band slots) or call tl.dot with an explicit precision
     SUM = tl.standard._sum_combine
 
     @triton.jit
-    def block_tables(col_t, row_t, b, JP: tl.constexpr, SP: tl.constexpr):
-        """Degree block b of :func:`kernel_tables`: packed columns col (JP,) and their mask jm,
-        reduced rows (SP,) and their mask sv, the (SP, JP) entry mask m2 and table index tix."""
-        jj = tl.arange(0, JP)
-        ss = tl.arange(0, SP)
-        col = tl.load(col_t + b * JP + jj)
-        rows = tl.load(row_t + b * SP + ss)
+    def block_tables(
+        col_table_ptr, row_table_ptr, block, COL_LANES: tl.constexpr, SLOT_LANES: tl.constexpr
+    ):
+        """Degree block ``block`` of :func:`kernel_tables`: packed columns col (COL_LANES,) and
+        their mask jm, reduced rows (SLOT_LANES,) and their mask sv, the (SLOT_LANES,
+        COL_LANES) entry mask m2 and table index tix."""
+        jj = tl.arange(0, COL_LANES)
+        ss = tl.arange(0, SLOT_LANES)
+        col = tl.load(col_table_ptr + block * COL_LANES + jj)
+        rows = tl.load(row_table_ptr + block * SLOT_LANES + ss)
         jm = col >= 0
         sv = rows >= 0
         m2 = sv[:, None] & jm[None, :]
-        tix = (b * SP + ss)[:, None] * JP + jj[None, :]
+        tix = (block * SLOT_LANES + ss)[:, None] * COL_LANES + jj[None, :]
         return col, jm, rows, sv, m2, tix
 
     @triton.jit
-    def entry_index(ea_t, eb_t, tix, mask, LAYOUT: tl.constexpr):
-        """(ia, ib): the storage indices of the rotation entries at table index tix, so that an
-        entry sits at ``ia·sa + ib·sb`` for the storage strides (sa, sb); ib = 0 for the band,
+    def entry_index(entry_a_ptr, entry_b_ptr, table_index, mask, LAYOUT: tl.constexpr):
+        """(ia, ib): the storage indices of the rotation entries at ``table_index``, so that an
+        entry sits at ``ia·stride_a + ib·stride_b`` of its edge's row; ib = 0 for the band,
         whose entries need one index."""
-        ia = tl.load(ea_t + tix, mask=mask, other=0).to(tl.int64)
+        ia = tl.load(entry_a_ptr + table_index, mask=mask, other=0).to(tl.int64)
         if LAYOUT == BAND_CODE:
             ib = ia * 0
         else:
-            ib = tl.load(eb_t + tix, mask=mask, other=0).to(tl.int64)
+            ib = tl.load(entry_b_ptr + table_index, mask=mask, other=0).to(tl.int64)
         return ia, ib
 
     @triton.jit
-    def node_segment(ptr_ptr, C, BC: tl.constexpr):
+    def node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS: tl.constexpr):
         """Set-up of a program of destination/source node n = program_id(0) over its CSR
-        segment: n, the segment's bounds [beg, end) in ``row_ptr``, the channel lanes cc (BC,)
-        and their mask (cc < C)."""
+        segment: n, the segment's bounds [beg, end) in the CSR offsets, the channel lanes cc
+        (BLOCK_CHANNELS,) and their mask (cc < n_channels)."""
         n = tl.program_id(0).to(tl.int64)
-        beg = tl.load(ptr_ptr + n).to(tl.int64)
-        end = tl.load(ptr_ptr + n + 1).to(tl.int64)
-        cc = tl.arange(0, BC)
-        cmask = cc < C
+        beg = tl.load(offsets_ptr + n).to(tl.int64)
+        end = tl.load(offsets_ptr + n + 1).to(tl.int64)
+        cc = tl.arange(0, BLOCK_CHANNELS)
+        cmask = cc < n_channels
         return n, beg, end, cc, cmask
 
     @triton.jit
     def node_block(
-        ptr_ptr, col_t, row_t, ea_t, eb_t, C,
-        BC: tl.constexpr, JP: tl.constexpr, SP: tl.constexpr, LAYOUT: tl.constexpr,
-    ):  # fmt: skip
+        offsets_ptr,
+        col_table_ptr,
+        row_table_ptr,
+        entry_a_ptr,
+        entry_b_ptr,
+        n_channels,
+        BLOCK_CHANNELS: tl.constexpr,
+        COL_LANES: tl.constexpr,
+        SLOT_LANES: tl.constexpr,
+        LAYOUT: tl.constexpr,
+    ):
         """Set-up of a (node n, degree block b) program, grid (N, NB): :func:`node_segment`,
         then block b's tables (:func:`block_tables`), its reduced rows rs (clamped to ≥ 0) with
-        the (SP, BC) row mask rm, and the storage indices (ia, ib) of its entries
-        (:func:`entry_index`)."""
-        n, beg, end, cc, cmask = node_segment(ptr_ptr, C, BC)
+        the (SLOT_LANES, BLOCK_CHANNELS) row mask rm, and the storage indices (ia, ib) of its
+        entries (:func:`entry_index`)."""
+        n, beg, end, cc, cmask = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         b = tl.program_id(1)
-        col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, b, JP, SP)
+        col, jm, rows, sv, m2, tix = block_tables(
+            col_table_ptr, row_table_ptr, b, COL_LANES, SLOT_LANES
+        )
         rs = tl.maximum(rows, 0).to(tl.int64)
         rm = sv[:, None] & cmask[None, :]
-        ia, ib = entry_index(ea_t, eb_t, tix, m2, LAYOUT)
+        ia, ib = entry_index(entry_a_ptr, entry_b_ptr, tix, m2, LAYOUT)
         return n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib
 
     @triton.jit
     def dot_block_rows(
-        col_t, row_t, ea_t, eb_t, b, C, sra, srb,
-        JP: tl.constexpr, JPK: tl.constexpr, SP: tl.constexpr, BE: tl.constexpr,
-        BC: tl.constexpr, LAYOUT: tl.constexpr,
-    ):  # fmt: skip
-        """Index tiles of degree block b for the "dot" kernels' steps of R = BE·SP rows
-        r = i·SP + s (edge i of the step, band slot s): channel
-        lanes cc/cmask (BC,), the block's packed columns col (JPK,) with mask jm, per row its
-        slot sl and reduced row rs (clamped ≥ 0) (R,), the (R, BC) row mask rowm, the (R, JPK)
-        entry mask m2 and the entries' storage indices (ia, ib), with off = ia·sra + ib·srb
-        (an entry of edge e sits at e·sr0 + ia·sa + ib·sb)."""
-        cc = tl.arange(0, BC)
-        cmask = cc < C
-        jj = tl.arange(0, JPK)
-        col = tl.load(col_t + b * JP + jj, mask=jj < JP, other=-1)
+        col_table_ptr,
+        row_table_ptr,
+        entry_a_ptr,
+        entry_b_ptr,
+        block,
+        n_channels,
+        stride_rot_a,
+        stride_rot_b,
+        COL_LANES: tl.constexpr,
+        DOT_COLS: tl.constexpr,
+        SLOT_LANES: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_CHANNELS: tl.constexpr,
+        LAYOUT: tl.constexpr,
+    ):
+        """Index tiles of degree block ``block`` for the "dot" kernels' steps of
+        R = BLOCK_EDGES·SLOT_LANES rows r = i·SLOT_LANES + s (edge i of the step, band slot s):
+        channel lanes cc/cmask (BLOCK_CHANNELS,), the block's packed columns col (DOT_COLS,)
+        with mask jm, per row its slot sl and reduced row rs (clamped ≥ 0) (R,), the
+        (R, BLOCK_CHANNELS) row mask rowm, the (R, DOT_COLS) entry mask m2 and the entries'
+        storage indices (ia, ib), with off = ia·stride_rot_a + ib·stride_rot_b (an entry of
+        edge e sits at e·stride_rot_edge + off)."""
+        cc = tl.arange(0, BLOCK_CHANNELS)
+        cmask = cc < n_channels
+        jj = tl.arange(0, DOT_COLS)
+        col = tl.load(col_table_ptr + block * COL_LANES + jj, mask=jj < COL_LANES, other=-1)
         jm = col >= 0
-        sl = tl.arange(0, BE * SP) % SP
-        rows = tl.load(row_t + b * SP + sl)
+        sl = tl.arange(0, BLOCK_EDGES * SLOT_LANES) % SLOT_LANES
+        rows = tl.load(row_table_ptr + block * SLOT_LANES + sl)
         sv = rows >= 0
         rs = tl.maximum(rows, 0).to(tl.int64)
         rowm = sv[:, None] & cmask[None, :]
         m2 = sv[:, None] & jm[None, :]
-        ia, ib = entry_index(ea_t, eb_t, (b * SP + sl)[:, None] * JP + jj[None, :], m2, LAYOUT)
-        return cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, ia * sra + ib * srb
+        tix = (block * SLOT_LANES + sl)[:, None] * COL_LANES + jj[None, :]
+        ia, ib = entry_index(entry_a_ptr, entry_b_ptr, tix, m2, LAYOUT)
+        return cc, cmask, col, jm, sl, rs, rowm, m2, ia, ib, ia * stride_rot_a + ib * stride_rot_b
 
     @triton.jit
     def div_ieee(a, b):
@@ -346,12 +384,22 @@ if TRITON_AVAILABLE:
         return r
 
     @triton.jit
-    def load_tile(ptr, row0, rows, cols, ld, RP: tl.constexpr, CP: tl.constexpr):
-        """Rows [row0, row0 + rows) × cols of a row-major matrix (leading dimension ld),
-        zero-padded to (RP, CP): a weight tile of the register-resident MLP ops."""
-        r, c = tl.arange(0, RP), tl.arange(0, CP)
-        m = (r < rows)[:, None] & (c < cols)[None, :]
-        return tl.load(ptr + (row0 + r)[:, None] * ld + c[None, :], mask=m, other=0.0)
+    def load_tile(
+        matrix_ptr,
+        first_row,
+        n_rows,
+        n_cols,
+        stride_row,
+        BLOCK_ROWS: tl.constexpr,
+        BLOCK_COLS: tl.constexpr,
+    ):
+        """Rows [first_row, first_row + n_rows) × n_cols of a row-major matrix, zero-padded to
+        (BLOCK_ROWS, BLOCK_COLS): a weight tile of the register-resident MLP ops."""
+        r, c = tl.arange(0, BLOCK_ROWS), tl.arange(0, BLOCK_COLS)
+        m = (r < n_rows)[:, None] & (c < n_cols)[None, :]
+        return tl.load(
+            matrix_ptr + (first_row + r)[:, None] * stride_row + c[None, :], mask=m, other=0.0
+        )
 
     @triton.jit
     def silu_grad(h):
@@ -367,12 +415,3 @@ if TRITON_AVAILABLE:
         else:
             r = tl.sqrt(a)
         return r
-
-
-def kernel_choice(kernels: dict, pas: str, allowed: tuple[str, ...], op: str) -> str:
-    """The kernels an op's ``KERNELS`` switch names for pass "fwd" or "bwd" (ValueError unless
-    one of ``allowed``)."""
-    name = kernels[pas]
-    if name not in allowed:
-        raise ValueError(f"{op}.KERNELS[{pas!r}] must be one of {allowed}, got {name!r}")
-    return name

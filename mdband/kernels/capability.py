@@ -13,7 +13,6 @@ dividing channels) is replaced by the model's dense fallback and its spec accept
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -25,8 +24,8 @@ from mdband.kernels import rotate_mix as _rotate_mix
 from mdband.kernels import zonal as _zonal
 from mdband.so3.storage import RotationLayout
 
-#: environment override of the requested layout (auto | dense)
-ENV_VAR = "MDBAND_ROTATION_LAYOUT"
+#: the layouts a model may request (``EngineSettings.rotation_layout``, which also reads
+#: ``MDBAND_ROTATION_LAYOUT``: settings.py owns the environment)
 REQUESTS = ("auto", "dense", "band")
 
 BOTH = frozenset({RotationLayout.DENSE, RotationLayout.BAND})
@@ -109,28 +108,15 @@ def spec_for_force_assembly(device, dtype, *, name: str = "force_assembly") -> C
     return _spec(name, _force_assembly.backend(device, dtype))
 
 
-def requested_layout(explicit: str | None = None) -> str:
-    """The requested layout: ``explicit`` if given, else ``$MDBAND_ROTATION_LAYOUT``, else auto.
+def requested_layout(requested: str) -> str:
+    """The requested layout, normalised: "auto", "dense" or "band" (ValueError otherwise).
 
-    ``explicit`` may be "auto", "dense" or "band"; the environment variable "auto" or "dense".
-    Invalid values raise ValueError.
+    The request comes from ``EngineSettings.rotation_layout`` (the setting, or its environment
+    override parsed by :mod:`mdband.settings`); this gate reads no environment.
     """
-    if explicit is not None:
-        value = str(explicit).strip().lower()
-        if value not in REQUESTS:
-            raise ValueError(
-                f"rotation layout must be one of {', '.join(REQUESTS)}; got {explicit!r}"
-            )
-        return value
-    env = os.environ.get(ENV_VAR)
-    if env is None or not env.strip():
-        return "auto"
-    value = env.strip().lower()
-    if value not in ("auto", "dense"):
-        raise ValueError(
-            f"{ENV_VAR}={env!r} is not valid: use 'auto' (band whenever every consumer accepts "
-            "it) or 'dense'"
-        )
+    value = str(requested).strip().lower()
+    if value not in REQUESTS:
+        raise ValueError(f"rotation layout must be one of {', '.join(REQUESTS)}; got {requested!r}")
     return value
 
 

@@ -19,8 +19,9 @@ Order: by i, then stencil slot k, then bin order — the order of the torch path
 
 Two passes share the candidate code (:func:`_atom_slots`, :func:`_tile`): ``count`` writes
 each atom's number of pairs, a cumulative sum gives the rows, one host synchronisation reads the
-total, ``fill`` writes the pairs. A program holds its atom's KP stencil slots (K padded to a
-power of two) and walks them as (KP, BW) tiles, candidates w0 .. w0 + BW − 1 of every slot's bin
+total, ``fill`` writes the pairs. A program holds its atom's BLOCK_SLOTS stencil slots (K padded
+to a power of two) and walks them as (BLOCK_SLOTS, BW) tiles (BW = BLOCK_CANDIDATES, the tuning
+table's ``cell_pairs.width``), candidates w0 .. w0 + BW − 1 of every slot's bin
 (a bin holds ≈ 5 atoms at 2 bins per cutoff in condensed matter; fuller bins take more steps);
 ``fill`` counts each slot's pairs first so that rows follow slot order. No (N, K) or
 per-candidate tensor exists in memory: the torch path needs about 25 kernels and
@@ -37,47 +38,58 @@ from __future__ import annotations
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
-#: candidates per stencil slot and loop step, and warps per program (one program per atom)
-LAUNCH = {"BW": 8, "warps": 4}
 #: largest stencil the kernels take (thin cells can need more bins: the torch path then)
 MAX_STENCIL = 1024
-#: "auto": the kernels wherever Triton runs (CUDA, or the interpreter when forced); "torch":
-#: always the torch path (read per call)
-KERNELS = {"fwd": "auto"}
 
 if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _atom_slots(i, bin_ptr, off_ptr, start_ptr, count_ptr, basis_ptr, K, nx, ny, nz,
-                    KP: tl.constexpr, PX: tl.constexpr, PY: tl.constexpr,
-                    PZ: tl.constexpr):  # fmt: skip
-        """Atom i's stencil slots (KP,): candidates per slot, the slot's first index into
-        ``order``, its image (ix, iy, iz) and image vector (vx, vy, vz) = img @ basis; periodic
-        rows wrap (the image counts the wraps), open rows clip (no candidates)."""
-        kk = tl.arange(0, KP)
-        valid = kk < K
-        cx = tl.load(bin_ptr + 3 * i) + tl.load(off_ptr + 3 * kk, mask=valid, other=0)
-        cy = tl.load(bin_ptr + 3 * i + 1) + tl.load(off_ptr + 3 * kk + 1, mask=valid, other=0)
-        cz = tl.load(bin_ptr + 3 * i + 2) + tl.load(off_ptr + 3 * kk + 2, mask=valid, other=0)
+    def _atom_slots(
+        atom,
+        bins_ptr,
+        offsets_ptr,
+        starts_ptr,
+        counts_ptr,
+        basis_ptr,
+        n_stencil,
+        bins_x,
+        bins_y,
+        bins_z,
+        BLOCK_SLOTS: tl.constexpr,
+        PERIODIC_X: tl.constexpr,
+        PERIODIC_Y: tl.constexpr,
+        PERIODIC_Z: tl.constexpr,
+    ):
+        """The atom's stencil slots (BLOCK_SLOTS,): candidates per slot, the slot's first index
+        into ``order``, its image (ix, iy, iz) and image vector (vx, vy, vz) = img @ basis;
+        periodic rows wrap (the image counts the wraps), open rows clip (no candidates)."""
+        i = atom
+        nx, ny, nz = bins_x, bins_y, bins_z
+        kk = tl.arange(0, BLOCK_SLOTS)
+        valid = kk < n_stencil
+        cx = tl.load(bins_ptr + 3 * i) + tl.load(offsets_ptr + 3 * kk, mask=valid, other=0)
+        cy = tl.load(bins_ptr + 3 * i + 1) + tl.load(offsets_ptr + 3 * kk + 1, mask=valid, other=0)
+        cz = tl.load(bins_ptr + 3 * i + 2) + tl.load(offsets_ptr + 3 * kk + 2, mask=valid, other=0)
         # floor division of small integers, exact in float64 (C-style // truncates)
         ix = tl.floor(cx.to(tl.float64) / nx).to(tl.int64)
         iy = tl.floor(cy.to(tl.float64) / ny).to(tl.int64)
         iz = tl.floor(cz.to(tl.float64) / nz).to(tl.int64)
-        if not PX:
+        if not PERIODIC_X:
             valid = valid & (ix == 0)
             ix = ix * 0
-        if not PY:
+        if not PERIODIC_Y:
             valid = valid & (iy == 0)
             iy = iy * 0
-        if not PZ:
+        if not PERIODIC_Z:
             valid = valid & (iz == 0)
             iz = iz * 0
         nb = ((cx - ix * nx) * ny + (cy - iy * ny)) * nz + (cz - iz * nz)  # bin id, z fastest
         nb = tl.where(valid, nb, 0)
-        cnt = tl.where(valid, tl.load(count_ptr + nb, mask=valid, other=0), 0)
-        first = tl.load(start_ptr + nb, mask=valid, other=0)
+        cnt = tl.where(valid, tl.load(counts_ptr + nb, mask=valid, other=0), 0)
+        first = tl.load(starts_ptr + nb, mask=valid, other=0)
         fx, fy, fz = ix.to(tl.float64), iy.to(tl.float64), iz.to(tl.float64)
         vx = fx * tl.load(basis_ptr) + fy * tl.load(basis_ptr + 3) + fz * tl.load(basis_ptr + 6)
         vy = fx * tl.load(basis_ptr + 1) + fy * tl.load(basis_ptr + 4) + fz * tl.load(basis_ptr + 7)
@@ -85,45 +97,118 @@ if cm.TRITON_AVAILABLE:
         return cnt, first, ix, iy, iz, vx, vy, vz
 
     @triton.jit
-    def _tile(i, w0, cnt, first, vx, vy, vz, pos_ptr, order_ptr, rc2, r2_min,
-              BW: tl.constexpr):  # fmt: skip
-        """The (KP, BW) tile of candidates w0 .. w0 + BW − 1 of every slot of atom i: the
-        neighbour j and keep (|v|² in (r2_min, rc2), v = pos[j] − pos[i] + the slot's image
-        vector)."""
-        ww = w0 + tl.arange(0, BW)
+    def _tile(
+        atom,
+        w0,
+        cnt,
+        first,
+        image,
+        positions_ptr,
+        order_ptr,
+        cutoff_sq,
+        min_dist_sq,
+        BLOCK_CANDIDATES: tl.constexpr,
+    ):
+        """The (BLOCK_SLOTS, BLOCK_CANDIDATES) tile of candidates w0 .. w0 + BW − 1 of every
+        slot of the atom: the neighbour j and keep (|v|² in (min_dist_sq, cutoff_sq), v = pos[j]
+        − pos[atom] + the slot's image vector ``image`` = (vx, vy, vz))."""
+        i = atom
+        vx, vy, vz = image
+        ww = w0 + tl.arange(0, BLOCK_CANDIDATES)
         m = ww[None, :] < cnt[:, None]
         j = tl.load(order_ptr + first[:, None] + ww[None, :], mask=m, other=0)
+        pos_ptr = positions_ptr
         dx = tl.load(pos_ptr + 3 * j, mask=m, other=0.0) - tl.load(pos_ptr + 3 * i) + vx[:, None]
         dy = tl.load(pos_ptr + 3 * j + 1, mask=m, other=0.0) - tl.load(pos_ptr + 3 * i + 1)
         dz = tl.load(pos_ptr + 3 * j + 2, mask=m, other=0.0) - tl.load(pos_ptr + 3 * i + 2)
         dy = dy + vy[:, None]
         dz = dz + vz[:, None]
         d2 = dx * dx + dy * dy + dz * dz
-        return j, m & (d2 < rc2) & (d2 > r2_min)
+        return j, m & (d2 < cutoff_sq) & (d2 > min_dist_sq)
 
     @triton.jit
-    def _pairs_kernel(pos_ptr, bin_ptr, order_ptr, start_ptr, count_ptr, off_ptr, basis_ptr,
-                      row_ptr, n_ptr, src_ptr, dst_ptr, shift_ptr,
-                      K, nx, ny, nz, rc2, r2_min,
-                      FILL: tl.constexpr, KP: tl.constexpr, BW: tl.constexpr,
-                      PX: tl.constexpr, PY: tl.constexpr, PZ: tl.constexpr):  # fmt: skip
-        """FILL = 0: n[i] = atom i's pairs. FILL = 1: its pairs at rows row[i]... of src,
-        dst, shift (row = exclusive cumulative sum of n), slot by slot in bin order."""
+    def cell_pairs_kernel(
+        # pointers: the wrapped positions and the bins (module docstring), outputs
+        positions_ptr,
+        bins_ptr,
+        order_ptr,
+        starts_ptr,
+        counts_ptr,
+        offsets_ptr,
+        basis_ptr,
+        first_row_ptr,
+        n_pairs_ptr,
+        src_ptr,
+        dst_ptr,
+        shift_ptr,
+        # sizes and the cutoff
+        n_stencil,
+        bins_x,
+        bins_y,
+        bins_z,
+        cutoff_sq,
+        min_dist_sq,
+        # meta-parameters
+        FILL: tl.constexpr,
+        BLOCK_SLOTS: tl.constexpr,
+        BLOCK_CANDIDATES: tl.constexpr,
+        PERIODIC_X: tl.constexpr,
+        PERIODIC_Y: tl.constexpr,
+        PERIODIC_Z: tl.constexpr,
+    ):
+        """FILL = 0: n_pairs[i] = atom i's pairs. FILL = 1: its pairs at rows first_row[i]...
+        of src, dst, shift (first_row = exclusive cumulative sum of n_pairs), slot by slot in
+        bin order."""
         i = tl.program_id(0).to(tl.int64)
         cnt, first, ix, iy, iz, vx, vy, vz = _atom_slots(
-            i, bin_ptr, off_ptr, start_ptr, count_ptr, basis_ptr, K, nx, ny, nz, KP, PX, PY,
-            PZ)  # fmt: skip
+            i,
+            bins_ptr,
+            offsets_ptr,
+            starts_ptr,
+            counts_ptr,
+            basis_ptr,
+            n_stencil,
+            bins_x,
+            bins_y,
+            bins_z,
+            BLOCK_SLOTS,
+            PERIODIC_X,
+            PERIODIC_Y,
+            PERIODIC_Z,
+        )
+        image = (vx, vy, vz)
         widest = tl.max(cnt, 0)
         per_slot = cnt * 0  # pairs per slot
-        for w0 in range(0, widest, BW):
-            _, keep = _tile(i, w0, cnt, first, vx, vy, vz, pos_ptr, order_ptr, rc2, r2_min, BW)
+        for w0 in range(0, widest, BLOCK_CANDIDATES):
+            _, keep = _tile(
+                i,
+                w0,
+                cnt,
+                first,
+                image,
+                positions_ptr,
+                order_ptr,
+                cutoff_sq,
+                min_dist_sq,
+                BLOCK_CANDIDATES,
+            )
             per_slot += tl.sum(keep.to(tl.int64), 1)
         if FILL:
             # each slot's rows start after the pairs of the slots before it
-            at0 = tl.load(row_ptr + i) + tl.cumsum(per_slot, 0) - per_slot
-            for w0 in range(0, widest, BW):
-                j, keep = _tile(i, w0, cnt, first, vx, vy, vz, pos_ptr, order_ptr, rc2, r2_min,
-                                BW)  # fmt: skip
+            at0 = tl.load(first_row_ptr + i) + tl.cumsum(per_slot, 0) - per_slot
+            for w0 in range(0, widest, BLOCK_CANDIDATES):
+                j, keep = _tile(
+                    i,
+                    w0,
+                    cnt,
+                    first,
+                    image,
+                    positions_ptr,
+                    order_ptr,
+                    cutoff_sq,
+                    min_dist_sq,
+                    BLOCK_CANDIDATES,
+                )
                 kept = keep.to(tl.int64)
                 at = at0[:, None] + tl.cumsum(kept, 1) - kept
                 tl.store(src_ptr + at, j, mask=keep)
@@ -133,20 +218,31 @@ if cm.TRITON_AVAILABLE:
                 tl.store(shift_ptr + 3 * at + 2, iz[:, None] + j * 0, mask=keep)
                 at0 += tl.sum(kept, 1)
         else:
-            tl.store(n_ptr + i, tl.sum(per_slot, 0))
+            tl.store(n_pairs_ptr + i, tl.sum(per_slot, 0))
 
 
 def applies(device, n_stencil: int) -> bool:
-    """Whether :func:`cell_pairs` runs for this device and stencil size (``KERNELS`` switch,
-    Triton on CUDA or a forced interpreter, stencil ≤ :data:`MAX_STENCIL`)."""
-    choice = cm.kernel_choice(KERNELS, "fwd", ("auto", "torch"), "cell_pairs")
-    if choice == "torch" or n_stencil > MAX_STENCIL:
+    """Whether :func:`cell_pairs` runs for this device and stencil size (the tuning table's
+    ``cell_pairs.kernels``, Triton on CUDA or a forced interpreter, stencil ≤
+    :data:`MAX_STENCIL`)."""
+    if tuning.current().cell_pairs.kernels == "torch" or n_stencil > MAX_STENCIL:
         return False
     return cm.select_backend(device, torch.float64) == "triton"
 
 
-def cell_pairs(wrapped, bins, order, starts, counts, offsets, n_bins, periodic, basis,
-               rc2: float, r2_min: float):  # fmt: skip
+def cell_pairs(
+    wrapped,
+    bins,
+    order,
+    starts,
+    counts,
+    offsets,
+    n_bins,
+    periodic,
+    basis,
+    rc2: float,
+    r2_min: float,
+):
     """``(src, dst, shift)`` of the module docstring: the kernels' two passes (one host
     synchronisation: the number of pairs). ``n_bins``: 3 ints (bin id = (bx·ny + by)·nz + bz);
     ``periodic``: 3 bools; tensors as in the module docstring, on one device."""
@@ -154,22 +250,38 @@ def cell_pairs(wrapped, bins, order, starts, counts, offsets, n_bins, periodic, 
     n = int(wrapped.shape[0])
     i64 = dict(dtype=torch.int64, device=dev)
     K = int(offsets.shape[0])
-    args = (wrapped.contiguous(), bins.contiguous(), order.contiguous(), starts.contiguous(),
-            counts.contiguous(), offsets.contiguous(), basis.contiguous())  # fmt: skip
+    args = (
+        wrapped.contiguous(),
+        bins.contiguous(),
+        order.contiguous(),
+        starts.contiguous(),
+        counts.contiguous(),
+        offsets.contiguous(),
+        basis.contiguous(),
+    )
     scalars = (K, *(int(v) for v in n_bins), float(rc2), float(r2_min))
-    meta = dict(KP=cm.next_pow2(max(K, 2)), BW=LAUNCH["BW"], PX=bool(periodic[0]),
-                PY=bool(periodic[1]), PZ=bool(periodic[2]), num_warps=LAUNCH["warps"])  # fmt: skip
+    launch = tuning.current().cell_pairs
+    meta = dict(
+        BLOCK_SLOTS=cm.next_pow2(max(K, 2)),
+        BLOCK_CANDIDATES=launch.width,
+        PERIODIC_X=bool(periodic[0]),
+        PERIODIC_Y=bool(periodic[1]),
+        PERIODIC_Z=bool(periodic[2]),
+        num_warps=launch.warps,
+    )
     per_atom = torch.empty(n, **i64)
     dummy = per_atom[:0]
     # not inside a triton_op: launched directly
-    _pairs_kernel[(n,)](*args, dummy, per_atom, dummy, dummy, dummy, *scalars, FILL=False, **meta)
+    cell_pairs_kernel[(n,)](
+        *args, dummy, per_atom, dummy, dummy, dummy, *scalars, FILL=False, **meta
+    )
     rows = torch.cumsum(per_atom, 0)
     total = int(rows[-1]) if n else 0  # the one synchronisation
     src, dst = torch.empty(total, **i64), torch.empty(total, **i64)
     shift = torch.empty(total, 3, **i64)
     if total:
         start_rows = rows - per_atom
-        _pairs_kernel[(n,)](
+        cell_pairs_kernel[(n,)](
             *args, start_rows, per_atom, src, dst, shift, *scalars, FILL=True, **meta
         )
     return src, dst, shift

@@ -17,8 +17,8 @@ the gathers in the backward; the kernels read the node rows in place. One kernel
 backward sums (the "other" operand, its row index and the CSR swap). Accumulation in the input
 dtype, lanes summed by ``tl.sum`` (fp32: within a few ulps of the torch path, whose summation
 order differs). Bytes per edge: forward 2·H·d·s read (gathered, mostly from L2) + H·s written;
-each backward sum H·s + H·d·s read + 8 (perm) + 8 (index); s = 4 (fp32) or 8. At DPA4-Mini's
-647,154 edges (H = 1, d = 32) the torch path moves ≈ 0.5 GB per block, the kernels ≈ 0.25 GB.
+each backward sum H·s + H·d·s read + 8 (perm) + 8 (index); s = 4 (fp32) or 8: about half the
+torch path's. Launch: the tuning table's ``edge_dot`` record.
 Not differentiable twice: training (double backward) keeps the torch path
 (:func:`mdband.model.conv.edge_dot` decides).
 """
@@ -28,11 +28,10 @@ from __future__ import annotations
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
 OP = "mdband::edge_dot"
 OP_BWD = "mdband::edge_dot_bwd"
-#: edges per program (forward) and per loop step of a node's segment (backward)
-BLOCK_EDGES = 64
 
 
 # ---------------------------------------------------------------------------- references
@@ -58,45 +57,74 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _rows(ptr, idx, h, jj, jm, em, H: tl.constexpr, D: tl.constexpr):
-        """(BE, BD) block of rows ``idx`` (BE,) of a contiguous (·, H, D) tensor at head h."""
-        return tl.load(ptr + (idx * (H * D) + h * D)[:, None] + jj[None, :],
-                       mask=em[:, None] & jm[None, :], other=0.0)  # fmt: skip
+    def _rows(
+        rows_ptr,
+        rows,
+        head,
+        lanes,
+        lane_mask,
+        edge_mask,
+        N_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+    ):
+        """(BE, BD) block of rows ``rows`` (BE,) of a contiguous (·, H, d) tensor at ``head``."""
+        return tl.load(
+            rows_ptr + (rows * (N_HEADS * HEAD_DIM) + head * HEAD_DIM)[:, None] + lanes[None, :],
+            mask=edge_mask[:, None] & lane_mask[None, :],
+            other=0.0,
+        )
 
     @triton.jit
-    def _edge_dot_kernel(
-        q_ptr, k_ptr, dst_ptr, src_ptr, out_ptr, E,
-        H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """out[e, h] for the BE edges of program_id(0), every head."""
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = e < E
-        jj = tl.arange(0, BD)
-        jm = jj < D
+    def edge_dot_kernel(
+        q_ptr,
+        k_ptr,
+        dst_ptr,
+        src_ptr,
+        out_ptr,
+        n_edges,
+        N_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_DIM: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+    ):
+        """out[e, h] for the BLOCK_EDGES edges of program_id(0), every head."""
+        e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
+        em = e < n_edges
+        jj = tl.arange(0, BLOCK_DIM)
+        jm = jj < HEAD_DIM
         di = tl.load(dst_ptr + e, mask=em, other=0).to(tl.int64)
         si = tl.load(src_ptr + e, mask=em, other=0).to(tl.int64)
-        for h in range(H):
-            qv = _rows(q_ptr, di, h, jj, jm, em, H, D)
-            kv = _rows(k_ptr, si, h, jj, jm, em, H, D)
-            tl.store(out_ptr + e * H + h, tl.sum(qv * kv, axis=1), mask=em)
+        for h in range(N_HEADS):
+            qv = _rows(q_ptr, di, h, jj, jm, em, N_HEADS, HEAD_DIM)
+            kv = _rows(k_ptr, si, h, jj, jm, em, N_HEADS, HEAD_DIM)
+            tl.store(out_ptr + e * N_HEADS + h, tl.sum(qv * kv, axis=1), mask=em)
 
     @triton.jit
-    def _segment_dot_kernel(
-        g_ptr, o_ptr, oidx_ptr, perm_ptr, ptr_ptr, out_ptr,
-        H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """out[n, h, :] = Σ_{e in segment n} g[e, h] · o[oidx[e], h, :] (segment order)."""
-        n, beg, end, jj, jm = cm.node_segment(ptr_ptr, D, BD)
-        for h in range(H):
-            acc = tl.zeros((BE, BD), g_ptr.dtype.element_ty)
-            for i0 in range(beg, end, BE):
-                i = i0 + tl.arange(0, BE)
+    def edge_dot_segment_kernel(
+        g_ptr,
+        other_ptr,
+        other_index_ptr,
+        perm_ptr,
+        offsets_ptr,
+        out_ptr,
+        N_HEADS: tl.constexpr,
+        HEAD_DIM: tl.constexpr,
+        BLOCK_DIM: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+    ):
+        """out[n, h, :] = Σ_{e in segment n} g[e, h] · other[other_index[e], h, :] (segment
+        order)."""
+        n, beg, end, jj, jm = cm.node_segment(offsets_ptr, HEAD_DIM, BLOCK_DIM)
+        for h in range(N_HEADS):
+            acc = tl.zeros((BLOCK_EDGES, BLOCK_DIM), g_ptr.dtype.element_ty)
+            for i0 in range(beg, end, BLOCK_EDGES):
+                i = i0 + tl.arange(0, BLOCK_EDGES)
                 im = i < end
                 e = tl.load(perm_ptr + i, mask=im, other=0).to(tl.int64)
-                oi = tl.load(oidx_ptr + e, mask=im, other=0).to(tl.int64)
-                gv = tl.load(g_ptr + e * H + h, mask=im, other=0.0)
-                acc += gv[:, None] * _rows(o_ptr, oi, h, jj, jm, im, H, D)
-            tl.store(out_ptr + (n * H + h) * D + jj, tl.sum(acc, axis=0), mask=jm)
+                oi = tl.load(other_index_ptr + e, mask=im, other=0).to(tl.int64)
+                gv = tl.load(g_ptr + e * N_HEADS + h, mask=im, other=0.0)
+                acc += gv[:, None] * _rows(other_ptr, oi, h, jj, jm, im, N_HEADS, HEAD_DIM)
+            tl.store(out_ptr + (n * N_HEADS + h) * HEAD_DIM + jj, tl.sum(acc, axis=0), mask=jm)
 
 
 # ---------------------------------------------------------------------------- dispatch
@@ -122,9 +150,10 @@ def _edge_dot_op(
     E, H, D = dst.shape[0], q.shape[1], q.shape[2]
     out = q.new_empty(E, H)
     if not cm.has_no_items(E):
-        grid = (triton.cdiv(E, BLOCK_EDGES),)
-        cm.wrap(_edge_dot_kernel)[grid](q, k, dst, src, out, E, H=H, D=D, BD=cm.dot_width(D),
-                                        BE=BLOCK_EDGES)  # fmt: skip
+        be = tuning.current().edge_dot.fwd_edges
+        cm.wrap(edge_dot_kernel)[(triton.cdiv(E, be),)](
+            q, k, dst, src, out, E, N_HEADS=H, HEAD_DIM=D, BLOCK_DIM=cm.dot_width(D), BLOCK_EDGES=be
+        )
     return out
 
 
@@ -149,11 +178,12 @@ def _edge_dot_bwd_op(
         return edge_dot_bwd_reference(g, q, k, dst, src, dperm, dptr, sperm, sptr)
     H, D = q.shape[1], q.shape[2]
     gq, gk = torch.empty_like(q), torch.empty_like(k)
-    kw = dict(H=H, D=D, BD=cm.dot_width(D), BE=BLOCK_EDGES)
+    be = tuning.current().edge_dot.bwd_edges
+    kw = dict(N_HEADS=H, HEAD_DIM=D, BLOCK_DIM=cm.dot_width(D), BLOCK_EDGES=be)
     for out, other, oidx, perm, ptr in ((gq, k, src, dperm, dptr), (gk, q, dst, sperm, sptr)):
         n = out.shape[0]
         if not cm.has_no_items(n):
-            cm.wrap(_segment_dot_kernel)[(n,)](g, other, oidx, perm, ptr, out, **kw)
+            cm.wrap(edge_dot_segment_kernel)[(n,)](g, other, oidx, perm, ptr, out, **kw)
     return gq, gk
 
 
@@ -168,8 +198,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, g):
     q, k, dst, src, dperm, dptr, sperm, sptr = ctx.saved_tensors
-    gq, gk = torch.ops.mdband.edge_dot_bwd(g.contiguous(), q, k, dst, src, dperm, dptr, sperm,
-                                           sptr)  # fmt: skip
+    gq, gk = torch.ops.mdband.edge_dot_bwd(g.contiguous(), q, k, dst, src, dperm, dptr, sperm, sptr)
     return gq, gk, None, None, None, None, None, None
 
 

@@ -37,31 +37,44 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _force_kernel(
-        g_ptr, v_ptr, dperm_ptr, dptr_ptr, sperm_ptr, sptr_ptr, f_ptr, w_ptr,
-        sg0, sg1, sv0, sv1,
-    ):  # fmt: skip
+    def force_assembly_kernel(
+        g_ptr,
+        edge_vec_ptr,
+        dst_perm_ptr,
+        dst_offsets_ptr,
+        src_perm_ptr,
+        src_offsets_ptr,
+        forces_ptr,
+        virial_ptr,
+        stride_g_edge,
+        stride_g_comp,
+        stride_vec_edge,
+        stride_vec_comp,
+    ):
         n = tl.program_id(0).to(tl.int64)
         kk = tl.arange(0, 4)
         km = kk < 3
         wm = km[:, None] & km[None, :]
         f = tl.full((4,), 0.0, tl.float64)
         w = tl.full((4, 4), 0.0, tl.float64)
-        beg = tl.load(dptr_ptr + n).to(tl.int64)
-        end = tl.load(dptr_ptr + n + 1).to(tl.int64)
+        beg = tl.load(dst_offsets_ptr + n).to(tl.int64)
+        end = tl.load(dst_offsets_ptr + n + 1).to(tl.int64)
         for i in range(beg, end):
-            e = tl.load(dperm_ptr + i).to(tl.int64)
-            gv = tl.load(g_ptr + e * sg0 + kk * sg1, mask=km, other=0.0).to(tl.float64)
-            vv = tl.load(v_ptr + e * sv0 + kk * sv1, mask=km, other=0.0).to(tl.float64)
+            e = tl.load(dst_perm_ptr + i).to(tl.int64)
+            g_at = g_ptr + e * stride_g_edge + kk * stride_g_comp
+            v_at = edge_vec_ptr + e * stride_vec_edge + kk * stride_vec_comp
+            gv = tl.load(g_at, mask=km, other=0.0).to(tl.float64)
+            vv = tl.load(v_at, mask=km, other=0.0).to(tl.float64)
             f += gv
             w -= gv[:, None] * vv[None, :]
-        beg = tl.load(sptr_ptr + n).to(tl.int64)
-        end = tl.load(sptr_ptr + n + 1).to(tl.int64)
+        beg = tl.load(src_offsets_ptr + n).to(tl.int64)
+        end = tl.load(src_offsets_ptr + n + 1).to(tl.int64)
         for i in range(beg, end):
-            e = tl.load(sperm_ptr + i).to(tl.int64)
-            f -= tl.load(g_ptr + e * sg0 + kk * sg1, mask=km, other=0.0).to(tl.float64)
-        tl.store(f_ptr + n * 3 + kk, f, mask=km)
-        tl.store(w_ptr + n * 9 + kk[:, None] * 3 + kk[None, :], w, mask=wm)
+            e = tl.load(src_perm_ptr + i).to(tl.int64)
+            g_at = g_ptr + e * stride_g_edge + kk * stride_g_comp
+            f -= tl.load(g_at, mask=km, other=0.0).to(tl.float64)
+        tl.store(forces_ptr + n * 3 + kk, f, mask=km)
+        tl.store(virial_ptr + n * 9 + kk[:, None] * 3 + kk[None, :], w, mask=wm)
 
 
 def backend(device, dtype) -> tuple[str, str]:
@@ -87,10 +100,18 @@ def _force_op(
     f = torch.empty(N, 3, dtype=torch.float64, device=g.device)
     wp = torch.empty(N, 9, dtype=torch.float64, device=g.device)
     if not cm.has_no_items(N):
-        cm.wrap(_force_kernel)[(N,)](
-            g, edge_vec, dst_perm, dst_ptr, src_perm, src_ptr, f, wp,
-            *g.stride(), *edge_vec.stride(),
-        )  # fmt: skip
+        cm.wrap(force_assembly_kernel)[(N,)](
+            g,
+            edge_vec,
+            dst_perm,
+            dst_ptr,
+            src_perm,
+            src_ptr,
+            f,
+            wp,
+            *g.stride(),
+            *edge_vec.stride(),
+        )
     return f, wp.sum(0).view(3, 3)
 
 

@@ -9,8 +9,8 @@ J = D·K, G grid points, J' = D'·K output rows, D' ≤ D)::
     right   (M, D, K·C)  with unit channel stride
     out     (M, D', K·C) out[m] = B·((T·left[m]) ⊙ (T·right[m])), contiguous
 
-The torch path materialises both (M, G, C) grids and their product (≈ 0.18 GB each at 4,096
-nodes of DPA4-Mini, G = 112, C = 96) and runs three FFMA GEMMs; here one program holds one node's
+The torch path materialises both (M, G, C) grids and their product (M·G·C elements each) and
+runs three FFMA GEMMs; here one program holds one node's
 (G, BC) grid tiles in registers, so per node and channel block it reads left, right and the
 constant T, B (from L2) and writes out: (2J + J')·C·s bytes per node (s = 4 or 8).
 
@@ -23,7 +23,8 @@ Accuracy: float32 dots with three TF32 products each (``tf32x3``, relative error
 elsewhere and when asked (``exact``: the model's ``stack_precision = "ieee"``); float64 exact
 FMAs. The sums run over J (≤ 48) and G (≤ 200) terms in another order
 than cuBLAS: fp32 rounding-level differences. Differentiable once (force evaluation); training
-keeps the torch path (the ``kernels = "torch"`` setting).
+keeps the torch path (the ``kernels = "torch"`` setting). Launches (channels per program and
+warps, per pass and channel count): the tuning table's ``grid_product`` record.
 """
 
 from __future__ import annotations
@@ -32,23 +33,10 @@ import torch
 from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
 OP = "mdband::grid_product"
 OP_BWD = "mdband::grid_product_bwd"
-#: launch of each pass: channels per program (one node, one channel block of BC) and warps
-LAUNCH = {"fwd": {"BC": 32, "warps": 4}, "bwd": {"BC": 32, "warps": 4}}
-#: per channel count C (per frame), launches that beat LAUNCH in ``benchmarks/grid_sweep.py``
-#: on an H200 (4,096 nodes, forward + backward ms; 2026-12-02); C = 192 (Mini's readout, the
-#: default's S2 FFN) keeps LAUNCH
-SHAPE_LAUNCH = {
-    96: {"fwd": {"BC": 32, "warps": 2}, "bwd": {"BC": 16, "warps": 2}},  # Mini FFN 0.85 → 0.76
-    32: {"fwd": {"BC": 32, "warps": 2}, "bwd": {"BC": 32, "warps": 8}},  # message 0.78 → ≈0.38
-}
-
-
-def launch_of(pass_: str, channels: int) -> dict:
-    """The launch ({BC, warps}) of pass ``"fwd"`` or ``"bwd"`` for C = ``channels``."""
-    return SHAPE_LAUNCH.get(channels, LAUNCH)[pass_]
 
 
 def grid_product_reference(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
@@ -74,84 +62,193 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _dot(a, b, PREC: tl.constexpr):
-        if PREC == 1:
+    def _dot(a, b, PRECISION: tl.constexpr):
+        if PRECISION == 1:
             out = tl.dot(a, b, input_precision="tf32x3")
         else:
             out = tl.dot(a, b, input_precision="ieee")
         return out
 
     @triton.jit
-    def _coeff_tile(ptr, m, s0, s1, j, jm, c, cm_, K: tl.constexpr, C: tl.constexpr):
-        """(JP, BC) tile of coefficient rows j (row j = d·K + k) of node m, channels c."""
-        off = m * s0 + (j // K) * s1 + (j % K) * C
-        return tl.load(ptr + off[:, None] + c[None, :], mask=jm[:, None] & cm_[None, :], other=0.0)
+    def _coeff_tile(
+        coeff_ptr,
+        node,
+        stride_node,
+        stride_row,
+        rows,
+        row_mask,
+        chans,
+        chan_mask,
+        FRAMES: tl.constexpr,
+        CHANNELS: tl.constexpr,
+    ):
+        """(JP, BC) tile of coefficient rows ``rows`` (row j = d·K + k) of the node, channels
+        ``chans``."""
+        off = node * stride_node + (rows // FRAMES) * stride_row + (rows % FRAMES) * CHANNELS
+        return tl.load(
+            coeff_ptr + off[:, None] + chans[None, :],
+            mask=row_mask[:, None] & chan_mask[None, :],
+            other=0.0,
+        )
 
     @triton.jit
-    def _grids(t_ptr, l_ptr, r_ptr, m, sl0, sl1, sr0, sr1, c, cmask, G, J,
-               K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
-               PREC: tl.constexpr):  # fmt: skip
-        """T, and the grid values T·left, T·right of node m (GP, BC) (zero past G)."""
-        g = tl.arange(0, GP)
-        j = tl.arange(0, JP)
-        jm = j < J
-        T = tl.load(t_ptr + g[:, None] * J + j[None, :], mask=(g < G)[:, None] & jm[None, :],
-                    other=0.0)  # fmt: skip
-        gl = _dot(T, _coeff_tile(l_ptr, m, sl0, sl1, j, jm, c, cmask, K, C), PREC)
-        gr = _dot(T, _coeff_tile(r_ptr, m, sr0, sr1, j, jm, c, cmask, K, C), PREC)
-        return T, gl, gr
-
-    @triton.jit
-    def _program(t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO,
-                 K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
-                 JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
+    def _program(
+        to_grid_ptr,
+        left_ptr,
+        right_ptr,
+        strides,
+        n_grid,
+        n_rows,
+        n_out_rows,
+        FRAMES: tl.constexpr,
+        CHANNELS: tl.constexpr,
+        BLOCK_GRID: tl.constexpr,
+        BLOCK_ROWS: tl.constexpr,
+        BLOCK_OUT_ROWS: tl.constexpr,
+        BLOCK_CHANNELS: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         """What both passes' programs start from: node m, channel block c (mask), grid points
-        g, output rows jo (mask om), and T with the node's grids T·left, T·right."""
+        g, output rows jo (mask om), and T with the node's grid values T·left, T·right
+        (BLOCK_GRID, BC) (zero past G). ``strides``: left's and right's node and row strides."""
+        sl0, sl1, sr0, sr1 = strides
         m = tl.program_id(0).to(tl.int64)
-        c = tl.program_id(1) * BC + tl.arange(0, BC)
-        cmask = c < C
-        T, gl, gr = _grids(t_ptr, l_ptr, r_ptr, m, sl0, sl1, sr0, sr1, c, cmask, G, J,
-                           K, C, GP, JP, PREC)  # fmt: skip
-        jo = tl.arange(0, JOP)
-        return m, c, cmask, tl.arange(0, GP), jo, jo < JO, T, gl, gr
+        c = tl.program_id(1) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
+        cmask = c < CHANNELS
+        g = tl.arange(0, BLOCK_GRID)
+        j = tl.arange(0, BLOCK_ROWS)
+        jm = j < n_rows
+        T = tl.load(
+            to_grid_ptr + g[:, None] * n_rows + j[None, :],
+            mask=(g < n_grid)[:, None] & jm[None, :],
+            other=0.0,
+        )
+        gl = _dot(
+            T, _coeff_tile(left_ptr, m, sl0, sl1, j, jm, c, cmask, FRAMES, CHANNELS), PRECISION
+        )
+        gr = _dot(
+            T, _coeff_tile(right_ptr, m, sr0, sr1, j, jm, c, cmask, FRAMES, CHANNELS), PRECISION
+        )
+        jo = tl.arange(0, BLOCK_OUT_ROWS)
+        return m, c, cmask, tl.arange(0, BLOCK_GRID), jo, jo < n_out_rows, T, gl, gr
 
     @triton.jit
-    def _grid_fwd_kernel(
-        t_ptr, b_ptr, l_ptr, r_ptr, out_ptr, G, J, JO,
-        sl0, sl1, sr0, sr1,
-        K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
-        JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
+    def grid_product_fwd_kernel(
+        # pointers
+        to_grid_ptr,
+        from_grid_ptr,
+        left_ptr,
+        right_ptr,
+        out_ptr,
+        # sizes
+        n_grid,
+        n_rows,
+        n_out_rows,
+        # strides
+        stride_left_node,
+        stride_left_row,
+        stride_right_node,
+        stride_right_row,
+        # meta-parameters
+        FRAMES: tl.constexpr,
+        CHANNELS: tl.constexpr,
+        BLOCK_GRID: tl.constexpr,
+        BLOCK_ROWS: tl.constexpr,
+        BLOCK_OUT_ROWS: tl.constexpr,
+        BLOCK_CHANNELS: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        strides = (stride_left_node, stride_left_row, stride_right_node, stride_right_row)
         m, c, cmask, g, jo, om, _, gl, gr = _program(
-            t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO, K, C, GP, JP, JOP, BC, PREC
+            to_grid_ptr,
+            left_ptr,
+            right_ptr,
+            strides,
+            n_grid,
+            n_rows,
+            n_out_rows,
+            FRAMES,
+            CHANNELS,
+            BLOCK_GRID,
+            BLOCK_ROWS,
+            BLOCK_OUT_ROWS,
+            BLOCK_CHANNELS,
+            PRECISION,
         )
-        B = tl.load(b_ptr + jo[:, None] * G + g[None, :], mask=om[:, None] & (g < G)[None, :],
-                    other=0.0)  # fmt: skip
-        out = _dot(B, gl * gr, PREC)  # (JOP, BC)
-        tl.store(out_ptr + m * (JO * C) + jo[:, None] * C + c[None, :], out,
-                 mask=om[:, None] & cmask[None, :])  # fmt: skip
+        B = tl.load(
+            from_grid_ptr + jo[:, None] * n_grid + g[None, :],
+            mask=om[:, None] & (g < n_grid)[None, :],
+            other=0.0,
+        )
+        out = _dot(B, gl * gr, PRECISION)  # (BLOCK_OUT_ROWS, BC)
+        tl.store(
+            out_ptr + m * (n_out_rows * CHANNELS) + jo[:, None] * CHANNELS + c[None, :],
+            out,
+            mask=om[:, None] & cmask[None, :],
+        )
 
     @triton.jit
-    def _grid_bwd_kernel(
-        t_ptr, b_ptr, l_ptr, r_ptr, go_ptr, gl_ptr, gr_ptr, G, J, JO,
-        sl0, sl1, sr0, sr1,
-        K: tl.constexpr, C: tl.constexpr, GP: tl.constexpr, JP: tl.constexpr,
-        JOP: tl.constexpr, BC: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
+    def grid_product_bwd_kernel(
+        # pointers
+        to_grid_ptr,
+        from_grid_ptr,
+        left_ptr,
+        right_ptr,
+        gout_ptr,
+        gleft_ptr,
+        gright_ptr,
+        # sizes
+        n_grid,
+        n_rows,
+        n_out_rows,
+        # strides
+        stride_left_node,
+        stride_left_row,
+        stride_right_node,
+        stride_right_row,
+        # meta-parameters
+        FRAMES: tl.constexpr,
+        CHANNELS: tl.constexpr,
+        BLOCK_GRID: tl.constexpr,
+        BLOCK_ROWS: tl.constexpr,
+        BLOCK_OUT_ROWS: tl.constexpr,
+        BLOCK_CHANNELS: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        strides = (stride_left_node, stride_left_row, stride_right_node, stride_right_row)
         m, c, cmask, g, jo, om, T, gl, gr = _program(
-            t_ptr, l_ptr, r_ptr, sl0, sl1, sr0, sr1, G, J, JO, K, C, GP, JP, JOP, BC, PREC
+            to_grid_ptr,
+            left_ptr,
+            right_ptr,
+            strides,
+            n_grid,
+            n_rows,
+            n_out_rows,
+            FRAMES,
+            CHANNELS,
+            BLOCK_GRID,
+            BLOCK_ROWS,
+            BLOCK_OUT_ROWS,
+            BLOCK_CHANNELS,
+            PRECISION,
         )
-        Bt = tl.load(b_ptr + jo[None, :] * G + g[:, None], mask=om[None, :] & (g < G)[:, None],
-                     other=0.0)  # fmt: skip
-        go = tl.load(go_ptr + m * (JO * C) + jo[:, None] * C + c[None, :],
-                     mask=om[:, None] & cmask[None, :], other=0.0)  # fmt: skip
-        gp = _dot(Bt, go, PREC)  # (GP, BC)
-        Tt = tl.trans(T)  # (JP, GP)
-        j = tl.arange(0, JP)
-        mask = (j < J)[:, None] & cmask[None, :]
-        out = m * (J * C) + j[:, None] * C + c[None, :]
-        tl.store(gl_ptr + out, _dot(Tt, gp * gr, PREC), mask=mask)
-        tl.store(gr_ptr + out, _dot(Tt, gp * gl, PREC), mask=mask)
+        Bt = tl.load(
+            from_grid_ptr + jo[None, :] * n_grid + g[:, None],
+            mask=om[None, :] & (g < n_grid)[:, None],
+            other=0.0,
+        )
+        go = tl.load(
+            gout_ptr + m * (n_out_rows * CHANNELS) + jo[:, None] * CHANNELS + c[None, :],
+            mask=om[:, None] & cmask[None, :],
+            other=0.0,
+        )
+        gp = _dot(Bt, go, PRECISION)  # (BLOCK_GRID, BC)
+        Tt = tl.trans(T)  # (BLOCK_ROWS, BLOCK_GRID)
+        j = tl.arange(0, BLOCK_ROWS)
+        mask = (j < n_rows)[:, None] & cmask[None, :]
+        out = m * (n_rows * CHANNELS) + j[:, None] * CHANNELS + c[None, :]
+        tl.store(gleft_ptr + out, _dot(Tt, gp * gr, PRECISION), mask=mask)
+        tl.store(gright_ptr + out, _dot(Tt, gp * gl, PRECISION), mask=mask)
 
 
 def backend(device, dtype) -> tuple[str, str]:
@@ -170,16 +267,27 @@ def _precision(x: Tensor, exact: bool) -> int:
 
 
 def _launch_args(t, b, left, right, k, exact, pass_):
+    """(grid, sizes and strides, meta) of pass ``"fwd"`` or ``"bwd"`` at the tuning table's
+    grid_product launch for C = ``left.shape[2] / k`` channels per frame."""
     M, D, KC = left.shape
     C = KC // k
-    launch = launch_of(pass_, C)
+    launch = tuning.current().grid_product.launch(pass_, C)
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
     p2 = cm.dot_width  # tl.dot tiles: every dimension a power of two, at least 16
-    bc = min(p2(C), max(16, launch["BC"]))
-    meta = dict(K=k, C=C, GP=p2(G), JP=p2(J), JOP=p2(JO), BC=bc, PREC=_precision(left, exact))
+    bc = min(p2(C), max(16, launch.channels))
+    meta = dict(
+        FRAMES=k,
+        CHANNELS=C,
+        BLOCK_GRID=p2(G),
+        BLOCK_ROWS=p2(J),
+        BLOCK_OUT_ROWS=p2(JO),
+        BLOCK_CHANNELS=bc,
+        PRECISION=_precision(left, exact),
+        num_warps=launch.warps,
+    )
     grid = (M, triton.cdiv(C, bc))
     strides = (left.stride(0), left.stride(1), right.stride(0), right.stride(1))
-    return grid, (G, J, JO, *strides), dict(meta, num_warps=launch["warps"])
+    return grid, (G, J, JO, *strides), meta
 
 
 @torch.library.triton_op(OP, mutates_args=())
@@ -189,7 +297,7 @@ def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: b
     if cm.has_no_items(M):
         return out
     grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "fwd")
-    cm.wrap(_grid_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta)
+    cm.wrap(grid_product_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta)
     return out
 
 
@@ -207,7 +315,7 @@ def _grid_bwd_op(
     if cm.has_no_items(left.shape[0]):
         return gl, gr
     grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "bwd")
-    cm.wrap(_grid_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta)
+    cm.wrap(grid_product_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta)
     return gl, gr
 
 

@@ -17,14 +17,14 @@ gradients for the weights: the op serves force evaluation (frozen weights); trai
 torch path (:func:`radial_mlp_reference`, any order).
 
 The torch path runs two GEMMs, the norm, SiLU and the envelope product as separate kernels
-over (E, C) and (E, D) tensors, and as many backward (DPA4-Mini, 647,154 edges, D = 96: about
-0.8 ms of an H200's time per call). Here a program keeps BE edges' chain in registers: forward
-reads rbf and env (4·(R + 1) B per edge in float32) and writes out (4·D B); backward reads rbf,
-env and go and writes grbf and g_env (4·(2R + D + 2) B). Products are tl.dot tiles (widths
-padded to powers of two ≥ 16) at ``tf32x3`` (relative error ≈ 2⁻²¹ each); float32 only
-(float64 takes the torch path). Measured on an H200 (647,154 edges, fwd + bwd, 64 edges and 4
-warps per program): D = 96 0.86 ms against the torch path's 1.28; D = 256 slower (see
-:data:`MAX_WIDTH`).
+over (E, C) and (E, D) tensors, and as many backward. Here a program keeps BLOCK_EDGES edges'
+chain in registers: forward reads rbf and env (4·(R + 1) B per edge in float32) and writes out
+(4·D B); backward reads rbf, env and go and writes grbf and g_env (4·(2R + D + 2) B). Products
+are tl.dot tiles (widths padded to powers of two ≥ 16) at ``tf32x3`` (relative error ≈ 2⁻²¹
+each); float32 only (float64 takes the torch path). Launch, on/off switch and the widest output
+the op takes: the tuning table's ``radial_mlp`` record (BENCHMARKS.md "2026-12-04 (second
+session)": faster than the torch path at DPA4-Mini's D = 96, slower at the default config's
+D = 256, whose tiles spill registers).
 """
 
 from __future__ import annotations
@@ -34,22 +34,15 @@ from torch import Tensor
 from torch.nn.functional import silu
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
 OP = "mdband::radial_mlp"
 OP_BWD = "mdband::radial_mlp_bwd"
-#: "op" (the default): the radial MLP by this op where the fused ops run and the output width
-#: is at most :data:`MAX_WIDTH`; "torch": the torch path (``gpu_warps.py --radial-mlp``)
-KERNELS = {"fwd": "op"}
-#: widest output D the op takes: D = 96 (DPA4-Mini) measured 0.86 ms against torch's 1.28,
-#: D = 256 (the default config) 5.2 ms against 3.2 (the (BE, D) tiles spill registers)
-MAX_WIDTH = 128
-#: edges per program, warps (1, 2 or 4: 8 warps faulted on an H200 with triton 3.6) and the
-#: dots' precision (auto: tf32x3 on tensor cores, else ieee)
-LAUNCH = {"BE": 64, "warps": 4, "precision": "auto"}
 
 
-def radial_mlp_reference(rbf: Tensor, w1: Tensor, scale: Tensor | None, w2: Tensor,
-                         env: Tensor | None, eps: float = 1e-7) -> Tensor:  # fmt: skip
+def radial_mlp_reference(
+    rbf: Tensor, w1: Tensor, scale: Tensor | None, w2: Tensor, env: Tensor | None, eps: float = 1e-7
+) -> Tensor:
     """out (E, D) by torch (differentiable to any order, also in the weights)."""
     h = rbf @ w1
     if scale is not None:
@@ -77,14 +70,14 @@ def radial_mlp_bwd_reference(go, rbf, w1, scale, w2, env, eps=1e-7):
 
 
 def enabled() -> bool:
-    """Whether :data:`KERNELS` asks for the op ("op") or the torch path ("torch")."""
-    return cm.kernel_choice(KERNELS, "fwd", ("op", "torch"), "radial_mlp") == "op"
+    """Whether the tuning table asks for the op ("op") or the torch path ("torch")."""
+    return tuning.current().radial_mlp.kernels == "op"
 
 
 def applies(width: int, dtype: torch.dtype) -> bool:
-    """Whether a model calls the op for outputs of width D: :func:`enabled`, D ≤
-    :data:`MAX_WIDTH` and float32 (the kernels' one dtype)."""
-    return enabled() and width <= MAX_WIDTH and dtype == torch.float32
+    """Whether a model calls the op for outputs of width D: :func:`enabled`, D ≤ the tuning
+    table's ``max_width`` and float32 (the kernels' one dtype)."""
+    return enabled() and width <= tuning.current().radial_mlp.max_width and dtype == torch.float32
 
 
 if cm.TRITON_AVAILABLE:
@@ -92,72 +85,148 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _hidden(
-        rbf_ptr, w1_ptr, s_ptr, E, R, C, eps,
-        NORM: tl.constexpr, BE: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-        PREC: tl.constexpr,
-    ):  # fmt: skip
+        rbf_ptr,
+        w1_ptr,
+        scale_ptr,
+        n_edges,
+        n_radial,
+        n_hidden,
+        epsilon,
+        NORM: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         """This program's edges (e, mask), the hidden pre-activation h, its normalised n, the
         norm's ρ and scale s (ones without a norm), and w1's tile."""
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = e < E
-        rc, cc = tl.arange(0, RP), tl.arange(0, CP)
-        x = tl.load(rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :],
-                    other=0.0)  # fmt: skip
-        w1 = cm.load_tile(w1_ptr, 0, R, C, C, RP, CP)
-        h = tl.dot(x, w1, input_precision=PREC)
+        e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
+        em = e < n_edges
+        rc, cc = tl.arange(0, BLOCK_RADIAL), tl.arange(0, BLOCK_HIDDEN)
+        x = tl.load(
+            rbf_ptr + e[:, None] * n_radial + rc[None, :],
+            mask=em[:, None] & (rc < n_radial)[None, :],
+            other=0.0,
+        )
+        w1 = cm.load_tile(w1_ptr, 0, n_radial, n_hidden, n_hidden, BLOCK_RADIAL, BLOCK_HIDDEN)
+        h = tl.dot(x, w1, input_precision=PRECISION)
         if NORM:
-            s = tl.load(s_ptr + cc, mask=cc < C, other=0.0)
-            rho = 1.0 / cm.sqrt_ieee(tl.sum(h * h, axis=1) / C + eps)
+            s = tl.load(scale_ptr + cc, mask=cc < n_hidden, other=0.0)
+            rho = 1.0 / cm.sqrt_ieee(tl.sum(h * h, axis=1) / n_hidden + epsilon)
             n = h * rho[:, None] * s[None, :]
         else:
-            s = tl.full((CP,), 1.0, tl.float32)
-            rho = tl.full((BE,), 1.0, tl.float32)
+            s = tl.full((BLOCK_HIDDEN,), 1.0, tl.float32)
+            rho = tl.full((BLOCK_EDGES,), 1.0, tl.float32)
             n = h
         return e, em, h, n, rho, s, w1
 
     @triton.jit
-    def _radial_mlp_fwd_kernel(
-        rbf_ptr, w1_ptr, s_ptr, w2_ptr, env_ptr, out_ptr, E, R, C, D, eps,
-        NORM: tl.constexpr, ENV: tl.constexpr, BE: tl.constexpr, RP: tl.constexpr,
-        CP: tl.constexpr, DP: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
-        e, em, _, n, _, _, _ = _hidden(rbf_ptr, w1_ptr, s_ptr, E, R, C, eps, NORM, BE, RP, CP,
-                                       PREC)  # fmt: skip
-        w2 = cm.load_tile(w2_ptr, 0, C, D, D, CP, DP)
-        y = tl.dot(n / (1.0 + tl.exp(-n)), w2, input_precision=PREC)
-        if ENV:
+    def radial_mlp_fwd_kernel(
+        rbf_ptr,
+        w1_ptr,
+        scale_ptr,
+        w2_ptr,
+        env_ptr,
+        out_ptr,
+        n_edges,
+        n_radial,
+        n_hidden,
+        n_out,
+        epsilon,
+        NORM: tl.constexpr,
+        ENVELOPE: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        BLOCK_OUT: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        e, em, _, n, _, _, _ = _hidden(
+            rbf_ptr,
+            w1_ptr,
+            scale_ptr,
+            n_edges,
+            n_radial,
+            n_hidden,
+            epsilon,
+            NORM,
+            BLOCK_EDGES,
+            BLOCK_RADIAL,
+            BLOCK_HIDDEN,
+            PRECISION,
+        )
+        w2 = cm.load_tile(w2_ptr, 0, n_hidden, n_out, n_out, BLOCK_HIDDEN, BLOCK_OUT)
+        y = tl.dot(n / (1.0 + tl.exp(-n)), w2, input_precision=PRECISION)
+        if ENVELOPE:
             y = y * tl.load(env_ptr + e, mask=em, other=0.0)[:, None]
-        dc = tl.arange(0, DP)
-        tl.store(out_ptr + e[:, None] * D + dc[None, :], y, mask=em[:, None] & (dc < D)[None, :])
+        dc = tl.arange(0, BLOCK_OUT)
+        tl.store(
+            out_ptr + e[:, None] * n_out + dc[None, :], y, mask=em[:, None] & (dc < n_out)[None, :]
+        )
 
     @triton.jit
-    def _radial_mlp_bwd_kernel(
-        go_ptr, rbf_ptr, w1_ptr, s_ptr, w2_ptr, env_ptr, grbf_ptr, genv_ptr, E, R, C, D, eps,
-        NORM: tl.constexpr, ENV: tl.constexpr, BE: tl.constexpr, RP: tl.constexpr,
-        CP: tl.constexpr, DP: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
-        e, em, h, n, rho, s, w1 = _hidden(rbf_ptr, w1_ptr, s_ptr, E, R, C, eps, NORM, BE, RP,
-                                          CP, PREC)  # fmt: skip
-        w2 = cm.load_tile(w2_ptr, 0, C, D, D, CP, DP)
-        dc = tl.arange(0, DP)
-        go = tl.load(go_ptr + e[:, None] * D + dc[None, :], mask=em[:, None] & (dc < D)[None, :],
-                     other=0.0)  # fmt: skip
+    def radial_mlp_bwd_kernel(
+        gout_ptr,
+        rbf_ptr,
+        w1_ptr,
+        scale_ptr,
+        w2_ptr,
+        env_ptr,
+        grbf_ptr,
+        genv_ptr,
+        n_edges,
+        n_radial,
+        n_hidden,
+        n_out,
+        epsilon,
+        NORM: tl.constexpr,
+        ENVELOPE: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        BLOCK_OUT: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        e, em, h, n, rho, s, w1 = _hidden(
+            rbf_ptr,
+            w1_ptr,
+            scale_ptr,
+            n_edges,
+            n_radial,
+            n_hidden,
+            epsilon,
+            NORM,
+            BLOCK_EDGES,
+            BLOCK_RADIAL,
+            BLOCK_HIDDEN,
+            PRECISION,
+        )
+        w2 = cm.load_tile(w2_ptr, 0, n_hidden, n_out, n_out, BLOCK_HIDDEN, BLOCK_OUT)
+        dc = tl.arange(0, BLOCK_OUT)
+        go = tl.load(
+            gout_ptr + e[:, None] * n_out + dc[None, :],
+            mask=em[:, None] & (dc < n_out)[None, :],
+            other=0.0,
+        )
         sig = 1.0 / (1.0 + tl.exp(-n))
-        if ENV:
-            y = tl.dot(n * sig, w2, input_precision=PREC)
+        if ENVELOPE:
+            y = tl.dot(n * sig, w2, input_precision=PRECISION)
             tl.store(genv_ptr + e, tl.sum(go * y, axis=1), mask=em)
             go = go * tl.load(env_ptr + e, mask=em, other=0.0)[:, None]
-        gn = tl.dot(go, tl.trans(w2), input_precision=PREC) * (sig + n * sig * (1.0 - sig))
+        gn = tl.dot(go, tl.trans(w2), input_precision=PRECISION) * (sig + n * sig * (1.0 - sig))
         if NORM:
             sg = gn * s[None, :]
             r3 = rho * rho * rho
-            gh = rho[:, None] * sg - h * (r3 * tl.sum(h * sg, axis=1) / C)[:, None]
+            gh = rho[:, None] * sg - h * (r3 * tl.sum(h * sg, axis=1) / n_hidden)[:, None]
         else:
             gh = gn
-        grbf = tl.dot(gh, tl.trans(w1), input_precision=PREC)
-        rc = tl.arange(0, RP)
-        tl.store(grbf_ptr + e[:, None] * R + rc[None, :], grbf,
-                 mask=em[:, None] & (rc < R)[None, :])  # fmt: skip
+        grbf = tl.dot(gh, tl.trans(w1), input_precision=PRECISION)
+        rc = tl.arange(0, BLOCK_RADIAL)
+        tl.store(
+            grbf_ptr + e[:, None] * n_radial + rc[None, :],
+            grbf,
+            mask=em[:, None] & (rc < n_radial)[None, :],
+        )
 
 
 def backend(device, dtype) -> tuple[str, str]:
@@ -168,26 +237,42 @@ def backend(device, dtype) -> tuple[str, str]:
 
 
 def _launch(rbf, w1, w2, norm: bool, has_env: bool):
+    """(grid, sizes, meta) of both kernels at the tuning table's radial_mlp launch."""
     E, R, C, D = rbf.shape[0], rbf.shape[1], w1.shape[1], w2.shape[1]
+    launch = tuning.current().radial_mlp
     p2 = cm.dot_width
-    prec = cm.dot_precision(LAUNCH["precision"], rbf.device)
-    if LAUNCH["warps"] not in (1, 2, 4):
-        raise ValueError(f"{OP}: {LAUNCH['warps']} warps per program (1, 2 or 4 allowed)")
-    meta = dict(NORM=norm, ENV=has_env, BE=LAUNCH["BE"], RP=p2(R), CP=p2(C), DP=p2(D),
-                PREC=prec, num_warps=LAUNCH["warps"])  # fmt: skip
-    return (triton.cdiv(E, LAUNCH["BE"]),), (E, R, C, D), meta
+    meta = dict(
+        NORM=norm,
+        ENVELOPE=has_env,
+        BLOCK_EDGES=launch.edges,
+        BLOCK_RADIAL=p2(R),
+        BLOCK_HIDDEN=p2(C),
+        BLOCK_OUT=p2(D),
+        PRECISION=cm.dot_precision(launch.precision, rbf.device),
+        num_warps=launch.warps,
+    )
+    return (triton.cdiv(E, launch.edges),), (E, R, C, D), meta
 
 
 @torch.library.triton_op(OP, mutates_args=())
-def _radial_mlp_op(rbf: Tensor, w1: Tensor, scale: Tensor, w2: Tensor, env: Tensor, norm: bool,
-                   has_env: bool, eps: float) -> Tensor:  # fmt: skip
+def _radial_mlp_op(
+    rbf: Tensor,
+    w1: Tensor,
+    scale: Tensor,
+    w2: Tensor,
+    env: Tensor,
+    norm: bool,
+    has_env: bool,
+    eps: float,
+) -> Tensor:
     if cm.chosen_backend("radial_mlp", backend(rbf.device, rbf.dtype)) == "reference":
-        return radial_mlp_reference(rbf, w1, scale if norm else None, w2,
-                                    env if has_env else None, eps)  # fmt: skip
+        return radial_mlp_reference(
+            rbf, w1, scale if norm else None, w2, env if has_env else None, eps
+        )
     out = rbf.new_empty(rbf.shape[0], w2.shape[1])
     if not cm.has_no_items(rbf.shape[0]):
         grid, sizes, meta = _launch(rbf, w1, w2, norm, has_env)
-        cm.wrap(_radial_mlp_fwd_kernel)[grid](rbf, w1, scale, w2, env, out, *sizes, eps, **meta)
+        cm.wrap(radial_mlp_fwd_kernel)[grid](rbf, w1, scale, w2, env, out, *sizes, eps, **meta)
     return out
 
 
@@ -197,18 +282,28 @@ def _(rbf, w1, scale, w2, env, norm, has_env, eps):
 
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
-def _radial_mlp_bwd_op(go: Tensor, rbf: Tensor, w1: Tensor, scale: Tensor, w2: Tensor,
-                       env: Tensor, norm: bool, has_env: bool,
-                       eps: float) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _radial_mlp_bwd_op(
+    go: Tensor,
+    rbf: Tensor,
+    w1: Tensor,
+    scale: Tensor,
+    w2: Tensor,
+    env: Tensor,
+    norm: bool,
+    has_env: bool,
+    eps: float,
+) -> tuple[Tensor, Tensor]:
     if cm.chosen_backend("radial_mlp", backend(rbf.device, rbf.dtype)) == "reference":
-        grbf, g_env = radial_mlp_bwd_reference(go, rbf, w1, scale if norm else None, w2,
-                                               env if has_env else None, eps)  # fmt: skip
+        grbf, g_env = radial_mlp_bwd_reference(
+            go, rbf, w1, scale if norm else None, w2, env if has_env else None, eps
+        )
         return grbf, torch.zeros_like(env) if g_env is None else g_env
     grbf, g_env = torch.empty_like(rbf), torch.zeros_like(env)
     if not cm.has_no_items(rbf.shape[0]):
         grid, sizes, meta = _launch(rbf, w1, w2, norm, has_env)
-        cm.wrap(_radial_mlp_bwd_kernel)[grid](go, rbf, w1, scale, w2, env, grbf, g_env, *sizes,
-                                              eps, **meta)  # fmt: skip
+        cm.wrap(radial_mlp_bwd_kernel)[grid](
+            go, rbf, w1, scale, w2, env, grbf, g_env, *sizes, eps, **meta
+        )
     return grbf, g_env
 
 
@@ -231,24 +326,40 @@ def _backward(ctx, go):
 _radial_mlp_op.register_autograd(_backward, setup_context=_setup)
 
 
-def radial_mlp(rbf: Tensor, w1: Tensor, scale: Tensor | None, w2: Tensor, env: Tensor | None,
-               eps: float = 1e-7, fused: bool = True) -> Tensor:  # fmt: skip
+def radial_mlp(
+    rbf: Tensor,
+    w1: Tensor,
+    scale: Tensor | None,
+    w2: Tensor,
+    env: Tensor | None,
+    eps: float = 1e-7,
+    fused: bool = True,
+) -> Tensor:
     """out (E, D) of the radial MLP with one hidden layer, times ``env`` when given (module
     docstring). ``fused``: the op (differentiable once in rbf and env: force evaluation); else
     the torch reference (any order, also in the weights: training)."""
     E, C = rbf.shape[0], w1.shape[-1]
-    ok = (rbf.dim() == 2 and w1.dim() == 2 and w1.shape[0] == rbf.shape[1] and w2.dim() == 2
-          and w2.shape[0] == C and (scale is None or scale.shape == (C,))
-          and (env is None or env.shape == (E, 1)))  # fmt: skip
+    ok = (
+        rbf.dim() == 2
+        and w1.dim() == 2
+        and w1.shape[0] == rbf.shape[1]
+        and w2.dim() == 2
+        and w2.shape[0] == C
+        and (scale is None or scale.shape == (C,))
+        and (env is None or env.shape == (E, 1))
+    )
     if not ok:
         shapes = [None if t is None else tuple(t.shape) for t in (rbf, w1, scale, w2, env)]
-        raise ValueError(f"radial_mlp: rbf (E, R), w1 (R, C), scale (C,) or None, w2 (C, D), "
-                         f"env (E, 1) or None expected, got {shapes}")  # fmt: skip
+        raise ValueError(
+            f"radial_mlp: rbf (E, R), w1 (R, C), scale (C,) or None, w2 (C, D), "
+            f"env (E, 1) or None expected, got {shapes}"
+        )
     cm.check_dtypes("radial_mlp", rbf=rbf, w1=w1, w2=w2)
     if not fused:
         return radial_mlp_reference(rbf, w1, scale, w2, env, eps)
     norm, has_env = scale is not None, env is not None
     s = (scale if norm else w1.new_ones(C)).contiguous()
     ev = (env if has_env else rbf.new_zeros(E, 1)).contiguous()
-    return _radial_mlp_op(rbf.contiguous(), w1.contiguous(), s, w2.contiguous(), ev, norm,
-                          has_env, float(eps))  # fmt: skip
+    return _radial_mlp_op(
+        rbf.contiguous(), w1.contiguous(), s, w2.contiguous(), ev, norm, has_env, float(eps)
+    )

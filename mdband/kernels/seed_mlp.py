@@ -18,15 +18,14 @@ pre-activations); no gradients for the weights or the table: the op serves force
 (frozen weights), training takes the torch path (:func:`seed_mlp_reference`, any order).
 
 The torch path runs each layer as a GEMM plus elementwise kernels and concatenates the type
-rows, about fifteen passes over (E, 32–64) edge tensors forward and backward (DPA4-Mini,
-647,154 edges: about 1.2 ms of an H200's time per call). Here a program keeps BE edges' whole
-chain in registers: forward reads rbf and two type indices (4·R + 16 B per edge in float32) and
-writes g (4·Q B); backward reads rbf, the indices and gg and writes grbf (4·(2R + Q) + 16 B).
-Products are tl.dot tiles (every width padded to a power of two ≥ 16) at ``tf32x3`` (three
-TF32 tensor-core products, relative error ≈ 2⁻²¹ each); float32 only (float64 takes the torch
-path). Measured on an H200 (647,154 edges, fwd + bwd, ``gpu_warps.py --seed-mlp``, 64 edges
-and 4 warps per program): DPA4-Mini's widths 0.80 ms against the torch path's 2.03, the default
-config's 2.15 against 2.93; 32 edges per program took 2.1 and 44 ms (register spills).
+rows, about fifteen passes over (E, 32–64) edge tensors forward and backward. Here a program
+keeps BLOCK_EDGES edges' whole chain in registers: forward reads rbf and two type indices
+(4·R + 16 B per edge in float32) and writes g (4·Q B); backward reads rbf, the indices and gg
+and writes grbf (4·(2R + Q) + 16 B). Products are tl.dot tiles (every width padded to a power
+of two ≥ 16) at ``tf32x3`` (three TF32 tensor-core products, relative error ≈ 2⁻²¹ each);
+float32 only (float64 takes the torch path). Launch and on/off switch: the tuning table's
+``seed_mlp`` record (BENCHMARKS.md "2026-12-04 (second session)": faster than the torch path
+at DPA4-Mini's and the default config's widths; fewer edges per program spill registers).
 """
 
 from __future__ import annotations
@@ -36,19 +35,22 @@ from torch import Tensor
 from torch.nn.functional import silu
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
 OP = "mdband::seed_mlp"
 OP_BWD = "mdband::seed_mlp_bwd"
-#: "op" (the default): the environment seed's MLPs by this op where the fused ops run; "torch":
-#: the torch path (``benchmarks/gpu_warps.py --seed-mlp`` times both)
-KERNELS = {"fwd": "op"}
-#: edges per program, warps (1, 2 or 4: 8 warps faulted on an H200 with triton 3.6) and the
-#: dots' precision (auto: tf32x3 on tensor cores, else ieee)
-LAUNCH = {"BE": 64, "warps": 4, "precision": "auto"}
 
 
-def seed_mlp_reference(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor,
-                       w2: Tensor, w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+def seed_mlp_reference(
+    rbf: Tensor,
+    t_src: Tensor,
+    t_dst: Tensor,
+    table: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    w3: Tensor,
+    w4: Tensor,
+) -> Tensor:
     """g (E, Q) by torch (differentiable to any order, also in the weights)."""
     rp = silu(rbf @ w1) @ w2
     z = torch.cat([rp, table[t_src], table[t_dst]], dim=-1)
@@ -56,8 +58,8 @@ def seed_mlp_reference(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor,
 
 
 def enabled() -> bool:
-    """Whether :data:`KERNELS` asks for the op ("op") or the torch path ("torch")."""
-    return cm.kernel_choice(KERNELS, "fwd", ("op", "torch"), "seed_mlp") == "op"
+    """Whether the tuning table asks for the op ("op") or the torch path ("torch")."""
+    return tuning.current().seed_mlp.kernels == "op"
 
 
 def applies(dtype: torch.dtype) -> bool:
@@ -70,73 +72,171 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _chain(
-        rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
-        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
-        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
+        pointers,
+        sizes,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_PROJ: tl.constexpr,
+        BLOCK_TYPE: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        BLOCK_OUT: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
         """This program's edges (e, mask) and the forward chain: (h1, h3, a3) and the weight
-        tiles the backward reads (w1, w2, w3's first P rows, w4)."""
+        tiles the backward reads (w1, w2, w3's first P rows, w4). ``pointers``: rbf, the two
+        type indices, the table and w1..w4; ``sizes``: (E, R, P, T, H, Q); the edges per
+        program and the padded widths of R, P, T, H, Q."""
+        rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr = pointers
+        E, R, P, T, H, Q = sizes
+        BE: tl.constexpr = BLOCK_EDGES
+        RP: tl.constexpr = BLOCK_RADIAL
+        PP: tl.constexpr = BLOCK_PROJ
+        TP: tl.constexpr = BLOCK_TYPE
+        HP: tl.constexpr = BLOCK_HIDDEN
+        QP: tl.constexpr = BLOCK_OUT
         e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
         em = e < E
         rc = tl.arange(0, RP)
-        x = tl.load(rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :],
-                    other=0.0)  # fmt: skip
+        x = tl.load(
+            rbf_ptr + e[:, None] * R + rc[None, :], mask=em[:, None] & (rc < R)[None, :], other=0.0
+        )
         w1 = cm.load_tile(w1_ptr, 0, R, P, P, RP, PP)
         w2 = cm.load_tile(w2_ptr, 0, P, P, P, PP, PP)
         w3a = cm.load_tile(w3_ptr, 0, P, H, H, PP, HP)
         w3s = cm.load_tile(w3_ptr, P, T, H, H, TP, HP)
         w3d = cm.load_tile(w3_ptr, P + T, T, H, H, TP, HP)
         w4 = cm.load_tile(w4_ptr, 0, H, Q, Q, HP, QP)
-        h1 = tl.dot(x, w1, input_precision=PREC)
-        rp = tl.dot(h1 / (1.0 + tl.exp(-h1)), w2, input_precision=PREC)
+        h1 = tl.dot(x, w1, input_precision=PRECISION)
+        rp = tl.dot(h1 / (1.0 + tl.exp(-h1)), w2, input_precision=PRECISION)
         tc = tl.arange(0, TP)
         tm = em[:, None] & (tc < T)[None, :]
         ts = tl.load(ts_ptr + e, mask=em, other=0)
         td = tl.load(td_ptr + e, mask=em, other=0)
         xs = tl.load(tab_ptr + ts[:, None] * T + tc[None, :], mask=tm, other=0.0)
         xd = tl.load(tab_ptr + td[:, None] * T + tc[None, :], mask=tm, other=0.0)
-        h3 = tl.dot(rp, w3a, input_precision=PREC)
-        h3 += tl.dot(xs, w3s, input_precision=PREC)
-        h3 += tl.dot(xd, w3d, input_precision=PREC)
+        h3 = tl.dot(rp, w3a, input_precision=PRECISION)
+        h3 += tl.dot(xs, w3s, input_precision=PRECISION)
+        h3 += tl.dot(xd, w3d, input_precision=PRECISION)
         a3 = h3 / (1.0 + tl.exp(-h3))
         return e, em, h1, h3, a3, w1, w2, w3a, w4
 
     @triton.jit
-    def _seed_fwd_kernel(
-        rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, g_ptr,
-        E, R, P, T, H, Q,
-        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
-        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
+    def seed_mlp_fwd_kernel(
+        rbf_ptr,
+        type_src_ptr,
+        type_dst_ptr,
+        table_ptr,
+        w1_ptr,
+        w2_ptr,
+        w3_ptr,
+        w4_ptr,
+        g_ptr,
+        n_edges,
+        n_radial,
+        n_proj,
+        n_type,
+        n_hidden,
+        n_out,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_PROJ: tl.constexpr,
+        BLOCK_TYPE: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        BLOCK_OUT: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        pointers = (
+            rbf_ptr,
+            type_src_ptr,
+            type_dst_ptr,
+            table_ptr,
+            w1_ptr,
+            w2_ptr,
+            w3_ptr,
+            w4_ptr,
+        )
+        sizes = (n_edges, n_radial, n_proj, n_type, n_hidden, n_out)
         e, em, _, _, a3, _, _, _, w4 = _chain(
-            rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
-            BE, RP, PP, TP, HP, QP, PREC,
-        )  # fmt: skip
-        g = tl.dot(a3, w4, input_precision=PREC)
-        q = tl.arange(0, QP)
-        tl.store(g_ptr + e[:, None] * Q + q[None, :], g, mask=em[:, None] & (q < Q)[None, :])
+            pointers,
+            sizes,
+            BLOCK_EDGES,
+            BLOCK_RADIAL,
+            BLOCK_PROJ,
+            BLOCK_TYPE,
+            BLOCK_HIDDEN,
+            BLOCK_OUT,
+            PRECISION,
+        )
+        g = tl.dot(a3, w4, input_precision=PRECISION)
+        q = tl.arange(0, BLOCK_OUT)
+        tl.store(
+            g_ptr + e[:, None] * n_out + q[None, :], g, mask=em[:, None] & (q < n_out)[None, :]
+        )
 
     @triton.jit
-    def _seed_bwd_kernel(
-        gg_ptr, rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, grbf_ptr,
-        E, R, P, T, H, Q,
-        BE: tl.constexpr, RP: tl.constexpr, PP: tl.constexpr, TP: tl.constexpr,
-        HP: tl.constexpr, QP: tl.constexpr, PREC: tl.constexpr,
-    ):  # fmt: skip
+    def seed_mlp_bwd_kernel(
+        gg_ptr,
+        rbf_ptr,
+        type_src_ptr,
+        type_dst_ptr,
+        table_ptr,
+        w1_ptr,
+        w2_ptr,
+        w3_ptr,
+        w4_ptr,
+        grbf_ptr,
+        n_edges,
+        n_radial,
+        n_proj,
+        n_type,
+        n_hidden,
+        n_out,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_RADIAL: tl.constexpr,
+        BLOCK_PROJ: tl.constexpr,
+        BLOCK_TYPE: tl.constexpr,
+        BLOCK_HIDDEN: tl.constexpr,
+        BLOCK_OUT: tl.constexpr,
+        PRECISION: tl.constexpr,
+    ):
+        pointers = (
+            rbf_ptr,
+            type_src_ptr,
+            type_dst_ptr,
+            table_ptr,
+            w1_ptr,
+            w2_ptr,
+            w3_ptr,
+            w4_ptr,
+        )
+        sizes = (n_edges, n_radial, n_proj, n_type, n_hidden, n_out)
         e, em, h1, h3, _, w1, w2, w3a, w4 = _chain(
-            rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr, E, R, P, T, H, Q,
-            BE, RP, PP, TP, HP, QP, PREC,
-        )  # fmt: skip
-        q = tl.arange(0, QP)
-        gg = tl.load(gg_ptr + e[:, None] * Q + q[None, :], mask=em[:, None] & (q < Q)[None, :],
-                     other=0.0)  # fmt: skip
-        gh3 = tl.dot(gg, tl.trans(w4), input_precision=PREC) * cm.silu_grad(h3)
-        grp = tl.dot(gh3, tl.trans(w3a), input_precision=PREC)
-        gh1 = tl.dot(grp, tl.trans(w2), input_precision=PREC) * cm.silu_grad(h1)
-        grbf = tl.dot(gh1, tl.trans(w1), input_precision=PREC)
-        rc = tl.arange(0, RP)
-        tl.store(grbf_ptr + e[:, None] * R + rc[None, :], grbf,
-                 mask=em[:, None] & (rc < R)[None, :])  # fmt: skip
+            pointers,
+            sizes,
+            BLOCK_EDGES,
+            BLOCK_RADIAL,
+            BLOCK_PROJ,
+            BLOCK_TYPE,
+            BLOCK_HIDDEN,
+            BLOCK_OUT,
+            PRECISION,
+        )
+        q = tl.arange(0, BLOCK_OUT)
+        gg = tl.load(
+            gg_ptr + e[:, None] * n_out + q[None, :],
+            mask=em[:, None] & (q < n_out)[None, :],
+            other=0.0,
+        )
+        gh3 = tl.dot(gg, tl.trans(w4), input_precision=PRECISION) * cm.silu_grad(h3)
+        grp = tl.dot(gh3, tl.trans(w3a), input_precision=PRECISION)
+        gh1 = tl.dot(grp, tl.trans(w2), input_precision=PRECISION) * cm.silu_grad(h1)
+        grbf = tl.dot(gh1, tl.trans(w1), input_precision=PRECISION)
+        rc = tl.arange(0, BLOCK_RADIAL)
+        tl.store(
+            grbf_ptr + e[:, None] * n_radial + rc[None, :],
+            grbf,
+            mask=em[:, None] & (rc < n_radial)[None, :],
+        )
 
 
 def seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4) -> Tensor:
@@ -162,27 +262,43 @@ def backend(device, dtype) -> tuple[str, str]:
 
 
 def _launch(rbf, table, w1, w3, w4):
-    E, R, P, T, H, Q = rbf.shape[0], rbf.shape[1], w1.shape[1], table.shape[1], w3.shape[1], \
-        w4.shape[1]  # fmt: skip
+    """(grid, sizes, meta) of both kernels at the tuning table's seed_mlp launch."""
+    E, R, P, T = rbf.shape[0], rbf.shape[1], w1.shape[1], table.shape[1]
+    H, Q = w3.shape[1], w4.shape[1]
+    launch = tuning.current().seed_mlp
     p2 = cm.dot_width
-    prec = cm.dot_precision(LAUNCH["precision"], rbf.device)
-    if LAUNCH["warps"] not in (1, 2, 4):
-        raise ValueError(f"{OP}: {LAUNCH['warps']} warps per program (1, 2 or 4 allowed)")
-    meta = dict(BE=LAUNCH["BE"], RP=p2(R), PP=p2(P), TP=p2(T), HP=p2(H), QP=p2(Q), PREC=prec,
-                num_warps=LAUNCH["warps"])  # fmt: skip
-    return (triton.cdiv(E, LAUNCH["BE"]),), (E, R, P, T, H, Q), meta
+    meta = dict(
+        BLOCK_EDGES=launch.edges,
+        BLOCK_RADIAL=p2(R),
+        BLOCK_PROJ=p2(P),
+        BLOCK_TYPE=p2(T),
+        BLOCK_HIDDEN=p2(H),
+        BLOCK_OUT=p2(Q),
+        PRECISION=cm.dot_precision(launch.precision, rbf.device),
+        num_warps=launch.warps,
+    )
+    return (triton.cdiv(E, launch.edges),), (E, R, P, T, H, Q), meta
 
 
 @torch.library.triton_op(OP, mutates_args=())
-def _seed_op(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor, w2: Tensor,
-             w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+def _seed_op(
+    rbf: Tensor,
+    t_src: Tensor,
+    t_dst: Tensor,
+    table: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    w3: Tensor,
+    w4: Tensor,
+) -> Tensor:
     if cm.chosen_backend("seed_mlp", backend(rbf.device, rbf.dtype)) == "reference":
         return seed_mlp_reference(rbf, t_src, t_dst, table, w1, w2, w3, w4)
     g = rbf.new_empty(rbf.shape[0], w4.shape[1])
     if not cm.has_no_items(rbf.shape[0]):
         grid, sizes, meta = _launch(rbf, table, w1, w3, w4)
-        cm.wrap(_seed_fwd_kernel)[grid](rbf, t_src, t_dst, table, w1, w2, w3, w4, g, *sizes,
-                                        **meta)  # fmt: skip
+        cm.wrap(seed_mlp_fwd_kernel)[grid](
+            rbf, t_src, t_dst, table, w1, w2, w3, w4, g, *sizes, **meta
+        )
     return g
 
 
@@ -192,15 +308,25 @@ def _(rbf, t_src, t_dst, table, w1, w2, w3, w4):
 
 
 @torch.library.triton_op(OP_BWD, mutates_args=())
-def _seed_bwd_op(gg: Tensor, rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor,
-                 w1: Tensor, w2: Tensor, w3: Tensor, w4: Tensor) -> Tensor:  # fmt: skip
+def _seed_bwd_op(
+    gg: Tensor,
+    rbf: Tensor,
+    t_src: Tensor,
+    t_dst: Tensor,
+    table: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    w3: Tensor,
+    w4: Tensor,
+) -> Tensor:
     if cm.chosen_backend("seed_mlp", backend(rbf.device, rbf.dtype)) == "reference":
         return seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4)
     grbf = torch.empty_like(rbf)
     if not cm.has_no_items(rbf.shape[0]):
         grid, sizes, meta = _launch(rbf, table, w1, w3, w4)
-        cm.wrap(_seed_bwd_kernel)[grid](gg, rbf, t_src, t_dst, table, w1, w2, w3, w4, grbf,
-                                        *sizes, **meta)  # fmt: skip
+        cm.wrap(seed_mlp_bwd_kernel)[grid](
+            gg, rbf, t_src, t_dst, table, w1, w2, w3, w4, grbf, *sizes, **meta
+        )
     return grbf
 
 
@@ -221,17 +347,33 @@ def _backward(ctx, gg):
 _seed_op.register_autograd(_backward, setup_context=_setup)
 
 
-def seed_mlp(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tensor, w2: Tensor,
-             w3: Tensor, w4: Tensor, fused: bool = True) -> Tensor:  # fmt: skip
+def seed_mlp(
+    rbf: Tensor,
+    t_src: Tensor,
+    t_dst: Tensor,
+    table: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    w3: Tensor,
+    w4: Tensor,
+    fused: bool = True,
+) -> Tensor:
     """g (E, Q) of the environment seed's MLPs (module docstring).
 
     ``fused``: the op (differentiable once in rbf only: force evaluation); else the torch
     reference (differentiable to any order in every input: training).
     """
     E, T = rbf.shape[0], table.shape[-1]
-    ok = (rbf.dim() == 2 and t_src.shape == (E,) and t_dst.shape == (E,) and table.dim() == 2
-          and w1.shape[0] == rbf.shape[1] and w2.shape == (w1.shape[1], w1.shape[1])
-          and w3.shape[0] == w1.shape[1] + 2 * T and w4.shape[0] == w3.shape[1])  # fmt: skip
+    ok = (
+        rbf.dim() == 2
+        and t_src.shape == (E,)
+        and t_dst.shape == (E,)
+        and table.dim() == 2
+        and w1.shape[0] == rbf.shape[1]
+        and w2.shape == (w1.shape[1], w1.shape[1])
+        and w3.shape[0] == w1.shape[1] + 2 * T
+        and w4.shape[0] == w3.shape[1]
+    )
     if not ok:
         raise ValueError(
             "seed_mlp: rbf (E, R), t_src, t_dst (E,), table (n, T), w1 (R, P), w2 (P, P), "
@@ -243,5 +385,6 @@ def seed_mlp(rbf: Tensor, t_src: Tensor, t_dst: Tensor, table: Tensor, w1: Tenso
     if not fused:
         return seed_mlp_reference(rbf, t_src, t_dst, table, w1, w2, w3, w4)
     c = [t.contiguous() for t in (rbf, table, w1, w2, w3, w4)]
-    return _seed_op(c[0], t_src.to(torch.int64).contiguous(), t_dst.to(torch.int64).contiguous(),
-                    *c[1:])  # fmt: skip
+    return _seed_op(
+        c[0], t_src.to(torch.int64).contiguous(), t_dst.to(torch.int64).contiguous(), *c[1:]
+    )

@@ -14,13 +14,14 @@ Backward (closed form, g (n, P, Q))::
 The environment seed's FiLM contraction (sezm-architecture.md §2.3) is this sum with P = 4 (the
 scaled edge direction) and Q = the embedding width. The torch path materialises the (E, P·Q)
 products, gathers them into CSR order and sums them (forward), then gathers the cotangent back
-per edge and reduces two (E, P, Q) products (backward): at DPA4-Mini's 647,154 edges and Q = 32
-about ten passes over a 331 MB tensor. The kernels read a, b (and the node rows of g, from L2)
+per edge and reduces two (E, P, Q) products (backward): about ten passes over an (E, P·Q)
+tensor. The kernels read a, b (and the node rows of g, from L2)
 and write only the results: per edge (P + Q)·s bytes forward and 2·(P + Q)·s + 8 backward, plus
 P·Q·s per node (s = 4 in float32). Each node's segment is summed in CSR order by one program
 (no atomics: the sums repeat bit for bit); the order differs from the torch path's, so float32
 results agree to rounding (tests: 1e-6 relative). Not differentiable twice: training takes the
 torch path (``segment_outer(..., fused=False)``, the reference, differentiable to any order).
+Launch: the tuning table's ``segment_outer`` record.
 """
 
 from __future__ import annotations
@@ -29,16 +30,16 @@ import torch
 from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 from mdband.kernels.segments import segment_sum
 
 OP = "mdband::segment_outer"
 OP_BWD = "mdband::segment_outer_bwd"
-#: edges per loop step (forward, per node) and per program (backward)
-BLOCK_EDGES = {"fwd": 32, "bwd": 32}
 
 
-def segment_outer_reference(a: Tensor, b: Tensor, index: Tensor, perm: Tensor,
-                            row_ptr: Tensor) -> Tensor:  # fmt: skip
+def segment_outer_reference(
+    a: Tensor, b: Tensor, index: Tensor, perm: Tensor, row_ptr: Tensor
+) -> Tensor:
     """out (n, P, Q) by torch: the products materialised, summed by :func:`segment_sum`
     (differentiable to any order)."""
     E, P, Q = a.shape[0], a.shape[1], b.shape[1]
@@ -56,45 +57,66 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _rows(ptr, e, em, P, PP: tl.constexpr):
-        """Rows e (masked by em, (BE,)) of a row-major (E, P) tensor: (BE, PP), zero-padded."""
-        p = tl.arange(0, PP)
-        m = em[:, None] & (p < P)[None, :]
-        return tl.load(ptr + e[:, None] * P + p[None, :], mask=m, other=0.0)
+    def _rows(matrix_ptr, edges, edge_mask, n_cols, BLOCK_COLS: tl.constexpr):
+        """Rows ``edges`` (masked, (BE,)) of a row-major (E, n_cols) tensor: (BE, BLOCK_COLS),
+        zero-padded."""
+        p = tl.arange(0, BLOCK_COLS)
+        m = edge_mask[:, None] & (p < n_cols)[None, :]
+        return tl.load(matrix_ptr + edges[:, None] * n_cols + p[None, :], mask=m, other=0.0)
 
     @triton.jit
-    def _seg_outer_fwd_kernel(
-        a_ptr, b_ptr, perm_ptr, ptr_ptr, out_ptr, P, Q,
-        PP: tl.constexpr, QP: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """out[n] = Σ over node n's CSR segment, BE edges per step."""
+    def segment_outer_fwd_kernel(
+        a_ptr,
+        b_ptr,
+        perm_ptr,
+        offsets_ptr,
+        out_ptr,
+        n_cols_a,
+        n_cols_b,
+        BLOCK_COLS_A: tl.constexpr,
+        BLOCK_COLS_B: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+    ):
+        """out[n] = Σ over node n's CSR segment, BLOCK_EDGES edges per step."""
+        P, Q = n_cols_a, n_cols_b
         n = tl.program_id(0).to(tl.int64)
-        beg = tl.load(ptr_ptr + n)
-        end = tl.load(ptr_ptr + n + 1)
-        p, q = tl.arange(0, PP), tl.arange(0, QP)
-        acc = tl.zeros((PP, QP), out_ptr.dtype.element_ty)
-        for i in range(beg, end, BE):
-            j = i + tl.arange(0, BE)
+        beg = tl.load(offsets_ptr + n)
+        end = tl.load(offsets_ptr + n + 1)
+        p, q = tl.arange(0, BLOCK_COLS_A), tl.arange(0, BLOCK_COLS_B)
+        acc = tl.zeros((BLOCK_COLS_A, BLOCK_COLS_B), out_ptr.dtype.element_ty)
+        for i in range(beg, end, BLOCK_EDGES):
+            j = i + tl.arange(0, BLOCK_EDGES)
             em = j < end
             e = tl.load(perm_ptr + j, mask=em, other=0).to(tl.int64)
-            av = _rows(a_ptr, e, em, P, PP)
-            bv = _rows(b_ptr, e, em, Q, QP)
+            av = _rows(a_ptr, e, em, P, BLOCK_COLS_A)
+            bv = _rows(b_ptr, e, em, Q, BLOCK_COLS_B)
             acc += tl.sum(av[:, :, None] * bv[:, None, :], axis=0)
         m = (p < P)[:, None] & (q < Q)[None, :]
         tl.store(out_ptr + n * (P * Q) + p[:, None] * Q + q[None, :], acc, mask=m)
 
     @triton.jit
-    def _seg_outer_bwd_kernel(
-        g_ptr, a_ptr, b_ptr, idx_ptr, ga_ptr, gb_ptr, E, P, Q,
-        PP: tl.constexpr, QP: tl.constexpr, BE: tl.constexpr,
-    ):  # fmt: skip
-        """ga, gb of BE edges: the node rows g[index[e]] read in place."""
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        em = e < E
-        node = tl.load(idx_ptr + e, mask=em, other=0).to(tl.int64)
-        p, q = tl.arange(0, PP), tl.arange(0, QP)
-        av = _rows(a_ptr, e, em, P, PP)
-        bv = _rows(b_ptr, e, em, Q, QP)
+    def segment_outer_bwd_kernel(
+        g_ptr,
+        a_ptr,
+        b_ptr,
+        index_ptr,
+        ga_ptr,
+        gb_ptr,
+        n_edges,
+        n_cols_a,
+        n_cols_b,
+        BLOCK_COLS_A: tl.constexpr,
+        BLOCK_COLS_B: tl.constexpr,
+        BLOCK_EDGES: tl.constexpr,
+    ):
+        """ga, gb of BLOCK_EDGES edges: the node rows g[index[e]] read in place."""
+        P, Q = n_cols_a, n_cols_b
+        e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
+        em = e < n_edges
+        node = tl.load(index_ptr + e, mask=em, other=0).to(tl.int64)
+        p, q = tl.arange(0, BLOCK_COLS_A), tl.arange(0, BLOCK_COLS_B)
+        av = _rows(a_ptr, e, em, P, BLOCK_COLS_A)
+        bv = _rows(b_ptr, e, em, Q, BLOCK_COLS_B)
         gm = em[:, None, None] & ((p < P)[:, None] & (q < Q)[None, :])[None, :, :]
         off = node[:, None, None] * (P * Q) + (p[:, None] * Q + q[None, :])[None, :, :]
         gv = tl.load(g_ptr + off, mask=gm, other=0.0)
@@ -122,8 +144,20 @@ def _segment_outer_op(a: Tensor, b: Tensor, index: Tensor, perm: Tensor, row_ptr
     out = a.new_empty(n, P, Q)
     if not cm.has_no_items(n):
         PP, QP = _widths(P, Q)
-        cm.wrap(_seg_outer_fwd_kernel)[(n,)](a, b, perm, row_ptr, out, P, Q, PP=PP, QP=QP,
-                                            BE=BLOCK_EDGES["fwd"], num_warps=4)  # fmt: skip
+        launch = tuning.current().segment_outer
+        cm.wrap(segment_outer_fwd_kernel)[(n,)](
+            a,
+            b,
+            perm,
+            row_ptr,
+            out,
+            P,
+            Q,
+            BLOCK_COLS_A=PP,
+            BLOCK_COLS_B=QP,
+            BLOCK_EDGES=launch.fwd_edges,
+            num_warps=launch.warps,
+        )
     return out
 
 
@@ -140,9 +174,22 @@ def _segment_outer_bwd_op(g: Tensor, a: Tensor, b: Tensor, index: Tensor) -> tup
     ga, gb = torch.empty_like(a), torch.empty_like(b)
     if not cm.has_no_items(E):
         PP, QP = _widths(P, Q)
-        be = BLOCK_EDGES["bwd"]
-        cm.wrap(_seg_outer_bwd_kernel)[(triton.cdiv(E, be),)](
-            g, a, b, index, ga, gb, E, P, Q, PP=PP, QP=QP, BE=be, num_warps=4
+        launch = tuning.current().segment_outer
+        be = launch.bwd_edges
+        cm.wrap(segment_outer_bwd_kernel)[(triton.cdiv(E, be),)](
+            g,
+            a,
+            b,
+            index,
+            ga,
+            gb,
+            E,
+            P,
+            Q,
+            BLOCK_COLS_A=PP,
+            BLOCK_COLS_B=QP,
+            BLOCK_EDGES=be,
+            num_warps=launch.warps,
         )
     return ga, gb
 
@@ -166,8 +213,9 @@ def _backward(ctx, g):
 _segment_outer_op.register_autograd(_backward, setup_context=_setup)
 
 
-def segment_outer(a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tensor],
-                  fused: bool = True) -> Tensor:  # fmt: skip
+def segment_outer(
+    a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tensor], fused: bool = True
+) -> Tensor:
     """out[k] = Σ_{e: index[e] = k} a[e] ⊗ b[e] (module docstring): (n, P, Q).
 
     a (E, P), b (E, Q), index (E,) int64 and ``csr_`` = (perm, row_ptr) its CSR. ``fused``: the
@@ -175,8 +223,10 @@ def segment_outer(a: Tensor, b: Tensor, index: Tensor, csr_: tuple[Tensor, Tenso
     (differentiable to any order: training).
     """
     if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[0] or index.shape != a.shape[:1]:
-        raise ValueError(f"segment_outer: a (E, P), b (E, Q) and index (E,) expected, got "
-                         f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(index.shape)}")  # fmt: skip
+        raise ValueError(
+            f"segment_outer: a (E, P), b (E, Q) and index (E,) expected, got "
+            f"{tuple(a.shape)}, {tuple(b.shape)}, {tuple(index.shape)}"
+        )
     cm.check_dtypes("segment_outer", a=a, b=b)
     perm, row_ptr = csr_
     if not fused:

@@ -6,10 +6,10 @@ Shapes::
     idx  (E,)      int32 or int64, 0 ≤ idx < N
     out  (E, ...)  out[e] = x[idx[e]]
 
-Why a kernel for a copy: on an H200 (torch 2.11) ``x.index_select(0, idx)`` (and ``x[idx]``) of
-647,154 rows of a (4,096, W) tensor takes ≈ 0.39 ms for every W from 8 to 64 (it runs torch's
-generic gather over an expanded index), the Triton copy below 0.039 ms (W = 8) to 0.053 ms
-(W = 64); a DPA4-Mini call at 4,096 atoms makes about ten such gathers.
+Why a kernel for a copy: on a GPU ``x.index_select(0, idx)`` (and ``x[idx]``) runs torch's
+generic gather over an expanded index, several times slower than this copy for every row width
+of the model (BENCHMARKS.md "2026-12-02 (third session)"); a model call makes about ten such
+gathers.
 
 Exact (a copy). Bytes moved: E·(W·s + index bytes), the rows of x read mostly from L2.
 Backward of the op (closed form): ``gx = zeros(N, ...).index_add_(0, idx, g)``, torch's own
@@ -24,12 +24,9 @@ import torch
 from torch import Tensor
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 
 OP = "mdband::take_rows"
-#: items per program: BE edges × BW row items
-BLOCK_ITEMS = 4096
-#: widest row block per program (wider rows take several programs)
-MAX_BW = 128
 
 
 def take_rows_reference(x: Tensor, idx: Tensor) -> Tensor:
@@ -40,13 +37,23 @@ if cm.TRITON_AVAILABLE:
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
-    def _take_rows_kernel(x_ptr, idx_ptr, out_ptr, E, W, BE: tl.constexpr, BW: tl.constexpr):
-        """out[e, w] = x[idx[e], w] for the (BE × BW) block of program (0, 1)."""
-        e = tl.program_id(0).to(tl.int64) * BE + tl.arange(0, BE)
-        w = tl.program_id(1) * BW + tl.arange(0, BW)
-        em = e < E
+    def take_rows_kernel(
+        x_ptr,
+        index_ptr,
+        out_ptr,
+        n_edges,
+        row_width,
+        BLOCK_EDGES: tl.constexpr,
+        BLOCK_WIDTH: tl.constexpr,
+    ):
+        """out[e, w] = x[index[e], w] for the (BLOCK_EDGES × BLOCK_WIDTH) block of program
+        (0, 1)."""
+        W = row_width
+        e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
+        w = tl.program_id(1) * BLOCK_WIDTH + tl.arange(0, BLOCK_WIDTH)
+        em = e < n_edges
         m = em[:, None] & (w < W)[None, :]
-        r = tl.load(idx_ptr + e, mask=em, other=0).to(tl.int64)
+        r = tl.load(index_ptr + e, mask=em, other=0).to(tl.int64)
         v = tl.load(x_ptr + (r * W)[:, None] + w[None, :], mask=m)
         tl.store(out_ptr + (e * W)[:, None] + w[None, :], v, mask=m)
 
@@ -62,11 +69,16 @@ def backend(device, dtype) -> tuple[str, str]:
 
 
 def _launch(x2: Tensor, idx: Tensor, out: Tensor) -> None:
+    """The copy at the tuning table's take_rows launch: row blocks of at most ``max_width``
+    items, as many edges per program as ``items`` allows (at least 16)."""
     E, W = idx.shape[0], x2.shape[1]
-    bw = min(cm.next_pow2(W), MAX_BW)
-    be = max(16, BLOCK_ITEMS // bw)
+    launch = tuning.current().take_rows
+    bw = min(cm.next_pow2(W), launch.max_width)
+    be = max(16, launch.items // bw)
     grid = (triton.cdiv(E, be), triton.cdiv(W, bw))
-    cm.wrap(_take_rows_kernel)[grid](x2, idx, out, E, W, BE=be, BW=bw, num_warps=4)
+    cm.wrap(take_rows_kernel)[grid](
+        x2, idx, out, E, W, BLOCK_EDGES=be, BLOCK_WIDTH=bw, num_warps=launch.warps
+    )
 
 
 @torch.library.triton_op(OP, mutates_args=())
@@ -107,8 +119,9 @@ def take_rows(x: Tensor, idx: Tensor) -> Tensor:
     (:data:`OP` with autograd) serves direct calls.
     """
     if idx.dim() != 1 or idx.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"take_rows: idx must be a 1-d int32/int64 tensor, got {idx.dtype} "
-                         f"{tuple(idx.shape)}")  # fmt: skip
+        raise ValueError(
+            f"take_rows: idx must be a 1-d int32/int64 tensor, got {idx.dtype} {tuple(idx.shape)}"
+        )
     if x.dim() == 0:
         raise ValueError("take_rows: x must have a row axis")
     name, _ = backend(x.device, x.dtype)

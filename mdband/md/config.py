@@ -27,9 +27,9 @@ BAROSTATS = ("isotropic", "full")
 DTYPES = ("float32", "float64")
 ENGINES = ("ase", "lammps")
 VELOCITIES = ("auto", "maxwell", "file")
-#: ``compile = "auto"`` compiles CUDA runs of at least this many steps. On an H200 compiling
-#: costs 39-54 s once (and again for each new edge-list bucket) and saves 6-13 ms per step at
-#: 4,096 atoms (BENCHMARKS.md, 2026-12-01 evening): break-even after 3,000-8,500 steps
+#: ``compile = "auto"`` compiles CUDA runs of at least this many steps: compiling costs once
+#: (and again for each new edge-list bucket) what thousands of faster steps win back
+#: (BENCHMARKS.md "2026-12-01 (evening)", torch.compile: the break-even per config)
 COMPILE_AUTO_STEPS = 50_000
 PATH_FIELDS = ("structure", "model", "trajectory", "checkpoint", "log", "final", "model_devi")
 # settings that define the dynamics: a resumed run must keep them
@@ -159,7 +159,7 @@ class RunConfig:
     stack_precision: str | None = setting(
         None,
         "Products of the fused SO(2) mixing layers on CUDA: tf32x3, fp16x3 (same rounding, "
-        "slower on an H200), fp16 (fastest, about 2^-11 per product) or ieee; "
+        "about as fast), fp16 (fastest, about 2^-11 per product) or ieee; "
         "docs/precision.md.",
         choices=("tf32x3", "fp16x3", "fp16", "ieee"),
         default_text="tf32x3 or $MDBAND_STACK_PRECISION",

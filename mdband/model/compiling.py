@@ -5,11 +5,11 @@ their kernels read constant tables that fake tensors cannot stand in for), so ev
 of torch code between two ops (norms, FFNs and grid nets, radial MLPs, attention logits) is one
 compiled region with a compiled backward. Eager calls of the ops are unchanged.
 
-Measured on an H200 (``benchmarks/gpu_profile.py --variants breaks``, 4,096 atoms, user-level
-call, before the first kernel-speed fixes of 2026-12-01): DPA4-Mini 79.5 → 67.6 ms, the default
-config 204.4 → 189.3 ms; the first call of each new size compiles (25–38 s). Only the
-unchunked evaluation without a LAMMPS exchange and without recomputation is compiled; training
-never is (compiled graphs cannot be differentiated twice).
+What it saves per call and what the first call of each new size spends compiling:
+BENCHMARKS.md "2026-12-01 (afternoon)" and the torch.compile part of "2026-12-01 (evening)"
+(``benchmarks/gpu_profile.py --variants breaks``). Only the unchunked evaluation without a
+LAMMPS exchange and without recomputation is compiled; training never is (compiled graphs
+cannot be differentiated twice).
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class EnvironmentSeed(nn.Module):
     def forward(self, ec, types: torch.Tensor, fused: bool = False, magmoms=None) -> torch.Tensor:
         """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
         the per-node sum of the edges' outer products by the Triton op (differentiable once:
-        force evaluation), and the edge MLPs too where ``seed_mlp.KERNELS`` asks for its op,
+        force evaluation), and the edge MLPs too where the tuning table asks for its op,
         else by torch (differentiable to any order: training). ``magmoms`` (every node's
         moment, native spin models; None: zero moments)."""
         v = ec.edge_vec

@@ -112,9 +112,10 @@ class GridProjector:
         return hit
 
     # Both maps are one GEMM over every node's channels at once, (G, J) @ (J, M·C): ``T @ coeff``
-    # on (M, J, C) would broadcast T into M tiny GEMMs (a batched GEMM 3-4x slower on an H200
-    # at 4,096 nodes). Grid values come out grid-point-major, (M, G, C) viewed from (G, M, C),
-    # which is what analyse reads without a copy.
+    # on (M, J, C) would broadcast T into M tiny GEMMs (a batched GEMM, several times slower
+    # on a GPU: BENCHMARKS.md "2026-12-02 (third session)"). Grid values come out
+    # grid-point-major, (M, G, C) viewed from (G, M, C), which is what analyse reads without a
+    # copy.
     def project(self, coeff: torch.Tensor) -> torch.Tensor:
         """Coefficients (..., D, K·C) → grid values (..., G, C) (a grid-point-major view)."""
         t, _ = self.mats(coeff.dtype, coeff.device)
@@ -208,7 +209,8 @@ def frame_linear(coeff: torch.Tensor, weight: torch.Tensor, n_frames: int) -> to
     """Channel map applied per frame: (..., D, K·Cin) @ W (Cin, Cout) → (..., D, K·Cout)."""
     *lead, d, kc = coeff.shape
     # one (rows, Cin) @ (Cin, Cout) GEMM: a strided view (e.g. one half of a chunk) would make
-    # matmul broadcast W into a batched GEMM per (l, m) row, 30x slower on an H200 (DPA4-Mini)
+    # matmul broadcast W into a batched GEMM per (l, m) row, many times slower on a GPU
+    # (BENCHMARKS.md "2026-12-01 (afternoon)")
     out = coeff.reshape(-1, kc // n_frames) @ weight
     return out.reshape(*lead, d, -1)
 
@@ -348,13 +350,6 @@ class GridBranch(_ProjectedGridOp):
         route = torch.softmax(scalar_pair @ self.router.weight, dim=-1)  # (..., b)
         out = (value * route[..., None, :, None]).sum(-2)  # (..., G, C)
         return proj.analyse(out, n_rows)
-
-
-class GridProductOp(GridOp):
-    """Parameter-free op wrapper around :func:`grid_product` (deepmd-kit ``GridProduct``)."""
-
-    def combine(self, proj, left, right, scalar_pair, n_rows, fused=False, exact=False):
-        return grid_product(proj, left, right, n_rows, fused, exact)
 
 
 def make_grid_op(op_type: str, channels: int, mode: str, n_branches: int) -> nn.Module | None:

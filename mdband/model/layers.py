@@ -36,8 +36,8 @@ class SO3Linear(nn.Module):
             return (x[..., 0, :] @ self.weight[0]).unsqueeze(-2)
         # one GEMM per (l, m) row, batched over the rows: bmm reads x's rows in place (strided
         # batch), where `x[..., rows, :] @ W[l]` of a row slice cannot fold its node axis into
-        # one matrix and torch broadcasts W into a per-node batched GEMM (≈ 25x slower on an
-        # H200 at 4,096 nodes)
+        # one matrix and torch broadcasts W into a per-node batched GEMM (many times slower on
+        # a GPU: BENCHMARKS.md "2026-12-02 (third session)")
         rows = x.reshape(-1, d, c_in).transpose(0, 1)  # (d, M, Cin)
         y = torch.bmm(rows, self.weight[self._deg[:d]])  # (d, M, Cout)
         return y.transpose(0, 1).contiguous().view(*lead, d, -1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mdband.kernels._mixer import mixer_matrix
+from mdband.kernels.rotate_mix import mixer_matrix
 from mdband.kernels.so2_stack import so2_linear
 from mdband.so3 import storage as st
 
@@ -18,7 +18,7 @@ from mdband.so3 import storage as st
 def leading_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """``t[:, :n]``, or t itself when it has n rows: a full slice still records a backward that
     writes a zero tensor of t's size and copies the cotangent into it (two passes over an
-    (E, L+1, C) tensor per use at 647,154 edges: ≈ 0.3 ms each for the default config)."""
+    (E, L+1, C) tensor per use; BENCHMARKS.md "2026-12-03")."""
     return t if t.shape[1] == n else t[:, :n]
 
 
@@ -127,9 +127,9 @@ class RadialDegreeMixer(nn.Module):
     def _one_product(self, k: torch.Tensor, xl: torch.Tensor) -> torch.Tensor:
         """The three |m| blocks as one block-diagonal (E, Dm·R', Dm) product (R' = 1 for
         "degree", the rank for "degree_channel"; rows (l_out, r), the matrix of
-        :func:`mdband.kernels._mixer.mixer_matrix`), then the channel basis (see
-        :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; forward + backward at 34,128 edges,
-        one CPU thread: L = 2, C = 32 143 → 39 ms; L = 3, C = 64 189 → 115 ms)."""
+        :func:`mdband.kernels.rotate_mix.mixer.mixer_matrix`), then the channel basis (see
+        :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; measured in BENCHMARKS.md
+        "2026-12-05")."""
         E, dm = xl.shape[0], xl.shape[1]
         r = 1 if self.mode == "degree" else k.shape[-1]
         a = mixer_matrix(k[..., :r], self.lmax)  # (E, out, in, r)

@@ -23,10 +23,6 @@ def _norm_factor(l: int, m: int) -> float:
     return math.sqrt((2.0 if am else 1.0) * f)
 
 
-def _sign(m: int) -> float:
-    return -1.0 if m < 0 else 1.0
-
-
 def spherical_harmonics(
     lmax: int, u: torch.Tensor, with_grad: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

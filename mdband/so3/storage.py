@@ -188,10 +188,9 @@ def degree_block(storage: RotationStorage, l: int) -> torch.Tensor:
 #: the radial degree mixer of ``model/so2.py``) as one dense (E, rows, cols) product instead of
 #: one small product per block. On the CPU ATen runs a batched product of fewer than 400
 #: multiply-adds per matrix (l = 1 at C = 32: 3 × 3 × 32) in a plain loop; the dense product,
-#: zeros and all, goes to the BLAS: forward + backward at 34,128 edges, one thread
-#: (``benchmarks/one_product.py``), L = 2, C = 32: rotate_to_local 108 → 29 ms, rotate_back
-#: 130 → 34; L = 3, C = 64: 219 → 108 and 300 → 110 (2-core x86-64 VM). CUDA keeps the
-#: per-block products (not timed there).
+#: zeros and all, goes to the BLAS and is faster on one thread
+#: (``benchmarks/one_product.py``, BENCHMARKS.md "2026-12-05"). CUDA keeps the per-block
+#: products (not timed there).
 ONE_PRODUCT_DEVICES = frozenset({"cpu"})
 
 
@@ -249,14 +248,6 @@ def rotate_back(
         outs.append(torch.bmm(blk.transpose(1, 2), xl))
     out = torch.cat(outs, dim=1)
     return out if scale is None else out * scale[:, None]
-
-
-def _reduced_rows(t: dict, lmax_storage: int, lmax: int) -> torch.Tensor:
-    rows = t["rows"]
-    L = lmax_storage
-    return torch.cat(
-        [rows[: lmax + 1], rows[L + 1 : L + 1 + lmax], rows[2 * L + 1 : 2 * L + 1 + lmax]]
-    )
 
 
 # ---------------------------------------------------------------------------- kernel index tables

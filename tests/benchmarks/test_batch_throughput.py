@@ -1,66 +1,44 @@
-"""benchmarks/batch_throughput.py runs and measures what it claims: water frames of the sizes
-asked for, written as deepmd-kit systems mdband reads back, timings of every mode."""
+"""benchmarks/batch_throughput.py runs and measures what it claims: every mode timed on the
+frames asked for, one record per case appended to --out (the frames themselves are
+tests/benchmarks/test_harness.py's)."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
-import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import batch_throughput as bt  # noqa: E402
+from benchmarks import batch_throughput as bt
+from benchmarks import harness
 
 
-def test_frames_are_water_of_the_sizes_asked_for(tmp_path):
-    from ase.geometry import get_distances
-
-    from mdband.io.systems import read_systems
-
-    frames = bt.make_frames(12, 9, 63)
-    sizes = [len(s) for _, _, s in frames]
-    assert min(sizes) >= 9 and max(sizes) <= 63 and all(n % 3 == 0 for n in sizes)
-    for pos, cell, species in frames:
-        assert species[:3] == ["O", "H", "H"]
-        volume = np.linalg.det(cell)
-        assert 25 < volume / (len(species) // 3) < 35  # about 1 g/cm3
-        d = get_distances(pos, cell=cell, pbc=True)[1]
-        assert d[np.triu_indices(len(pos), 1)].min() > 0.9  # O-H bonds 0.957 A, others >= 1.6
-    dirs = bt.write_systems(frames, tmp_path, ["O", "H"])
-    back = [f for d in dirs for f in read_systems(d)]
-    assert sorted(f.n_atoms for f in back) == sorted(sizes)
-
-
-@pytest.mark.skipif(not bt.WATER_MODEL.is_file(), reason="needs ../shared/data (water model)")
+@pytest.mark.skipif(
+    not harness.models.WATER_MODEL.is_file(), reason="needs ../shared/data (water model)"
+)
 def test_cpu_run_without_commands(tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    argv = [
+        "--cases",
+        "small",
+        "--frames",
+        "6",
+        "--repeat",
+        "1",
+        "--no-commands",
+        "--batch-atoms",
+        "64",
+        "1024",
+        "--out",
+        str(out),
+    ]
     old = torch.get_num_threads()
     try:
-        rows = bt.main(
-            [
-                "--cases",
-                "small",
-                "--frames",
-                "6",
-                "--repeat",
-                "1",
-                "--no-commands",
-                "--batch-atoms",
-                "64",
-                "1024",
-                "--json",
-                str(tmp_path / "r.json"),
-            ]
-        )
+        rows = bt.main(argv)
     finally:
         torch.set_num_threads(old)
-    (row,) = json.loads((tmp_path / "r.json").read_text())
+    (row,) = harness.results.read(out, kind="case")
     assert row == rows[0] and row["frames"] == 6 and row["atoms_max"] <= 63
     assert row["batched_64_frames_per_s"] > 0 and row["batched_1024_frames_per_s"] > 0
     assert row["one_by_one_frames_per_s"] > 0 and "dp_test" not in row
     assert row["batched_64_frames_per_cpu_s"] > 0 and row["one_by_one_frames_per_cpu_s"] > 0
+    assert [r["kind"] for r in harness.results.read(out)] == ["start", "setup", "case", "end"]
     assert "| small | 6 |" in capsys.readouterr().out

@@ -1,29 +1,27 @@
-"""The candidate pair (Gauss) SO(2) linear kernel of benchmarks/linear_variants.py against the
-float64 torch reference, under the Triton interpreter (its speed is measured on the device)."""
+"""The candidate pair (Gauss) SO(2) linear kernel of benchmarks/experiments/linear_variants.py
+against the float64 torch reference, under the Triton interpreter (its speed is measured on the
+device)."""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels import so2_stack as ss
+from mdband.kernels.so2_stack import reference as ss
 
 pytestmark = pytest.mark.skipif(
     not cm.TRITON_AVAILABLE or os.environ.get("TRITON_INTERPRET") != "1",
     reason="needs Triton's interpreter (TRITON_INTERPRET=1, as make test sets)",
 )
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize(("L", "C", "F", "E"), [(1, 16, 1, 33), (2, 16, 1, 50), (3, 16, 2, 70)])
 def test_pair_kernel_equals_the_reference(L, C, F, E, transpose):
-    import linear_variants as lv
+    from benchmarks.experiments import linear_variants as lv
 
     g = torch.Generator().manual_seed(L + F)
     x = torch.randn(F, E, 3 * L + 1, C, generator=g)

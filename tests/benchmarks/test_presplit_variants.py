@@ -1,23 +1,21 @@
-"""The pre-split fp16x3 SO(2) linear kernel of benchmarks/presplit_linear.py against the float64
-torch reference, under the Triton interpreter (its speed is measured on the device)."""
+"""The pre-split fp16x3 SO(2) linear kernel of benchmarks/experiments/presplit_linear.py against
+the float64 torch reference, under the Triton interpreter (its speed is measured on the
+device)."""
 
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels import so2_stack as ss
+from mdband.kernels.so2_stack import reference as ss
 
 pytestmark = pytest.mark.skipif(
     not cm.TRITON_AVAILABLE or os.environ.get("TRITON_INTERPRET") != "1",
     reason="needs Triton's interpreter (TRITON_INTERPRET=1, as make test sets)",
 )
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -27,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 @pytest.mark.parametrize("magnitude", [1e-6, 1.0, 1e5])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_presplit_kernel_equals_the_reference(L, C, F, E, nr, transpose, magnitude, per_row):
-    import presplit_linear as pl
+    from benchmarks.experiments import presplit_linear as pl
 
     g = torch.Generator().manual_seed(L + F)
     x = torch.randn(F, E, 3 * L + 1, C, generator=g) * magnitude
@@ -49,7 +47,7 @@ def test_presplit_kernel_equals_the_reference(L, C, F, E, nr, transpose, magnitu
 
 
 def test_row_blocks_divide_both_groups():
-    import presplit_linear as pl
+    from benchmarks.experiments import presplit_linear as pl
 
     assert pl.row_blocks(3) == [1, 2]
     assert pl.row_blocks(2) == [1]

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from mdband.kernels import _common as cm
+from mdband.kernels import tuning
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
 from mdband.so3.wigner import band_from_unit, dense_from_unit
@@ -98,15 +97,12 @@ def rel_max(a, b) -> float:
     return num / den if den > 0 else num
 
 
-@contextlib.contextmanager
-def switched(module, fwd: str, bwd: str | None = None):
-    """``module.KERNELS`` (an op's Triton kernels per pass) set to ``fwd`` / ``bwd`` inside."""
-    old = dict(module.KERNELS)
-    module.KERNELS.update(fwd=fwd, bwd=bwd or fwd)
-    try:
-        yield
-    finally:
-        module.KERNELS.update(old)
+def with_linear(precision: str, **launch) -> dict:
+    """so2_stack changes for :func:`tuning.override`: the linear kernel's launch of split mode
+    ``precision`` set to ``LinearLaunch(**launch)`` (the other modes and shapes kept)."""
+    linear = dict(tuning.current().so2_stack.linear)
+    linear[precision] = tuning.LinearLaunch(**launch)
+    return {"linear": linear}
 
 
 #: the "dot" kernels' test segments: 11 edges (several steps of DOT_EDGES = 4 or 8, the last

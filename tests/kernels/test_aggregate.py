@@ -17,13 +17,8 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
-from mdband.kernels import aggregate as agg
-from mdband.kernels.aggregate import (
-    STATS_EDGES,
-    aggregate,
-    aggregate_bwd_reference,
-    aggregate_reference,
-)
+from mdband.kernels import tuning
+from mdband.kernels.aggregate import aggregate, aggregate_bwd_reference, aggregate_reference
 from mdband.so3 import storage as st
 
 F64, F32 = torch.float64, torch.float32
@@ -34,11 +29,11 @@ TRITON_CASES += [(3, 3, F32, 0), (3, 3, F32, 2), (2, 2, F64, 1)]
 
 
 @pytest.fixture(autouse=True)
-def walk_kernels(monkeypatch):
-    """These are the walk kernels' tests: both passes pinned to the walk (float32's default
+def walk_kernels():
+    """These are the walk kernels' tests: the backward pinned to the walk (float32's default
     backward, "auto", is the tf32x3 dot, tested in test_aggregate_dot.py)."""
-    monkeypatch.setitem(agg.KERNELS, "fwd", "walk")
-    monkeypatch.setitem(agg.KERNELS, "bwd", "walk")
+    with tuning.override(aggregate={"bwd": "walk"}):
+        yield
 
 
 def _inputs(L, dtype, H, device, E=8, N=5, C=6, seed=0, logit_scale=2.0):
@@ -114,7 +109,7 @@ def test_empty_nodes_between_segments(kdev, H):
     t0, _, rho, _ = _inputs(L, F32, H, kdev, E=45, N=N, C=12, seed=3)
     dst = torch.tensor([5, 1, 5, 2, 5, 4, 1, 5, 2, 5, 4, 1] + [5] * 33, device=kdev)
     dst = dst[torch.randperm(45, generator=torch.Generator().manual_seed(0))]
-    assert STATS_EDGES < 38
+    assert tuning.current().aggregate.stats_edges < 38
     _check_layouts(kdev, L, L, F32, t0, dst, rho, N, empty=[0, 3, 6])
 
 
@@ -240,10 +235,9 @@ def test_env_as_a_column_view(kdev, H):
 @pytest.mark.parametrize("H", [0, 1, 3])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_prefetching_walks_are_bitwise_the_plain_ones(kdev, layout, H, monkeypatch):
-    """``WALK["prefetch"]`` (edge i + 1's loads issued before edge i's work) changes when loads
+    """The walks' prefetch (edge i + 1's loads issued before edge i's work) changes when loads
     are issued, not what is summed: the output and every cotangent equal the plain walks' bit
-    for bit, with
-    empty segments first, in the middle and last and segments of 1 to 33 edges."""
+    for bit, with empty segments first, in the middle and last and segments of 1 to 33 edges."""
     L, N = 3, 7
     t0, _, rho, _ = _inputs(L, F32, H, kdev, E=45, N=N, C=12, seed=5)
     dst = torch.tensor([5, 1, 5, 2, 5, 4, 1, 5, 2, 5, 4, 1] + [5] * 32 + [2], device=kdev)
@@ -251,10 +245,9 @@ def test_prefetching_walks_are_bitwise_the_plain_ones(kdev, layout, H, monkeypat
     S0 = storages(edge_vectors(45, F32, seed=2), L)[layout]
     out = {}
     for pf in (False, True):
-        monkeypatch.setitem(agg.WALK, "prefetch", {"fwd": pf, "bwd": pf})
         S = leaf_storage(st.RotationStorage(layout, L, S0.require(layout, "t").to(kdev)))
         t = _leaves(t0)
-        with cm.force_triton():
+        with cm.force_triton(), tuning.override(aggregate={"fwd_prefetch": pf, "bwd_prefetch": pf}):
             out[pf] = _run(S, L, rho, dst, N, t)
     for i, (a, b) in enumerate(zip(out[False], out[True])):
         assert (a is None) == (b is None)

@@ -1,5 +1,5 @@
-"""aggregate's "dot" kernels (``aggregate.KERNELS`` = "dot"): vs the torch reference, vs the
-"walk" kernels, band vs dense bitwise.
+"""aggregate's "dot" backward (the tuning table's ``aggregate.bwd`` = "dot"): vs the torch
+reference, vs the walk backward, band vs dense bitwise.
 
 Tolerances (max-norm relative error of every output and gradient against the float64 torch
 reference of the same inputs): 1e-12 for float64, 1e-5 for float32 (rounding of sums over ≤ 11
@@ -20,13 +20,13 @@ from kernel_helpers import (
     off_band_dense,
     rel_max,
     storages,
-    switched,
 )
 from test_aggregate import _inputs, _leaves, _run
 
-from mdband.kernels import _aggregate_dot as dot
 from mdband.kernels import _common as cm
-from mdband.kernels import aggregate as agg
+from mdband.kernels import tuning
+from mdband.kernels.aggregate import launch
+from mdband.kernels.aggregate.dot import DOT_MIN
 from mdband.so3 import storage as st
 
 F64, F32 = torch.float64, torch.float32
@@ -42,9 +42,9 @@ def _dst(device, seed=0):
 
 
 @pytest.fixture
-def dot_kernels(monkeypatch):
-    monkeypatch.setitem(agg.KERNELS, "fwd", "dot")
-    monkeypatch.setitem(agg.KERNELS, "bwd", "dot")
+def dot_kernels():
+    with tuning.override(aggregate={"bwd": "dot"}):
+        yield
 
 
 def _case(kdev, L, Ls, dtype, H, C=6, seed=0):
@@ -114,23 +114,23 @@ def test_dot_padded_channels_and_heads(kdev, dot_kernels, dtype, H):
 
 
 @pytest.mark.parametrize("H", [0, 1, 2])
-def test_dot_eight_edges_per_step(kdev, dot_kernels, monkeypatch, H):
+def test_dot_eight_edges_per_step(kdev, dot_kernels, H):
     """The other step size the GPU benchmark sweeps (R = 32 rows), and 4 warps."""
-    monkeypatch.setattr(dot, "DOT_EDGES", 8)
-    monkeypatch.setattr(dot, "DOT_WARPS", 4)
-    _check(kdev, 3, 3, F64, H)
+    eight = tuning.DotLaunch(edges=8, warps=4)
+    with tuning.override(aggregate={"dot_ieee": eight, "dot_tf32x3": eight}):
+        _check(kdev, 3, 3, F64, H)
 
 
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
 @pytest.mark.parametrize("H", [0, 1, 2])
 @pytest.mark.parametrize("L,Ls", [(2, 2), (3, 3)])
-def test_dot_tf32x3_matches_reference(kdev, dot_kernels, monkeypatch, L, Ls, H):
-    """``DOT_PRECISION`` "tf32x3" (Triton's three-TF32 product) in both passes: float32 to the
-    same tolerance as the exact FMAs, band == dense bitwise; float64 ignores it (exact)."""
-    monkeypatch.setitem(dot.DOT_PRECISION, "fwd", "tf32x3")
-    monkeypatch.setitem(dot.DOT_PRECISION, "bwd", "tf32x3")
+def test_dot_precisions_match_reference(kdev, dot_kernels, precision, L, Ls, H):
+    """float32's tl.dot precision ("tf32x3", Triton's three-TF32 product, the default; or the
+    exact "ieee" FMAs): the same tolerance, band == dense bitwise; float64 is always exact."""
     y32, y64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
-    assert dot.precision(y32, "bwd") == "tf32x3" and dot.precision(y64, "bwd") == "ieee"
-    _check(kdev, L, Ls, F32, H)
+    with tuning.override(aggregate={"dot_precision": precision}):
+        assert launch.dot_precision(y32) == precision and launch.dot_precision(y64) == "ieee"
+        _check(kdev, L, Ls, F32, H)
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
@@ -140,26 +140,10 @@ def test_dot_equals_walk(kdev, L, Ls, dtype, H):
     t0, dst, rho, N, S0 = _case(kdev, L, Ls, dtype, H, seed=7)
     res = {}
     for name in ("walk", "dot"):
-        with switched(agg, name):
+        with tuning.override(aggregate={"bwd": name}):
             res[name] = _triton(S0, BAND, Ls, L, rho, dst, N, t0)
     for i, (a, b) in enumerate(zip(res["dot"], res["walk"])):
         assert rel_max(a, b) <= REL[dtype], f"output {i}: {rel_max(a, b):.2e}"
-
-
-@pytest.mark.parametrize("mix", [("dot", "walk"), ("walk", "dot")])
-def test_mixed_passes(kdev, mix):
-    """Forward and backward kernels chosen independently."""
-    L, H = 2, 2
-    t0, dst, rho, N, S0 = _case(kdev, L, L, F64, H, seed=2)
-    ref = _reference64(S0, BAND, L, L, rho, dst, N, t0)
-    old = dict(agg.KERNELS)
-    agg.KERNELS.update(fwd=mix[0], bwd=mix[1])
-    try:
-        out = _triton(S0, BAND, L, L, rho, dst, N, t0)
-    finally:
-        agg.KERNELS.update(old)
-    for a, b in zip(out, ref):
-        assert rel_max(a, b) <= REL[F64]
 
 
 @pytest.mark.parametrize("H", [0, 2])
@@ -176,17 +160,18 @@ def test_dot_zero_edges(kdev, dot_kernels, H):
         assert g is None or torch.count_nonzero(g) == 0
 
 
-def test_switch_default_and_bad_value(kdev, monkeypatch):
+def test_choice_default_and_bad_value(kdev):
     """The backward's "auto" is the tf32x3 dot in float32 and the exact walk in float64; every
-    launch's R = BE · SP rows fill a dot tile; a kernel name not allowed is refused."""
-    assert agg.KERNELS == {"fwd": "walk", "bwd": "auto"}
+    launch's R = edges · SP rows fill a dot tile; a kernel name not allowed is refused."""
+    assert tuning.DEFAULTS.aggregate.bwd == "auto"
     y32, y64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
-    assert dot.chosen(agg.KERNELS, "bwd", y32) == "dot"
-    assert dot.chosen(agg.KERNELS, "bwd", y64) == "walk"
-    assert dot.chosen(agg.KERNELS, "fwd", y32) == "walk"
-    for launch in dot.DOT_LAUNCH.values():
-        assert launch["BE"] * st.KERNEL_SLOTS >= dot.DOT_MIN
-    monkeypatch.setitem(agg.KERNELS, "fwd", "tiles")
-    t0, dst, rho, N, S0 = _case(kdev, 1, 1, F64, 0)
-    with pytest.raises(ValueError, match="KERNELS"):
-        _triton(S0, BAND, 1, 1, rho, dst, N, t0)
+    assert launch.bwd_kernels(y32) == "dot"
+    assert launch.bwd_kernels(y64) == "walk"
+    for dot_launch in (tuning.DEFAULTS.aggregate.dot_ieee, tuning.DEFAULTS.aggregate.dot_tf32x3):
+        assert dot_launch.edges * st.KERNEL_SLOTS >= DOT_MIN
+    with pytest.raises(ValueError, match="AggregateTuning.bwd"):
+        with tuning.override(aggregate={"bwd": "tiles"}):
+            pass
+    with pytest.raises(ValueError, match="16 tl.dot rows"):
+        with tuning.override(aggregate={"dot_ieee": tuning.DotLaunch(edges=2)}):
+            pass

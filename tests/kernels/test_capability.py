@@ -95,24 +95,24 @@ def test_decide_layout_rules():
         cap.decide_layout([ok], "banded")
 
 
-def test_requested_layout(monkeypatch):
-    monkeypatch.delenv(cap.ENV_VAR, raising=False)
-    assert cap.requested_layout(None) == "auto"
-    monkeypatch.setenv(cap.ENV_VAR, "dense")
-    assert cap.requested_layout(None) == "dense"
-    assert cap.requested_layout("band") == "band"  # the explicit argument wins
+def test_requested_layout_reads_no_environment(monkeypatch):
+    """The gate normalises the request it is given; the environment override is the
+    settings' (one parser: ``EngineSettings`` reads ``MDBAND_ROTATION_LAYOUT``)."""
+    from mdband.settings import EngineSettings
+
     assert cap.requested_layout(" AUTO ") == "auto"
-    monkeypatch.setenv(cap.ENV_VAR, "Auto")
-    assert cap.requested_layout(None) == "auto"
-    for bad in ("band", "packed", "1"):
-        monkeypatch.setenv(cap.ENV_VAR, bad)
-        with pytest.raises(ValueError, match=cap.ENV_VAR):
-            cap.requested_layout(None)
+    assert cap.requested_layout("band") == "band"
     with pytest.raises(ValueError, match="rotation layout"):
         cap.requested_layout("sparse")
-    monkeypatch.setenv(cap.ENV_VAR, "dense")
+    monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "dense")
+    assert cap.requested_layout("auto") == "auto"  # the environment is not read here
+    requested = EngineSettings.resolve().rotation_layout
+    assert requested == "dense"
     ok = cap.ConsumerSpec("a", frozenset({BAND, DENSE}), "fine")
-    assert cap.decide_layout([ok], cap.requested_layout(None))[0] is DENSE
+    assert cap.decide_layout([ok], requested)[0] is DENSE
+    monkeypatch.setenv("MDBAND_ROTATION_LAYOUT", "packed")
+    with pytest.raises(ValueError, match="MDBAND_ROTATION_LAYOUT"):
+        EngineSettings.resolve()
 
 
 def test_spec_matches_dispatch_errors():

@@ -6,7 +6,7 @@ import torch
 
 from mdband.cell_list import cell_list_edges
 from mdband.kernels import _common as cm
-from mdband.kernels import cell_pairs
+from mdband.kernels import cell_pairs, tuning
 
 TRICLINIC = np.array([[4.0, 0, 0], [1.3, 3.8, 0], [0.7, -0.9, 4.4]])
 CASES = {
@@ -75,15 +75,15 @@ def test_coincident_atoms_and_no_pairs(kdev):
     assert got[0].shape == (0,) and got[2].shape == (0, 3)
 
 
-def test_switch_and_limits(kdev, monkeypatch):
+def test_switch_and_limits(kdev):
     with cm.force_triton():
         assert cell_pairs.applies(kdev, cell_pairs.MAX_STENCIL)
         assert not cell_pairs.applies(kdev, cell_pairs.MAX_STENCIL + 1)  # torch path
-        monkeypatch.setitem(cell_pairs.KERNELS, "fwd", "torch")
-        assert not cell_pairs.applies(kdev, 125)
-        monkeypatch.setitem(cell_pairs.KERNELS, "fwd", "fast")
-        with pytest.raises(ValueError, match="cell_pairs.KERNELS"):
-            cell_pairs.applies(kdev, 125)
+        with tuning.override(cell_pairs={"kernels": "torch"}):
+            assert not cell_pairs.applies(kdev, 125)
+        with pytest.raises(ValueError, match="CellPairsTuning.kernels"):
+            with tuning.override(cell_pairs={"kernels": "fast"}):
+                pass
 
 
 def test_cpu_default_is_the_torch_path():
@@ -91,10 +91,10 @@ def test_cpu_default_is_the_torch_path():
 
 
 @pytest.mark.parametrize("name", ["triclinic", "mixed"])
-def test_bins_fuller_than_a_tile(kdev, name, monkeypatch):
+def test_bins_fuller_than_a_tile(kdev, name):
     """Tiles of two candidates per slot: most bins take several steps, rows stay in order."""
-    monkeypatch.setitem(cell_pairs.LAUNCH, "BW", 2)
     cell, pbc = CASES[name]
-    got, ref = both_paths(structure(cell, pbc, 24, seed=5), cell, pbc, 3.0, kdev)
+    with tuning.override(cell_pairs={"width": 2}):
+        got, ref = both_paths(structure(cell, pbc, 24, seed=5), cell, pbc, 3.0, kdev)
     assert_same(got, ref)
     assert ref[0].shape[0] > 24

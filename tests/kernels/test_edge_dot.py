@@ -6,8 +6,11 @@ import pytest
 import torch
 
 from mdband.kernels import _common as cm
-from mdband.kernels.edge_dot import BLOCK_EDGES, edge_dot, edge_dot_reference
+from mdband.kernels import tuning
+from mdband.kernels.edge_dot import edge_dot, edge_dot_reference
 from mdband.model.conv import _EdgeDot
+
+BLOCK_EDGES = tuning.DEFAULTS.edge_dot.fwd_edges  # edges per forward program
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-6}
 

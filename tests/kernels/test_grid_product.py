@@ -8,6 +8,7 @@ from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
 from mdband.kernels import grid_product as gp
+from mdband.kernels import tuning
 from mdband.model.grids import grid_product, s2_projector, so3_projector
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
@@ -105,13 +106,14 @@ def test_fused_choice_follows_the_settings(options, on_cpu):
     assert gp._precision(like, exact=False) == 0  # no tf32 dots off the GPU
 
 
-@pytest.mark.parametrize("channels", sorted(gp.SHAPE_LAUNCH))
+@pytest.mark.parametrize("channels", sorted(tuning.DEFAULTS.grid_product.shapes))
 def test_shape_launches_run_and_match_the_reference(kdev, channels, monkeypatch):
-    """A per-channel-count launch (SHAPE_LAUNCH) is the one each pass runs at that C (its own
-    channel block and warps), and its results are the reference's."""
+    """A per-channel-count launch (the tuning table's grid_product shapes) is the one each pass
+    runs at that C (its own channel block and warps), and its results are the reference's."""
     seen = []
     intercept_launches(
-        monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BC"], kw["num_warps"]))
+        monkeypatch,
+        lambda k, grid, kw: seen.append((k.__name__, kw["BLOCK_CHANNELS"], kw["num_warps"])),
     )
     proj = so3_projector(2, 1)
     left, right = _inputs(proj, channels, torch.float32, kdev, seed=channels)
@@ -123,9 +125,11 @@ def test_shape_launches_run_and_match_the_reference(kdev, channels, monkeypatch)
     with cm.force_triton():
         got = grid_product(proj, left, right, None, fused=True)
         gl, gr = torch.autograd.grad((got * gout).sum(), (left, right))
-    launch = gp.SHAPE_LAUNCH[channels]
-    assert seen == [("_grid_fwd_kernel", launch["fwd"]["BC"], launch["fwd"]["warps"]),
-                    ("_grid_bwd_kernel", launch["bwd"]["BC"], launch["bwd"]["warps"])]  # fmt: skip
+    fwd, bwd = tuning.DEFAULTS.grid_product.shapes[channels]
+    assert seen == [
+        ("grid_product_fwd_kernel", fwd.channels, fwd.warps),
+        ("grid_product_bwd_kernel", bwd.channels, bwd.warps),
+    ]
     for a, b in ((got, want), (gl, wl), (gr, wr)):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-5 * b.abs().max().item())
 

@@ -7,13 +7,18 @@ import torch
 from kernel_helpers import intercept_launches
 
 from mdband.kernels import _common as cm
-from mdband.kernels import _presplit_linear as ps
-from mdband.kernels import _stack_gate as sg
-from mdband.kernels import _stack_weights as sw
-from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
+from mdband.kernels.so2_stack import launch as so2_launch
+from mdband.kernels.so2_stack import presplit as ps
+from mdband.kernels.so2_stack import reference as ss
+from mdband.kernels.so2_stack import weights as sw
+from mdband.kernels.so2_stack.presplit import so2_presplit_linear_kernel
 
 F64, F32 = torch.float64, torch.float32
-SMALL = ({"BE": 16, "warps": 4, "stages": 2, "rows": 2},)  # several programs, a ragged tail
+#: several programs, a ragged tail
+SMALL = (tuning.LinearLaunch(edges=16, warps=4, stages=2, rows=2),)
+#: the gate kernels' launch of these tests
+GATE = tuning.GateLaunch(edges=16, fwd_warps=4, bwd_warps=4)
 
 
 def _case(L, C, F, E, seed, scale=1.0):
@@ -37,9 +42,9 @@ def test_gate_backward_writes_the_same_gh_split(kdev, L, C, F, E):
     gy, h, w0, wm, wg = _on(kdev, *_case(L, C, F, E, seed=L))
     full = torch.empty_like(gy)
     parts = ps.SplitRows.empty_like(gy)
-    with cm.force_triton():
-        sg.gate_bwd(gy, h, wg, full, L, 16, 4)
-        sg.gate_bwd(gy, h, wg, parts, L, 16, 4)
+    with cm.force_triton(), tuning.override(so2_stack={"gate": GATE}):
+        so2_launch.gate_bwd(gy, h, wg, full, L)
+        so2_launch.gate_bwd(gy, h, wg, parts, L)
     want = full.cpu().double()
     row_max = want.abs().amax(-1, keepdim=True)
     assert bool(((parts.value().cpu() - want).abs() <= 2**-22 * row_max).all())
@@ -53,8 +58,7 @@ def test_presplit_linear_matches_float64(kdev, L, C, F, E, rows, transpose, scal
     """x·W + res (and x·Wᵀ + res) from the split parts within fp32 level of float64 (2e-6 of the
     largest product term) for inputs from 1e-7 to 1e6, one or two rows per program; rows far
     apart in size inside one edge keep their own accuracy (scales per edge and row)."""
-    monkeypatch.setattr(ps, "_WORKING", {})
-    monkeypatch.setattr(ps, "LAUNCHES", ({**SMALL[0], "rows": rows},))
+    launches = (tuning.LinearLaunch(edges=16, warps=4, stages=2, rows=rows),)
     gy, _, w0, wm, _ = _case(L, C, F, E, seed=L + rows, scale=scale)
     gy[:, 4, 1:] *= 1e-6
     parts = _split_on_host(gy)
@@ -62,8 +66,8 @@ def test_presplit_linear_matches_float64(kdev, L, C, F, E, rows, transpose, scal
     ref = ss.linear_t_reference if transpose else ss.linear_reference
     want = ref(parts.value(), w0, wm, L) + res
     dev = [SplitRowsOn(parts, kdev), res.float().to(kdev), *_on(kdev, w0, wm)]
-    with cm.force_triton():
-        got = ps.linear(*dev, L, transpose).cpu().double()
+    with cm.force_triton(), tuning.override(so2_stack={"presplit": launches}):
+        got = so2_launch.presplit_linear(*dev, L, transpose).cpu().double()
     terms = _abs_terms(parts.value(), w0, wm, L, transpose)
     bound = 2e-6 * terms + 2**-23 * (want.abs() + res.abs())
     assert bool(((got - want).abs() <= bound.amax(-1, keepdim=True)).all())
@@ -118,49 +122,52 @@ def test_gated_fp16x3_backward_runs_the_presplit_kernel(kdev, monkeypatch):
     (no fp32 gh, no in-register split); tf32x3 keeps the linear kernel."""
     seen = []
     intercept_launches(monkeypatch, lambda k, grid, kw: seen.append(k.__name__))
-    monkeypatch.setattr(ps, "_WORKING", {})
-    monkeypatch.setattr(ps, "LAUNCHES", SMALL)
     L, C = 3, 16
     gy, h, w0, wm, wg = _case(L, C, 1, 33, seed=2)
     want = ss.so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, L, True)
-    for mode, kernel in (("fp16x3", "presplit_kernel"), ("tf32x3", "linear_kernel")):
+    for mode, kernel in (("fp16x3", "so2_presplit_linear_kernel"), ("tf32x3", "so2_linear_kernel")):
         seen.clear()
-        with cm.force_triton():
+        with cm.force_triton(), tuning.override(so2_stack={"presplit": SMALL}):
             got = torch.ops.mdband.so2_mix_layer_bwd(*_on(kdev, gy, h, w0, wm, wg), L, True, mode)
-        assert seen == ["_gate_bwd_kernel", kernel], mode
-        torch.testing.assert_close(got.cpu().double(), want, rtol=0,
-                                   atol=2e-6 * float(want.abs().max()))  # fmt: skip
+        assert seen == ["so2_gate_bwd_kernel", kernel], mode
+        scale = float(want.abs().max())
+        torch.testing.assert_close(got.cpu().double(), want, rtol=0, atol=2e-6 * scale)
 
 
 def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
     from triton.runtime.errors import OutOfResources
 
+    tried = []
+
     def refuse(kernel, grid, kw):
-        if kernel is ps.presplit_kernel and kw["NR"] == 2:
-            raise OutOfResources(240_000, 232_448, "shared memory")
+        if kernel is so2_presplit_linear_kernel:
+            tried.append((kw["BLOCK_EDGES"], kw["ROWS"]))
+            if kw["ROWS"] == 2:
+                raise OutOfResources(240_000, 232_448, "shared memory")
 
     intercept_launches(monkeypatch, refuse)
-    monkeypatch.setattr(ps, "_WORKING", {})
-    small = {"BE": 16, "warps": 4, "stages": 1, "rows": 1}
-    monkeypatch.setattr(ps, "LAUNCHES", (SMALL[0], small))
+    so2_launch.forget_fitted_launches()
+    small = tuning.LinearLaunch(edges=16, warps=4, stages=1, rows=1)
     gy, _, w0, wm, _ = _case(3, 16, 1, 20, seed=5)
     parts = _split_on_host(gy)
-    with cm.force_triton():
-        got = ps.linear(SplitRowsOn(parts, kdev), *_on(kdev, gy, w0, wm), 3, False)
+    args = (SplitRowsOn(parts, kdev), *_on(kdev, gy, w0, wm), 3, False)
     want = ss.linear_reference(parts.value(), w0, wm, 3) + gy
-    torch.testing.assert_close(
-        got.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max())
-    )
-    assert list(ps._WORKING.values()) == [small]
-    monkeypatch.setattr(ps, "_WORKING", {})
-    monkeypatch.setattr(ps, "LAUNCHES", (SMALL[0],))
-    with cm.force_triton(), pytest.raises(RuntimeError, match="no launch configuration"):
-        ps.linear(SplitRowsOn(parts, kdev), *_on(kdev, gy, w0, wm), 3, False)
+    for refused in ([(SMALL[0].edges, 2)], []):  # the second call starts at the one that fit
+        tried.clear()
+        with cm.force_triton(), tuning.override(so2_stack={"presplit": (SMALL[0], small)}):
+            got = so2_launch.presplit_linear(*args)
+        torch.testing.assert_close(
+            got.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max())
+        )
+        assert tried == [*refused, (16, 1)], tried
+    with cm.force_triton(), tuning.override(so2_stack={"presplit": SMALL}):
+        with pytest.raises(RuntimeError, match="no launch configuration"):
+            so2_launch.presplit_linear(*args)
 
 
 def test_zero_edges(kdev):
     parts = ps.SplitRows.empty_like(torch.zeros(1, 0, 7, 16, device=kdev))
     w0, wm = torch.zeros(48, 48, device=kdev), torch.zeros(32, 64, device=kdev)
+    res = torch.zeros(1, 0, 7, 16, device=kdev)
     with cm.force_triton():
-        assert ps.linear(parts, torch.zeros(1, 0, 7, 16, device=kdev), w0, wm, 2, False).shape == (
-            1, 0, 7, 16)  # fmt: skip
+        assert so2_launch.presplit_linear(parts, res, w0, wm, 2, False).shape == (1, 0, 7, 16)

@@ -74,19 +74,21 @@ def test_values_and_gradient_match_the_reference(kdev, dtype, basis, E, n, p_env
 
 
 @pytest.mark.parametrize("basis", ["bessel", "gaussian"])
-def test_reference_backend_matches_autograd(basis):
+@pytest.mark.parametrize("p_rbf", [7, 0])
+def test_reference_backend_matches_autograd(basis, p_rbf):
     """The op on its torch backend (a CPU tensor, Triton not forced): the closed-form backward
-    reference equals autograd of the torch path (tiny, ordinary and beyond-cutoff lengths)."""
+    reference equals autograd of the torch path (tiny, ordinary and beyond-cutoff lengths; a
+    basis envelope of order 7, or none: exponent 0)."""
     rcut, n = 6.0, 12
     r, f = _lengths(90, rcut, seed=4), _freqs(basis, n, rcut, seed=4)
     gc = -0.5 / (rcut / (n - 1)) ** 2
     g_rbf = torch.randn(90, n, generator=torch.Generator().manual_seed(5), dtype=F64)
     rr = r.clone().requires_grad_()
-    _, want_rbf = rb.radial_basis_reference(rr, f, rcut, 5, 7, basis, gc)
+    _, want_rbf = rb.radial_basis_reference(rr, f, rcut, 5, p_rbf, basis, gc)
     (want,) = torch.autograd.grad(want_rbf, (rr,), g_rbf)
     rk = r.clone().requires_grad_()
     with cm.force_backend("reference"):
-        env, rbf = rb.radial_basis(rk, f, rcut, 5, 7, basis, gc)
+        env, rbf = rb.radial_basis(rk, f, rcut, 5, p_rbf, basis, gc)
         (got,) = torch.autograd.grad((rbf * g_rbf).sum(), (rk,))  # env unused: no cotangent
     _close(got, want, F64)
 
@@ -104,16 +106,18 @@ def test_one_output_used(kdev):
     _close(got, want, F64)
 
 
-def test_reference_is_the_models_torch_path():
-    """The reference equals the model's own torch functions (cutoff_envelope, RadialBasis)."""
+@pytest.mark.parametrize("basis", ["bessel", "gaussian"])
+@pytest.mark.parametrize("p_env,p_rbf", [(5, 7), (5, 0), (0, 0)])
+def test_reference_is_the_models_torch_path(basis, p_env, p_rbf):
+    """The reference equals the model's own torch functions (cutoff_envelope, RadialBasis),
+    envelope orders 0 (none: an integer env_exp) included."""
     rcut, n = 6.0, 16
     r = _lengths(40, rcut, seed=2)
-    for basis in ("bessel", "gaussian"):
-        mod = RadialBasis(rcut, n, basis, 7).double()
-        env, rbf = rb.radial_basis_reference(r, mod.adam_freqs, rcut, 5, 7, basis,
-                                             getattr(mod, "gauss_coeff", 0.0))  # fmt: skip
-        assert torch.equal(env, cutoff_envelope(r, rcut, 5))
-        assert torch.equal(rbf, mod(r))
+    mod = RadialBasis(rcut, n, basis, p_rbf).double()
+    env, rbf = rb.radial_basis_reference(r, mod.adam_freqs, rcut, p_env, p_rbf, basis,
+                                         mod.gauss_coeff)  # fmt: skip
+    assert torch.equal(env, cutoff_envelope(r, rcut, p_env))
+    assert torch.equal(rbf, mod(r))
 
 
 def test_bad_inputs_raise():

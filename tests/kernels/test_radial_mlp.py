@@ -7,6 +7,7 @@ import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import radial_mlp as rm
+from mdband.kernels import tuning
 
 F64, F32 = torch.float64, torch.float32
 TOL = 3e-6  # float32 against float64, relative to the largest element
@@ -70,28 +71,30 @@ def test_reference_backend_closed_form(norm):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12 * float(b.abs().max()))
 
 
-def test_switch_and_bad_inputs(monkeypatch):
+def test_switch_and_bad_inputs():
     rbf, w1, scale, w2, env = _case(10, 4, 8, 16, True, True, seed=4)
     with pytest.raises(ValueError, match="radial_mlp"):
         rm.radial_mlp(rbf, w1, scale[1:], w2, env)
     with pytest.raises(ValueError, match="radial_mlp"):
         rm.radial_mlp(rbf, w1, scale, w2, env[1:])
-    assert rm.enabled() and rm.applies(rm.MAX_WIDTH, F32)  # the default: timed on an H200
-    assert not rm.applies(rm.MAX_WIDTH + 1, F32)  # wider outputs spill: the torch path
+    widest = tuning.current().radial_mlp.max_width
+    assert rm.enabled() and rm.applies(widest, F32)  # the default
+    assert not rm.applies(widest + 1, F32)  # wider outputs spill: the torch path
     assert not rm.applies(16, F64)  # float32 kernels only
-    monkeypatch.setitem(rm.KERNELS, "fwd", "torch")
-    assert not rm.enabled() and not rm.applies(16, F32)
-    monkeypatch.setitem(rm.KERNELS, "fwd", "op")
-    monkeypatch.setitem(rm.KERNELS, "fwd", "fused")
-    with pytest.raises(ValueError, match="radial_mlp.KERNELS"):
-        rm.enabled()
+    with tuning.override(radial_mlp={"kernels": "torch"}):
+        assert not rm.enabled() and not rm.applies(16, F32)
+    with tuning.override(radial_mlp={"max_width": 15}):
+        assert not rm.applies(16, F32) and rm.applies(15, F32)
+    with pytest.raises(ValueError, match="EdgeMlpTuning.kernels"):
+        with tuning.override(radial_mlp={"kernels": "fused"}):
+            pass
 
 
 @pytest.mark.parametrize("key,value,match", [("warps", 8, "warps"), ("precision", "tf32", "tf32")])
-def test_launch_settings_refused(kdev, monkeypatch, key, value, match):
-    """8 warps per program (faulted on an H200) and an unknown dot precision: ValueError."""
-    rbf, w1, scale, w2, env = (t if t is None else t.to(F32).to(kdev)
-                               for t in _case(10, 4, 8, 16, False, True, seed=5))  # fmt: skip
-    monkeypatch.setitem(rm.LAUNCH, key, value)
-    with cm.force_triton(), pytest.raises(ValueError, match=match):
-        rm.radial_mlp(rbf, w1, scale, w2, env)
+def test_launch_settings_refused(key, value, match):
+    """8 warps per program (faulted on a GPU) and an unknown dot precision: ValueError, and the
+    table in force is unchanged."""
+    with pytest.raises(ValueError, match=match):
+        with tuning.override(radial_mlp={key: value}):
+            pass
+    assert tuning.current() is tuning.DEFAULTS

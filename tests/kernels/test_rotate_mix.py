@@ -17,7 +17,7 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
-from mdband.kernels import rotate_mix as rm_module
+from mdband.kernels import tuning
 from mdband.kernels.rotate_mix import (
     mixer_size,
     rotate_mix,
@@ -31,11 +31,11 @@ F64, F32 = torch.float64, torch.float32
 
 
 @pytest.fixture(autouse=True)
-def edge_kernels(monkeypatch):
-    """These are the edge kernels' tests: both passes pinned to them (float32's default backward
-    for radial rows, "auto", is the tf32x3 dot, tested in test_rotate_mix_dot.py)."""
-    monkeypatch.setitem(rm_module.KERNELS, "fwd", "edge")
-    monkeypatch.setitem(rm_module.KERNELS, "bwd", "edge")
+def edge_kernels():
+    """These are the edge kernels' tests: the backward pinned to them (float32's default
+    backward for radial rows, "auto", is the tf32x3 dot, tested in test_rotate_mix_dot.py)."""
+    with tuning.override(rotate_mix={"bwd": "edge"}):
+        yield
 
 
 # (lmax, storage lmax, dtype, mode, rank): every degree and both modes in fp64, fp32 spot checks

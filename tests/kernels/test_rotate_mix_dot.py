@@ -1,5 +1,6 @@
-"""rotate_mix's "dot" kernels (``rotate_mix.KERNELS`` = "dot"): vs the torch reference, vs the
-"edge" kernels, band vs dense bitwise.
+"""rotate_mix's "dot" backward of radial rows (the tuning table's ``rotate_mix.bwd`` = "dot"):
+vs the torch reference, vs the edge kernels, band vs dense bitwise; the mixer keeps the edge
+kernels.
 
 Tolerances (max-norm relative error of the output and every gradient against the float64 torch
 reference of the same inputs): 1e-12 for float64, 1e-5 for float32 (rounding of sums over ≤ 11
@@ -21,24 +22,19 @@ from kernel_helpers import (
     off_band_dense,
     rel_max,
     storages,
-    switched,
 )
 from test_rotate_mix import _inputs
 
 from mdband.kernels import _common as cm
-from mdband.kernels import _rotate_mix_dot as dot
 from mdband.kernels import rotate_mix as rm
+from mdband.kernels import tuning
+from mdband.kernels.rotate_mix import launch
+from mdband.kernels.rotate_mix.dot import DOT_MIN
 from mdband.so3 import storage as st
 
 F64, F32 = torch.float64, torch.float32
 BAND, DENSE = st.RotationLayout.BAND, st.RotationLayout.DENSE
-REL, COUNTS, EMPTY = (
-    DOT_REL,
-    DOT_COUNTS,
-    DOT_EMPTY,
-)  # per source (rotate_mix) / destination (aggregate)
-# (mode, rank): the mixer of rank 1 and 2, and the elementwise radial weights
-MODES = [("mix", 1), ("mix", 2), ("none", 1)]
+REL, COUNTS, EMPTY = DOT_REL, DOT_COUNTS, DOT_EMPTY  # segments per source node
 
 
 def _src(device, seed=0):
@@ -48,12 +44,12 @@ def _src(device, seed=0):
 
 
 @pytest.fixture
-def dot_kernels(monkeypatch):
-    monkeypatch.setitem(rm.KERNELS, "fwd", "dot")
-    monkeypatch.setitem(rm.KERNELS, "bwd", "dot")
+def dot_kernels():
+    with tuning.override(rotate_mix={"bwd": "dot"}):
+        yield
 
 
-def _case(kdev, L, Ls, dtype, mode, R, C=5, seed=0):
+def _case(kdev, L, Ls, dtype, mode="none", R=1, C=5, seed=0):
     """Inputs (in ``dtype``) on the COUNTS segments and the storages of both layouts."""
     src = _src(kdev, seed)
     E, N = src.shape[0], len(COUNTS)
@@ -91,8 +87,8 @@ def _reference64(c, layout):
         return _run(c, layout, F64)
 
 
-def _check(kdev, L, Ls, dtype, mode, R, C=5):
-    c = _case(kdev, L, Ls, dtype, mode, R, C=C, seed=L + 3 * R)
+def _check(kdev, L, Ls, dtype, C=5):
+    c = _case(kdev, L, Ls, dtype, C=C, seed=L + 3)
     res = {}
     for layout in (BAND, DENSE):
         out = _triton(c, layout)
@@ -115,103 +111,86 @@ def _check(kdev, L, Ls, dtype, mode, R, C=5):
 CASES = [(1, 1), (2, 2), (3, 3), (2, 3)]  # (consumer lmax, storage lmax)
 
 
-@pytest.mark.parametrize("mode,R", MODES)
 @pytest.mark.parametrize("L,Ls", CASES)
-def test_dot_matches_reference_float64(kdev, dot_kernels, L, Ls, mode, R):
-    _check(kdev, L, Ls, F64, mode, R)
+def test_dot_matches_reference_float64(kdev, dot_kernels, L, Ls):
+    _check(kdev, L, Ls, F64)
 
 
-@pytest.mark.parametrize("mode,R", MODES)
 @pytest.mark.parametrize("L,Ls", CASES)
-def test_dot_matches_reference_float32(kdev, dot_kernels, L, Ls, mode, R):
-    _check(kdev, L, Ls, F32, mode, R)
+def test_dot_matches_reference_float32(kdev, dot_kernels, L, Ls):
+    _check(kdev, L, Ls, F32)
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("mode,R", [("mix", 1), ("none", 1)])
-def test_dot_padded_channels(kdev, dot_kernels, dtype, mode, R):
+def test_dot_padded_channels(kdev, dot_kernels, dtype):
     """C = 20 (BC = 32, lanes 20..31 masked)."""
-    _check(kdev, 2, 2, dtype, mode, R, C=20)
+    _check(kdev, 2, 2, dtype, C=20)
 
 
-@pytest.mark.parametrize("mode,R", MODES)
-def test_dot_eight_edges_per_step(kdev, dot_kernels, monkeypatch, mode, R):
+def test_dot_eight_edges_per_step(kdev, dot_kernels):
     """The other step size the GPU benchmark sweeps (R = 32 rows), and 4 warps."""
-    monkeypatch.setattr(dot, "DOT_EDGES", 8)
-    monkeypatch.setattr(dot, "DOT_WARPS", 4)
-    _check(kdev, 3, 3, F64, mode, R)
+    with tuning.override(rotate_mix={"dot_edges": 8, "dot_warps": 4}):
+        _check(kdev, 3, 3, F64)
 
 
-@pytest.mark.parametrize("edges,warps", [(4, None), (16, 4)])
-@pytest.mark.parametrize("mode,R", MODES)
+@pytest.mark.parametrize("precision", ["tf32x3", "ieee"])
+@pytest.mark.parametrize("edges,warps", [(4, 1), (16, 4)])
 @pytest.mark.parametrize("L,Ls", [(2, 2), (3, 3)])
-def test_dot_tf32x3_matches_reference(kdev, dot_kernels, monkeypatch, L, Ls, mode, R, edges,
-                                      warps):  # fmt: skip
-    """``DOT_PRECISION`` "tf32x3" (Triton's three-TF32 product) in both passes, at the default
-    step and at 16 edges per step: float32 to the tolerance of the exact FMAs, band == dense
-    bitwise; float64 ignores it (exact)."""
-    monkeypatch.setitem(dot.DOT_PRECISION, "fwd", "tf32x3")
-    monkeypatch.setitem(dot.DOT_PRECISION, "bwd", "tf32x3")
-    monkeypatch.setattr(dot, "DOT_EDGES", edges)
-    monkeypatch.setattr(dot, "DOT_WARPS", warps)
+def test_dot_precisions_match_reference(kdev, dot_kernels, L, Ls, edges, warps, precision):
+    """float32's tl.dot precision ("tf32x3", Triton's three-TF32 product, the default; or the
+    exact "ieee" FMAs), at the default step and at 16 edges per step: the tolerance of the
+    exact FMAs, band == dense bitwise; float64 is always exact."""
     x32, x64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
-    assert dot.precision(x32, "fwd") == "tf32x3" and dot.precision(x64, "bwd") == "ieee"
-    _check(kdev, L, Ls, F32, mode, R)
+    change = {"dot_edges": edges, "dot_warps": warps, "dot_precision": precision}
+    with tuning.override(rotate_mix=change):
+        assert launch.dot_precision(x32) == precision and launch.dot_precision(x64) == "ieee"
+        _check(kdev, L, Ls, F32)
 
 
 @pytest.mark.parametrize("dtype", [F64, F32])
-@pytest.mark.parametrize("L,Ls,mode,R", [(3, 3, "mix", 1), (3, 3, "none", 1), (1, 3, "mix", 2)])
-def test_dot_equals_edge(kdev, L, Ls, dtype, mode, R):
+@pytest.mark.parametrize("L,Ls", [(3, 3), (1, 3)])
+def test_dot_equals_edge(kdev, L, Ls, dtype):
     """The two kernel families differ by the order of their sums only."""
-    c = _case(kdev, L, Ls, dtype, mode, R, seed=7)
+    c = _case(kdev, L, Ls, dtype, seed=7)
     res = {}
     for name in ("edge", "dot"):
-        with switched(rm, name):
+        with tuning.override(rotate_mix={"bwd": name}):
             res[name] = _triton(c, BAND)
     for i, (a, b) in enumerate(zip(res["dot"], res["edge"])):
         assert rel_max(a, b) <= REL[dtype], f"output {i}: {rel_max(a, b):.2e}"
 
 
-@pytest.mark.parametrize("fwd,bwd", [("dot", "edge"), ("edge", "dot")])
-def test_mixed_passes(kdev, fwd, bwd):
-    """Forward and backward kernels chosen independently."""
-    c = _case(kdev, 2, 2, F64, "mix", 1, seed=2)
-    ref = _reference64(c, BAND)
-    with switched(rm, fwd, bwd):
-        out = _triton(c, BAND)
-    for i, (a, b) in enumerate(zip(out, ref)):
-        assert rel_max(a, b) <= REL[F64], f"output {i}: {rel_max(a, b):.2e}"
-
-
-@pytest.mark.parametrize("mode,R", [("mix", 1), ("none", 1)])
-def test_dot_zero_edges(kdev, dot_kernels, mode, R):
+def test_dot_zero_edges(kdev, dot_kernels):
     L = 2
-    x0, src, k0, b0, rad0, gy = _inputs(L, F32, mode, kdev, E=0, R=R)
+    x0, src, k0, b0, rad0, gy = _inputs(L, F32, "none", kdev, E=0)
     S = storages(edge_vectors(0, F32), L)[BAND]
     S = leaf_storage(st.RotationStorage(BAND, L, S.require(BAND, "t").to(kdev)))
     x = x0.clone().requires_grad_(True)
-    extra = [t.clone().requires_grad_(True) if t is not None else None for t in (k0, b0, rad0)]
-    ins = [t for t in (x, S.require(BAND, "t"), *extra) if t is not None]
+    rad = rad0.clone().requires_grad_(True)
     with cm.force_triton():
-        y = rm.rotate_mix(x, src, S, L, *extra)
-        g = grads(y, ins, gy)
+        y = rm.rotate_mix(x, src, S, L, rad=rad)
+        g = grads(y, [x, S.require(BAND, "t"), rad], gy)
     assert y.shape == (0, st.reduced_dim(L), x.shape[2])
     assert torch.count_nonzero(g[0]) == 0
-    if mode == "mix":
-        assert torch.count_nonzero(g[-1]) == 0  # basis
 
 
-def test_switch_default_and_bad_value(kdev, monkeypatch):
+def test_choice_default_and_bad_value(kdev):
     """The backward's "auto" is the tf32x3 dot for float32 radial rows only (the edge kernels for
-    the mixer and for float64); a kernel name not allowed is refused."""
-    assert rm.KERNELS == {"fwd": "edge", "bwd": "auto"}
+    the mixer, also when "dot" is asked, and for float64); a kernel name not allowed is
+    refused."""
+    assert tuning.DEFAULTS.rotate_mix.bwd == "auto"
     x32, x64 = torch.zeros(1, dtype=F32), torch.zeros(1, dtype=F64)
-    assert dot.chosen(rm.KERNELS, "bwd", x32, mix=False) == "dot"
-    assert dot.chosen(rm.KERNELS, "bwd", x32, mix=True) == "edge"
-    assert dot.chosen(rm.KERNELS, "bwd", x64, mix=False) == "edge"
-    assert dot.chosen(rm.KERNELS, "fwd", x32, mix=False) == "edge"
-    assert dot.DOT_EDGES * st.KERNEL_SLOTS >= dot.DOT_MIN  # R = BE · SP rows fill a dot tile
-    monkeypatch.setitem(rm.KERNELS, "fwd", "tiles")
-    c = _case(kdev, 1, 1, F64, "mix", 1)
-    with pytest.raises(ValueError, match="KERNELS"):
-        _triton(c, BAND)
+    assert launch.bwd_kernels(x32, mix=False) == "dot"
+    assert launch.bwd_kernels(x32, mix=True) == "edge"
+    assert launch.bwd_kernels(x64, mix=False) == "edge"
+    with tuning.override(rotate_mix={"bwd": "dot"}):
+        assert launch.bwd_kernels(x64, mix=False) == "dot"
+        assert launch.bwd_kernels(x32, mix=True) == "edge"
+    # R = edges · SP rows fill a dot tile
+    assert tuning.DEFAULTS.rotate_mix.dot_edges * st.KERNEL_SLOTS >= DOT_MIN
+    with pytest.raises(ValueError, match="RotateMixTuning.bwd"):
+        with tuning.override(rotate_mix={"bwd": "tiles"}):
+            pass
+    with pytest.raises(ValueError, match="16 tl.dot rows"):
+        with tuning.override(rotate_mix={"dot_edges": 2}):
+            pass

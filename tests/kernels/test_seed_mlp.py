@@ -7,6 +7,7 @@ import torch
 
 from mdband.kernels import _common as cm
 from mdband.kernels import seed_mlp as sm
+from mdband.kernels import tuning
 
 F64, F32 = torch.float64, torch.float32
 TOL = 3e-6  # float32 against float64, relative to the largest element
@@ -63,23 +64,23 @@ def test_reference_backend_and_closed_form():
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * float(want.abs().max()))
 
 
-def test_switch_and_bad_inputs(monkeypatch):
+def test_switch_and_bad_inputs():
     args = _case(10, 4, 8, 2, 16, 6, seed=4)
     with pytest.raises(ValueError, match="seed_mlp"):
         sm.seed_mlp(args[0], *args[1:6], args[6][1:], args[7])
     assert sm.enabled() and sm.applies(F32) and not sm.applies(F64)  # the default, float32
-    monkeypatch.setitem(sm.KERNELS, "fwd", "torch")
-    assert not sm.enabled() and not sm.applies(F32)
-    monkeypatch.setitem(sm.KERNELS, "fwd", "cuda")
-    with pytest.raises(ValueError, match="seed_mlp.KERNELS"):
-        sm.enabled()
+    with tuning.override(seed_mlp={"kernels": "torch"}):
+        assert not sm.enabled() and not sm.applies(F32)
+    with pytest.raises(ValueError, match="EdgeMlpTuning.kernels"):
+        with tuning.override(seed_mlp={"kernels": "cuda"}):
+            pass
 
 
 @pytest.mark.parametrize("key,value,match", [("warps", 8, "warps"), ("precision", "fp16", "fp16")])
-def test_launch_settings_refused(kdev, monkeypatch, key, value, match):
-    """8 warps per program (faulted on an H200) and an unknown dot precision: ValueError."""
-    args = _case(10, 4, 8, 2, 16, 6, seed=6)
-    k = [a.to(kdev) if a.dtype != F64 else a.to(F32).to(kdev) for a in args]
-    monkeypatch.setitem(sm.LAUNCH, key, value)
-    with cm.force_triton(), pytest.raises(ValueError, match=match):
-        sm.seed_mlp(*k)
+def test_launch_settings_refused(key, value, match):
+    """8 warps per program (faulted on a GPU) and an unknown dot precision: ValueError, and the
+    table in force is unchanged."""
+    with pytest.raises(ValueError, match=match):
+        with tuning.override(seed_mlp={key: value}):
+            pass
+    assert tuning.current() is tuning.DEFAULTS

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kernel_helpers import intercept_launches
+from kernel_helpers import intercept_launches, with_linear
 
 from mdband.kernels import _common as cm
-from mdband.kernels import _presplit_linear as ps
-from mdband.kernels import _split_dots as sd
-from mdband.kernels import _stack_linear as sl
 from mdband.kernels import so2_stack as ss
-from mdband.kernels._stack_launch import ELEMENTWISE_BE
+from mdband.kernels import tuning
+from mdband.kernels.so2_stack import launch as so2_launch
+from mdband.kernels.so2_stack import op as so2_op
 from mdband.kernels.so2_stack import (
     so2_mix_layer,
     so2_mix_layer_bwd_reference,
     so2_mix_layer_reference,
 )
+from mdband.kernels.so2_stack.linear import so2_linear_kernel
 from mdband.model.so2 import GatedActivation, SO2Linear
 
 F64, F32 = torch.float64, torch.float32
@@ -66,10 +66,14 @@ def test_reference_equals_model_layer(L, F, gated):
 @pytest.mark.parametrize("precision", ss.PRECISIONS)
 @pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("L,C,F,E", [(1, 16, 1, 5), (2, 16, 2, 40), (3, 32, 1, 33), (4, 16, 1, 17)])
-def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, monkeypatch):
-    cfg = {"BE": 16, "warps": 4, "stages": 2}  # several programs, a ragged tail
-    if precision != "ieee":
-        monkeypatch.setitem(ss.CONFIG, precision, cfg)
+def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision):
+    # several programs, a ragged tail
+    mode = precision if precision != "ieee" else "tf32x3"
+    with tuning.override(so2_stack=with_linear(mode, edges=16, warps=4, stages=2)):
+        _triton_matches_float64_reference(kdev, L, C, F, E, gated, precision)
+
+
+def _triton_matches_float64_reference(kdev, L, C, F, E, gated, precision):
     x, w0, wm, wg, gy = _inputs(L, C, F, E)
     xa = x.clone().requires_grad_(True)
     want, _ = so2_mix_layer_reference(xa, w0, wm, wg, L, gated)
@@ -86,7 +90,7 @@ def test_triton_matches_float64_reference(kdev, L, C, F, E, gated, precision, mo
     torch.testing.assert_close(gx.cpu().double(), gwant, rtol=0, atol=tol * gscale)
 
 
-@pytest.mark.parametrize("precision", ss.sw.SPLIT_MODES)
+@pytest.mark.parametrize("precision", tuning.SPLIT_MODES)
 @pytest.mark.parametrize("L,C,E", [(1, 16, 21), (2, 16, 40), (3, 16, 33), (4, 16, 17)])
 def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatch):
     """rows = 2 (two output rows of one m-group per program, x split once for both; an odd
@@ -95,12 +99,13 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
     x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=L)
     x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
     res = torch.randn_like(x32)
-    monkeypatch.setattr(sl, "_WORKING", {})
     out = {}
     for rows in (1, 2):
-        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
-        with cm.force_triton():
-            out[rows] = [ss._linear(x32, res, w0_32, wm_32, L, t, precision) for t in (False, True)]
+        launch = with_linear(precision, edges=16, warps=4, stages=2, rows=rows)
+        with cm.force_triton(), tuning.override(so2_stack=launch):
+            out[rows] = [
+                so2_op._linear(x32, res, w0_32, wm_32, L, t, precision) for t in (False, True)
+            ]
     for a, b in zip(out[1], out[2]):
         assert torch.equal(a, b)
     for y, t in zip(out[2], (False, True)):
@@ -110,33 +115,13 @@ def test_two_rows_per_program_equal_one_row(kdev, L, C, E, precision, monkeypatc
         torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("split", list(sd.X_SPLITS))
-@pytest.mark.parametrize("L,C,E", [(2, 16, 40), (3, 16, 33)])
-def test_tf32x3_x_splits_match_float64(kdev, L, C, E, split, monkeypatch):
-    """Each tf32x3 split of x (``_stack_linear.X_SPLIT``: rounded, truncated, truncated hi with a
-    rounded lo) gives x·W and x·Wᵀ to fp32 level: a split whose hi + lo lost part of x, or
-    whose lo were dropped, is off by TF32's 2⁻¹¹."""
-    x, w0, wm, _, _ = _inputs(L, C, 1, E, seed=3)
-    x32, w0_32, wm_32 = (t.to(F32).to(kdev) for t in (x, w0, wm))
-    res = torch.zeros_like(x32)
-    monkeypatch.setattr(sl, "_WORKING", {})
-    monkeypatch.setitem(sl.X_SPLIT, "tf32x3", split)
-    monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 16, "warps": 4, "stages": 2, "rows": 1})
-    for t in (False, True):
-        with cm.force_triton():
-            y = ss._linear(x32, res, w0_32, wm_32, L, t, "tf32x3")
-        want = ss.so2_linear(x, w0, wm, L, transpose=t, gauss=False)
-        tol = TOLERANCE["tf32x3"] * float(want.abs().max())
-        torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=tol)
-
-
 def test_linear_slots_count_the_programs_per_edge_block():
     """One row per program: 3L + 1; pairs: ceil((L + 1) / 2) m = 0 pairs + L |m| = 1 pairs;
     any other row count is refused."""
-    assert [ss.launch.linear_slots(L, 1) for L in (1, 2, 3)] == [4, 7, 10]
-    assert [ss.launch.linear_slots(L, 2) for L in (1, 2, 3, 4)] == [2, 4, 5, 7]
+    assert [so2_launch.linear_slots(L, 1) for L in (1, 2, 3)] == [4, 7, 10]
+    assert [so2_launch.linear_slots(L, 2) for L in (1, 2, 3, 4)] == [2, 4, 5, 7]
     with pytest.raises(ValueError, match="1 or 2 rows"):
-        ss.launch.linear_slots(3, 4)
+        so2_launch.linear_slots(3, 4)
 
 
 def test_zero_edges(kdev):
@@ -176,41 +161,58 @@ def test_reference_op_on_cpu_is_differentiable():
 
 
 def test_smaller_launch_when_shared_memory_runs_out(kdev, monkeypatch):
-    """A GPU with less shared memory than the tuned launch needs gets the next one that fits."""
+    """A GPU with less shared memory than the tuned launch needs gets the next one that fits,
+    and keeps it: a second call launches only that one."""
     from triton.runtime.errors import OutOfResources
 
+    tried = []
+
     def refuse(kernel, grid, kw):
-        if kernel is sl.linear_kernel and kw["BE"] == 32:
-            raise OutOfResources(200_000, 100_000, "shared memory")
+        if kernel is so2_linear_kernel:
+            tried.append((kw["BLOCK_EDGES"], kw["num_stages"]))
+            if kw["BLOCK_EDGES"] == 32:
+                raise OutOfResources(200_000, 100_000, "shared memory")
 
     intercept_launches(monkeypatch, refuse)
-    monkeypatch.setattr(sl, "_WORKING", {})
-    monkeypatch.setitem(ss.CONFIG, "tf32x3", {"BE": 32, "warps": 4, "stages": 2})
-    small = {"BE": 16, "warps": 4, "stages": 1}
-    monkeypatch.setattr(ss.launch, "FALLBACK_CONFIGS", ({"BE": 32, "warps": 4, "stages": 1}, small))
+    so2_launch.forget_fitted_launches()
+    small = tuning.LinearLaunch(edges=16, warps=4, stages=1)
+    change = with_linear("tf32x3", edges=32, warps=4, stages=2)
+    change["fallbacks"] = (tuning.LinearLaunch(edges=32, warps=4, stages=1), small)
     x, w0, wm, wg, _ = _inputs(2, 16, 1, 40)
     want, _ = so2_mix_layer_reference(x, w0, wm, wg, 2, True)
     w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
-    with cm.force_triton():
-        y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
-    torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * float(want.abs().max()))
-    assert list(sl._WORKING.values()) == [small]
+    for call in range(2):
+        tried.clear()
+        with cm.force_triton(), tuning.override(so2_stack=change):
+            y = so2_mix_layer(x.to(F32).to(kdev), *w, 2, "tf32x3")
+        scale = float(want.abs().max())
+        torch.testing.assert_close(y.cpu().double(), want, rtol=0, atol=2e-6 * scale)
+        refused = [(32, 2), (32, 1)] if call == 0 else []  # the tuned launch, then fallbacks
+        assert tried[: len(refused)] == refused, tried
+        assert tried[len(refused) :] and set(tried[len(refused) :]) == {(16, 1)}, tried
 
 
-def test_shape_config_sets_the_launch(kdev, monkeypatch):
-    """A per-(L, C) entry of SHAPE_CONFIG is the launch of both kernels, and the result is the
-    reference's whatever the launch."""
+def test_shape_launches_set_the_launch(kdev, monkeypatch):
+    """A per-(L, C) entry of the tuning table's so2_stack shapes is the launch of both kernels,
+    and the result is the reference's whatever the launch."""
     seen = []
     intercept_launches(
-        monkeypatch, lambda k, grid, kw: seen.append((k.__name__, kw["BE"], kw.get("num_warps")))
+        monkeypatch,
+        lambda k, grid, kw: seen.append((k.__name__, kw["BLOCK_EDGES"], kw.get("num_warps"))),
     )
-    monkeypatch.setattr(sl, "_WORKING", {})
-    shape = {"linear": {"BE": 16, "warps": 2, "stages": 1},
-             "gate": {"BE": 16, "fwd_warps": 2, "bwd_warps": 1}}  # fmt: skip
-    monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), shape)
-    assert ss.linear_config("tf32x3", 2, 16) == shape["linear"]
-    assert ss.gate_config(2, 16) == shape["gate"]
-    assert ss.gate_config(3, 16)["BE"] == ELEMENTWISE_BE  # other shapes keep the default
+    linear = tuning.LinearLaunch(edges=16, warps=2, stages=1)
+    gate = tuning.GateLaunch(edges=16, fwd_warps=2, bwd_warps=1)
+    shapes = {(2, 16): tuning.StackShape(linear={"tf32x3": linear}, gate=gate)}
+    with tuning.override(so2_stack={"shapes": shapes}):
+        table = tuning.current().so2_stack
+        assert table.linear_launch("tf32x3", 2, 16) == linear
+        assert table.gate_launch(2, 16) == gate
+        assert table.gate_launch(3, 16) == table.gate  # other shapes keep the default
+        _shape_launch_run(kdev)
+    assert seen.count(("so2_linear_kernel", 16, 2)) == 3 and ("so2_gate_bwd_kernel", 16, 1) in seen
+
+
+def _shape_launch_run(kdev):
     x, w0, wm, wg, gy = _inputs(2, 16, 1, 37)
     xa = x.clone().requires_grad_(True)
     want, _ = so2_mix_layer_reference(xa, w0, wm, wg, 2, True)
@@ -220,11 +222,10 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
     with cm.force_triton():
         y = so2_mix_layer(x32, *w, 2, "tf32x3")
         (gx,) = torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
-    # the forward's gate is the linear kernel's epilogue (two launches); the backward's is the
-    # gate kernel
-    assert seen.count(("linear_kernel", 16, 2)) == 3 and ("_gate_bwd_kernel", 16, 1) in seen
-    torch.testing.assert_close(y.detach().cpu().double(), want.detach(), rtol=0,
-                               atol=2e-6 * float(want.abs().max()))  # fmt: skip
+    # the forward's gate is the linear kernel's epilogue (two launches, the caller counts
+    # them); the backward's is the gate kernel
+    scale = float(want.detach().abs().max())
+    torch.testing.assert_close(y.detach().cpu().double(), want.detach(), rtol=0, atol=2e-6 * scale)
     torch.testing.assert_close(
         gx.cpu().double(), gwant, rtol=0, atol=2e-6 * float(gwant.abs().max())
     )
@@ -233,7 +234,7 @@ def test_shape_config_sets_the_launch(kdev, monkeypatch):
 def test_backward_without_output_cotangent_gives_none():
     """Cotangents are not materialised (no zero-filled (F, E, Dm, C) tensor for h): a backward
     with neither output used returns no gradient instead of running the kernels on zeros."""
-    assert ss._backward(None, None, None) == (None,) * 8
+    assert so2_op._backward(None, None, None) == (None,) * 8
 
 
 def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
@@ -245,28 +246,27 @@ def test_only_grid_axis_0_grows_with_the_edges(kdev, monkeypatch):
         monkeypatch,
         lambda k, grid, kw: grids.setdefault(n_edges, []).append((k.__name__, tuple(grid))),
     )
-    monkeypatch.setattr(sl, "_WORKING", {})
-    launch = {"BE": 16, "warps": 2, "stages": 1}
-    monkeypatch.setattr(ps, "_WORKING", {})
-    monkeypatch.setattr(ps, "LAUNCHES", ({**launch, "rows": 1},))  # the gated backward's kernel
-    monkeypatch.setitem(ss.SHAPE_CONFIG, (2, 16), {"linear-fp16x3": launch,
-                                                   "gate": {"BE": 16, "fwd_warps": 2,
-                                                            "bwd_warps": 1}})  # fmt: skip
+    launch = tuning.LinearLaunch(edges=16, warps=2, stages=1)
+    gate = tuning.GateLaunch(edges=16, fwd_warps=2, bwd_warps=1)
+    change = {
+        "presplit": (launch,),  # the gated backward's kernel
+        "shapes": {(2, 16): tuning.StackShape(linear={"fp16x3": launch}, gate=gate)},
+    }
     for n_edges in (20, 70):
         x, w0, wm, wg, gy = _inputs(2, 16, 1, n_edges)
         x32 = x.to(F32).to(kdev).requires_grad_(True)
         w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]
-        with cm.force_triton():
+        with cm.force_triton(), tuning.override(so2_stack=change):
             y = so2_mix_layer(x32, *w, 2, "fp16x3")
             torch.autograd.grad(y, x32, gy.to(F32).to(kdev))
     small, large = grids[20], grids[70]
-    assert [k for k, _ in small] == [k for k, _ in large] and "linear_kernel" in dict(small)
+    assert [k for k, _ in small] == [k for k, _ in large] and "so2_linear_kernel" in dict(small)
     for (name, g1), (_, g2) in zip(small, large):
         assert g2[0] > g1[0], name
         assert g1[1:] == g2[1:], name
 
 
-@pytest.mark.parametrize("precision", ss.sw.SPLIT_MODES)
+@pytest.mark.parametrize("precision", tuning.SPLIT_MODES)
 @pytest.mark.parametrize("L,C,F,E", [(1, 16, 1, 21), (2, 16, 2, 40), (3, 16, 1, 33)])
 def test_gated_epilogue_rows_and_save(kdev, L, C, F, E, precision, monkeypatch):
     """The gated layer's fused epilogue (gates from row 0's accumulator in launch A, the other
@@ -275,13 +275,13 @@ def test_gated_epilogue_rows_and_save(kdev, L, C, F, E, precision, monkeypatch):
     x, w0, wm, wg, _ = _inputs(L, C, F, E, seed=L + 10)
     x32, w0_32, wm_32, wg_32 = (t.to(F32).to(kdev) for t in (x, w0, wm, wg))
     want_y, want_h = so2_mix_layer_reference(x, w0, wm, wg, L, True)
-    monkeypatch.setattr(sl, "_WORKING", {})
     out = {}
     for rows in (1, 2):
-        monkeypatch.setitem(ss.CONFIG, precision, {"BE": 16, "warps": 4, "stages": 2, "rows": rows})
-        with cm.force_triton():
-            out[rows] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, True)
-            out[rows, "nosave"] = sl.gated_linear(x32, w0_32, wm_32, wg_32, L, precision, False)
+        launch = with_linear(precision, edges=16, warps=4, stages=2, rows=rows)
+        with cm.force_triton(), tuning.override(so2_stack=launch):
+            w = (w0_32, wm_32, wg_32, L, precision)
+            out[rows] = so2_launch.gated_linear(x32, *w, True)
+            out[rows, "nosave"] = so2_launch.gated_linear(x32, *w, False)
     for rows in (1, 2):
         assert torch.equal(out[rows][0], out[1][0]) and torch.equal(out[rows][1], out[1][1])
         assert (
@@ -299,7 +299,9 @@ def test_pre_activation_is_kept_only_for_a_backward(kdev, monkeypatch):
     saves = []
     intercept_launches(
         monkeypatch,
-        lambda k, grid, kw: saves.append(kw["SAVE"]) if k is sl.linear_kernel and kw["GATE"] else 0,
+        lambda k, grid, kw: (
+            saves.append(kw["SAVE"]) if k is so2_linear_kernel and kw["GATE"] else 0
+        ),
     )
     x, w0, wm, wg, gy = _inputs(2, 16, 1, 30)
     w = [t.to(F32).to(kdev) for t in (w0, wm, wg)]

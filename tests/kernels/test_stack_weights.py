@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_helpers import with_linear
 
 from mdband.kernels import _common as cm
-from mdband.kernels import _stack_weights as sw
-from mdband.kernels import so2_stack as ss
+from mdband.kernels import tuning
+from mdband.kernels.so2_stack import reference as ss
 from mdband.kernels.so2_stack import so2_mix_layer
+from mdband.kernels.so2_stack import weights as sw
 
 F64, F32 = torch.float64, torch.float32
+SMALL = dict(edges=16, warps=4, stages=2)  # a launch of several programs on the test's edges
 
 
 def _weights(L, C, F=1, seed=0):
@@ -98,10 +101,9 @@ def test_packed_weights_released_with_the_weights():
     "x_scale,w_scale",
     [(1e-7, 1.0), (1e-5, 1.0), (1e-3, 1.0), (1e3, 1.0), (1e7, 1.0), (1.0, 1e3), (3e4, 1e-4)],
 )
-def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale, monkeypatch):
+def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale):
     """fp16x3 stays at fp32 rounding for inputs from 1e-7 to 1e7 and weights from 1e-4 to 1e3,
     forward and backward (the cotangents of a trained model's layers lie below 1e-3)."""
-    monkeypatch.setitem(ss.CONFIG, "fp16x3", {"BE": 16, "warps": 4, "stages": 2})
     L, C, E = 2, 16, 21
     g = torch.Generator().manual_seed(3)
     x = torch.randn(1, E, 3 * L + 1, C, generator=g, dtype=F64) * x_scale
@@ -112,7 +114,7 @@ def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale, monkeypatch):
     glin_want = ss.linear_t_reference(gy, w0, wm, L)
     xa = x.to(F32).to(kdev).requires_grad_(True)
     w = (w0.to(F32).to(kdev), wm.to(F32).to(kdev))
-    with cm.force_triton():
+    with cm.force_triton(), tuning.override(so2_stack=with_linear("fp16x3", **SMALL)):
         y = so2_mix_layer(xa, *w, None, L, "fp16x3")
         (gx,) = torch.autograd.grad(y, xa, gy.to(F32).to(kdev))
     # y = x + x·W, gx = gy + gy·Wᵀ: compare the linear parts, allowing the sum's fp32 rounding
@@ -122,7 +124,7 @@ def test_fp16x3_accurate_far_from_one(kdev, x_scale, w_scale, monkeypatch):
         torch.testing.assert_close(lin, want, rtol=0, atol=atol)
 
 
-def test_fp16_modes_keep_tiny_rows_beside_large_ones(kdev, monkeypatch):
+def test_fp16_modes_keep_tiny_rows_beside_large_ones(kdev):
     """Edges whose inputs are 1e-9 of the largest keep their own relative accuracy (each edge's
     row segment is scaled by its own power of two, not the call's largest element)."""
     L, C, E = 2, 16, 24
@@ -132,10 +134,9 @@ def test_fp16_modes_keep_tiny_rows_beside_large_ones(kdev, monkeypatch):
     w0, wm, _ = _weights(L, C, seed=6)
     want = ss.linear_reference(x, w0, wm, L)
     for mode, rel in (("fp16x3", 2e-6), ("fp16", 2e-3)):
-        monkeypatch.setitem(ss.CONFIG, mode, {"BE": 16, "warps": 4, "stages": 2})
-        with cm.force_triton():
-            y = so2_mix_layer(x.to(F32).to(kdev), w0.float().to(kdev), wm.float().to(kdev), None,
-                              L, mode)  # fmt: skip
+        with cm.force_triton(), tuning.override(so2_stack=with_linear(mode, **SMALL)):
+            w = (w0.float().to(kdev), wm.float().to(kdev))
+            y = so2_mix_layer(x.to(F32).to(kdev), *w, None, L, mode)
         lin = y.cpu().double() - x
         big = float(want.abs().max())
         torch.testing.assert_close(lin, want, rtol=0, atol=rel * big)

@@ -17,7 +17,7 @@ from kernel_helpers import (
 )
 
 from mdband.kernels import _common as cm
-from mdband.kernels import zonal
+from mdband.kernels import tuning, zonal
 from mdband.kernels.zonal import zonal_embed, zonal_embed_bwd_reference, zonal_embed_reference
 from mdband.so3 import storage as st
 
@@ -39,9 +39,14 @@ def _inputs(L, dtype, device, E=8, N=5, C=6, seed=0):
 @pytest.mark.parametrize("E,bwd", [(8, "auto"), (100, "auto"), (8, "walk")])
 def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, E, bwd, monkeypatch):
     """Forward and backward against the reference, band == dense bit for bit: float32's dot
-    backward (one step per node, or several of DOT_EDGES with a ragged end: 100 edges over 4
-    nodes) and the walk (float64's, and float32's when asked); a fifth node without edges."""
-    monkeypatch.setitem(zonal.KERNELS, "bwd", bwd)
+    backward (one step per node, or several of the tuning table's dot edges with a ragged end:
+    100 edges over 4 nodes) and the walk (float64's, and float32's when asked); a fifth node
+    without edges."""
+    with tuning.override(zonal={"bwd": bwd}):
+        _triton_matches_reference(kdev, L, Ls, dtype, E, bwd, monkeypatch)
+
+
+def _triton_matches_reference(kdev, L, Ls, dtype, E, bwd, monkeypatch):
     seen = []
     intercept_launches(monkeypatch, lambda k, grid, kw: seen.append(k.__name__))
     radial0, s0, gout, dst = _inputs(L, dtype, kdev, E=E)
@@ -64,7 +69,7 @@ def test_triton_matches_reference_both_layouts(kdev, L, Ls, dtype, E, bwd, monke
         assert torch.count_nonzero(out[2][:, 0]) == 0  # no gradient to radial l = 0
         tri[layout] = out
     dot = bwd == "auto" and dtype == F32
-    assert ("_zonal_bwd_dot_kernel" in seen) is dot and ("_zonal_bwd_kernel" in seen) is not dot
+    assert ("zonal_dot_bwd_kernel" in seen) is dot and ("zonal_walk_bwd_kernel" in seen) is not dot
     band, dense = tri[st.RotationLayout.BAND], tri[st.RotationLayout.DENSE]
     for i, (a, c) in enumerate(zip(band, dense)):
         if i == 1:
@@ -115,8 +120,11 @@ def test_closed_form_backward_matches_autograd(L, Ls, layout):
         torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
 
 
-def test_unknown_backward_kernel_raises(monkeypatch):
-    """``KERNELS["bwd"]`` is "auto" or "walk" (the float32 dot has no float64 form)."""
-    monkeypatch.setitem(zonal.KERNELS, "bwd", "dot")
-    with pytest.raises(ValueError, match="zonal_embed.KERNELS"):
-        zonal.bwd_kernel(torch.zeros(1, 2, 3, dtype=F32))
+def test_unknown_backward_kernel_raises():
+    """The tuning table's ``zonal.bwd`` is "auto" or "walk" (the float32 dot has no float64
+    form); the default picks the dot for float32 only."""
+    with pytest.raises(ValueError, match="ZonalTuning.bwd"):
+        with tuning.override(zonal={"bwd": "dot"}):
+            pass
+    assert zonal.bwd_kernel(torch.zeros(1, 2, 3, dtype=F32)) == "dot"  # the interpreter
+    assert zonal.bwd_kernel(torch.zeros(1, 2, 3, dtype=F64)) == "walk"

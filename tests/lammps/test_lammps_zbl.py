@@ -74,12 +74,14 @@ def test_complete_sums_every_copy_and_is_its_own_adjoint():
 def _compute(model, positions, cell, owner_types, x, owner, src, dst):
     n, n_all = len(positions), len(x)
     vec = np.ascontiguousarray(x[src] - x[dst])
-    forces, eatom, vatom, out = np.zeros((n_all, 3)), np.zeros(n), np.zeros((n_all, 6)), np.zeros(7)
+    forces, eatom, out = np.zeros((n_all, 3)), np.zeros(n), np.zeros(7)
+    vatom = np.zeros((n_all, 9))  # LAMMPS' centroid columns
     ltypes = (owner_types[owner] + 1).astype(np.int32)
     model.compute(n, n_all - n, ltypes, src, dst, vec, forces, eatom, vatom, out)
-    f, va = np.zeros((n, 3)), np.zeros((n, 6))
+    f, va = np.zeros((n, 3)), np.zeros((n, 9))
     np.add.at(f, owner, forces)  # LAMMPS' reverse communication of ghost forces
     np.add.at(va, owner, vatom)
+    va = va[:, :6]  # xx yy zz xy xz yz
     return out, f, eatom, va
 
 

@@ -47,12 +47,12 @@ def test_float32_backward_kernels_and_forces(monkeypatch, radial, rm_dot):
     seen = _launched(monkeypatch)
     with force_triton():
         got = pot.evaluate(POS, None, False, SYM)
-    assert "_agg_dot_bwd_kernel" in seen and "_agg_bwd_kernel" not in seen
-    assert "_agg_fwd_kernel" in seen  # the forward stays the walk
-    assert ("_rm_dot_bwd_kernel" in seen) is rm_dot
-    assert ("_rm_bwd_edge_kernel" in seen) is not rm_dot
-    assert {"_seg_outer_fwd_kernel", "_seg_outer_bwd_kernel"} <= seen  # the environment seed
-    assert {"_radial_fwd_kernel", "_radial_bwd_kernel"} <= seen  # envelope and radial basis
+    assert "aggregate_dot_bwd_kernel" in seen and "aggregate_walk_bwd_kernel" not in seen
+    assert "aggregate_walk_fwd_kernel" in seen  # the forward is the walk
+    assert ("rotate_mix_dot_bwd_kernel" in seen) is rm_dot
+    assert ("rotate_mix_edge_bwd_kernel" in seen) is not rm_dot
+    assert {"segment_outer_fwd_kernel", "segment_outer_bwd_kernel"} <= seen  # environment seed
+    assert {"radial_basis_fwd_kernel", "radial_basis_bwd_kernel"} <= seen  # envelope and basis
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
 
@@ -66,20 +66,18 @@ def test_tf32x3_choices_need_tensor_cores(monkeypatch, capability, dot):
 
     import torch
 
-    from mdband.kernels import _aggregate_dot as ad
-    from mdband.kernels import _rotate_mix_dot as rmd
     from mdband.kernels import grid_product as gp
     from mdband.kernels import zonal
+    from mdband.kernels.aggregate import launch as agg_launch
+    from mdband.kernels.rotate_mix import launch as rm_launch
 
     monkeypatch.setattr(cm, "interpret_mode", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     gpu = SimpleNamespace(dtype=torch.float32, device=torch.device("cuda"))
     assert cm.has_tf32_cores(gpu.device) is dot
     assert not cm.has_tf32_cores("cpu")
-    assert ad.chosen({"fwd": "walk", "bwd": "auto"}, "bwd", gpu) == ("dot" if dot else "walk")
-    assert rmd.chosen({"fwd": "edge", "bwd": "auto"}, "bwd", gpu, False) == (
-        "dot" if dot else "edge"
-    )
+    assert agg_launch.bwd_kernels(gpu) == ("dot" if dot else "walk")
+    assert rm_launch.bwd_kernels(gpu, mix=False) == ("dot" if dot else "edge")
     assert zonal.bwd_kernel(gpu) == ("dot" if dot else "walk")
     assert gp._precision(gpu, exact=False) == int(dot)
     assert cm.dot_precision("auto", gpu.device) == ("tf32x3" if dot else "ieee")  # the MLP ops
@@ -119,41 +117,39 @@ def test_each_edge_csr_is_built_once(monkeypatch):
 
 @pytest.mark.parametrize(
     "op,kernels,edge_norm",
-    [("seed_mlp", ("_seed_fwd_kernel", "_seed_bwd_kernel"), False),
-     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), False),
-     ("radial_mlp", ("_radial_mlp_fwd_kernel", "_radial_mlp_bwd_kernel"), True)],
-)  # fmt: skip
+    [
+        ("seed_mlp", ("seed_mlp_fwd_kernel", "seed_mlp_bwd_kernel"), False),
+        ("radial_mlp", ("radial_mlp_fwd_kernel", "radial_mlp_bwd_kernel"), False),
+        ("radial_mlp", ("radial_mlp_fwd_kernel", "radial_mlp_bwd_kernel"), True),
+    ],
+)
 def test_edge_mlp_switches(monkeypatch, op, kernels, edge_norm):
-    """``KERNELS["fwd"] = "op"`` of seed_mlp (the environment seed's edge MLPs) or radial_mlp
-    (the radial MLP and envelope product, with and without the RMS norm): the op's two kernels
-    run (float32, interpreter), with the energy and forces of the float64 torch path to float32
-    accuracy; "torch" runs neither. A radial MLP wider than ``radial_mlp.MAX_WIDTH`` keeps the
-    torch path."""
-    import importlib
-
+    """The tuning table's ``kernels = "op"`` of seed_mlp (the environment seed's edge MLPs) or
+    radial_mlp (the radial MLP and envelope product, with and without the RMS norm): the op's
+    two kernels run (float32, interpreter), with the energy and forces of the float64 torch
+    path to float32 accuracy; "torch" runs neither. A radial MLP wider than the table's
+    ``radial_mlp.max_width`` keeps the torch path."""
+    from mdband.kernels import tuning
     from mdband.model.radial import RadialMLP
 
-    mod = importlib.import_module(f"mdband.kernels.{op}")
     cfg = small_config(channels=16, n_radial=4, l_schedule=(2,), mixing_layers=1,
                        edge_norm=edge_norm)  # fmt: skip
     ref = _potential(cfg, "float64", kernels="torch").evaluate(POS, None, False, SYM)
     pot = _potential(cfg, "float32", kernels="ops")
     assert pot.model.descriptor.radial_embedding.one_hidden_layer() is not None
     assert RadialMLP([4, 8, 8, 12], norm=edge_norm).one_hidden_layer() is None  # torch path
-    assert mod.KERNELS["fwd"] == "op"  # the default
+    assert getattr(tuning.DEFAULTS, op).kernels == "op"  # the default
     seen = _launched(monkeypatch)
     with force_triton():
-        monkeypatch.setitem(mod.KERNELS, "fwd", "torch")
-        pot.evaluate(POS, None, False, SYM)
+        with tuning.override(**{op: {"kernels": "torch"}}):
+            pot.evaluate(POS, None, False, SYM)
         assert not seen & set(kernels)
         if op == "radial_mlp":
-            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16 - 1)  # (L+1)·C = 48 outputs
-            monkeypatch.setitem(mod.KERNELS, "fwd", "op")
-            pot.evaluate(POS, None, False, SYM)
+            with tuning.override(radial_mlp={"max_width": 3 * 16 - 1}):  # (L+1)·C = 48 outputs
+                pot.evaluate(POS, None, False, SYM)
             assert not seen & set(kernels)
-            monkeypatch.setattr(mod, "MAX_WIDTH", 3 * 16)
-        monkeypatch.setitem(mod.KERNELS, "fwd", "op")
-        got = pot.evaluate(POS, None, False, SYM)
+        with tuning.override(**{op: {"kernels": "op", "max_width": 3 * 16}}):
+            got = pot.evaluate(POS, None, False, SYM)
     assert set(kernels) <= seen
     assert abs(got.energy - ref.energy) <= 1e-5 * max(1.0, abs(ref.energy))
     np.testing.assert_allclose(got.forces, ref.forces, rtol=0, atol=2e-5)
