@@ -15,7 +15,14 @@ from mdband.errors import UnsupportedModelError
 
 # fields added after model files and run checkpoints recorded config dicts: left out of
 # to_dict at their default, so an older model's dict and hash stay what they were
-_OMITTED_AT_DEFAULT = {"dim_case_embd": 0, "case_film_embd": False, "active_mode": "ener", "sel": 0}
+_OMITTED_AT_DEFAULT = {
+    "dim_case_embd": 0,
+    "case_film_embd": False,
+    "active_mode": "ener",
+    "sel": 0,
+    "add_chg_spin_ebd": False,
+    "default_chg_spin": None,
+}
 
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
@@ -68,6 +75,10 @@ class SeZMConfig:
     case_film_embd: bool = False
     active_mode: str = "ener"
     sel: int = 0
+    #: deepmd-kit's frame-level charge/spin embedding and its [charge, spin] default
+    #: (:mod:`mdband.charge_spin`); left out of :meth:`to_dict` at their defaults
+    add_chg_spin_ebd: bool = False
+    default_chg_spin: tuple[float, float] | None = None
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
@@ -190,6 +201,7 @@ class SeZMConfig:
             "grid_mlp",
             "grid_branch",
             "fitting_neuron",
+            "default_chg_spin",
             "lebedev_quadrature",
             "edge_norm",
         ):
@@ -254,3 +266,16 @@ class SeZMConfig:
             bad("active_mode", self.active_mode, "known modes are ener and dens")
         if self.sel < 0 or (self.sel > 0) != self.direct_forces:
             bad("sel", self.sel, "a neighbour count > 0 for the dens mode only")
+        self._validate_charge_spin(bad)
+
+    def _validate_charge_spin(self, bad) -> None:
+        d = self.default_chg_spin
+        if d is None:
+            return
+        if not self.add_chg_spin_ebd:
+            bad("default_chg_spin", list(d), "set without add_chg_spin_ebd")
+        ok = len(d) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in d
+        )
+        if not ok:
+            bad("default_chg_spin", list(d), "expected [charge, spin], two numbers")

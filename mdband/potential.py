@@ -13,6 +13,7 @@ import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import host_memory as _host_memory
+from mdband.charge_spin import ChargeSpinError, ChargeSpinInputs, ChargeSpinModel, refuse_unused
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -85,6 +86,11 @@ class Potential:
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
         self._hash: str | None = self.metadata.get("model_hash")
         self._steps = None
+        #: what the model takes of a system's total charge and spin (None: nothing)
+        self.charge_spin: ChargeSpinInputs | None = (
+            model.charge_spin_inputs if isinstance(model, ChargeSpinModel) else None
+        )
+        self._cs_rows: dict[tuple[int, int], torch.Tensor] = {}
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
             settings = EngineSettings.resolve(
@@ -180,6 +186,19 @@ class Potential:
         return lookup[inverse.reshape(-1)]
 
     # ------------------------------------------------------------------ evaluation
+    def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
+        """``charge_spin`` of the lower-level calls (:meth:`evaluate_edges`, …) for a system of
+        total charge ``charge`` (e) and spin multiplicity ``spin`` (2S+1): int64 (1, 2) on the
+        device, the model's default for what is None; None for a model that takes neither.
+        Raises :class:`~mdband.charge_spin.ChargeSpinError` (or its ``Missing…`` subclass)."""
+        if self.charge_spin is None:
+            refuse_unused(charge, spin)
+            return None
+        row = self.charge_spin.resolve(charge, spin)
+        if row not in self._cs_rows:
+            self._cs_rows[row] = torch.tensor([row], dtype=torch.int64, device=self.device)
+        return self._cs_rows[row]
+
     def evaluate_edges(
         self,
         types: torch.Tensor,
@@ -191,6 +210,7 @@ class Potential:
         exchange=None,
         n_local: int | None = None,
         plan=None,
+        charge_spin: torch.Tensor | None = None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
@@ -198,13 +218,13 @@ class Potential:
         ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
         chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
         budget planned that runs out of GPU memory is run again in chunks of half the edges
-        (up to :data:`OOM_RETRIES` times) before the error is raised.
-        """
+        (up to :data:`OOM_RETRIES` times) before the error is raised. ``charge_spin``: from
+        :meth:`charge_spin_of` (None: the model's defaults)."""
         retries = 0
         while True:
             try:
                 return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
-                                            plan)  # fmt: skip
+                                            plan, charge_spin)  # fmt: skip
             except torch.OutOfMemoryError:
                 if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
                     raise
@@ -228,10 +248,15 @@ class Potential:
         shrink = getattr(desc, "shrink_chunks", None)
         return shrink is not None and shrink(self.device, n_atoms)
 
-    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan):
+    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
+                        charge_spin):  # fmt: skip
         grad = grad and not self.direct_forces
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
+        if self.charge_spin is not None:
+            model_kw["charge_spin"] = self.charge_spin_of() if charge_spin is None else charge_spin
+        elif charge_spin is not None:
+            raise ChargeSpinError("this model takes no total charge or spin multiplicity")
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
@@ -289,6 +314,8 @@ class Potential:
         graph: EdgeGraph | None = None,
         neighbours=None,
         compute_virial: bool = True,
+        charge=None,
+        spin=None,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -306,11 +333,16 @@ class Potential:
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
+        charge, spin : int, optional
+            Total charge (e) and spin multiplicity (2S+1) of the system, for a model trained
+            with deepmd-kit's ``add_chg_spin_ebd`` (:attr:`charge_spin` says what it takes and
+            its defaults; :mod:`mdband.charge_spin`). Refused by other models.
         """
         check_frame_input(positions, cell, pbc)
+        cs = self.charge_spin_of(charge, spin)
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
-                positions, cell, pbc, species, graph, neighbours, compute_virial
+                positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin, cs
             )
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
@@ -319,21 +351,22 @@ class Potential:
             dev = self.device
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
+            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
             return _result(*out, compute_virial, True, self.last_chunks)
         if graph is None:
             if neighbours is not None:
                 graph = neighbours.edges(pos, cell_np, pbc)
             else:
                 graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
-        out = self._run_graph(types, graph, pos, cell_np)
+        out = self._run_graph(types, graph, pos, cell_np, cs)
         return _result(*out, compute_virial, True, self.last_chunks)
 
-    def _run_graph(self, types, graph: EdgeGraph, positions, cell):
+    def _run_graph(self, types, graph: EdgeGraph, positions, cell, charge_spin=None):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
         if self._steps is not None and graph.n_edges > 0:
-            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell,
+                                   charge_spin)  # fmt: skip
         dev = self.device
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
@@ -341,7 +374,7 @@ class Potential:
         src = torch.as_tensor(graph.src, device=dev)
         dst = torch.as_tensor(graph.dst, device=dev)
         types_t = torch.as_tensor(types, device=dev)
-        return self.forces_from_vectors(types_t, src, dst, edge_vec)
+        return self.forces_from_vectors(types_t, src, dst, edge_vec, charge_spin)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
@@ -375,7 +408,8 @@ class Potential:
             raise MdbandError(f"{n_atoms} positions but {types.shape[0]} species")
         return types
 
-    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
+    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
+                         spin, cs):  # fmt: skip
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
         if positions.device != self.device and positions.device.type != "cpu":
@@ -386,7 +420,8 @@ class Potential:
             cell_np = None if cell is None else torch.as_tensor(cell).detach().cpu().numpy()
             res = self.evaluate(
                 positions.detach().cpu().numpy(), cell_np, pbc, species,
-                graph=graph, neighbours=neighbours, compute_virial=virial,
+                graph=graph, neighbours=neighbours, compute_virial=virial, charge=charge,
+                spin=spin,
             )  # fmt: skip
             dev = positions.device
             return Result(
@@ -403,10 +438,11 @@ class Potential:
             cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
         types = self._types_for(species, pos_t.shape[0])
-        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
+        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np,
+                                cs)  # fmt: skip
         return _result(*out, virial, False, self.last_chunks)
 
-    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
+    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
         """(atom energies, forces, virial) from positions on the potential's device; the
         neighbour list (torch cell list) is built there, or taken from ``graph`` /
         ``neighbours``."""
@@ -414,17 +450,18 @@ class Potential:
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
             graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
-        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t)
+        types_t = torch.as_tensor(types, device=self.device)
+        return self._run_graph(types_t, graph, pos_t, cell_t, cs)
 
-    def evaluate_vectors(self, types, src, dst, vectors):
+    def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
         from edge arrays (numpy, or tensors on any device) whose atoms are all local
-        (N = len(types); ``vectors`` (E, 3) Å).
+        (N = len(types); ``vectors`` (E, 3) Å); ``charge_spin`` from :meth:`charge_spin_of`.
 
         On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
         if self._steps is not None and len(src) > 0:
-            return self._steps.run_vectors(types, src, dst, vectors)
+            return self._steps.run_vectors(types, src, dst, vectors, charge_spin)
         dev = self.device
 
         def t(a):
@@ -432,12 +469,13 @@ class Potential:
                 return a.to(dev)
             return torch.as_tensor(np.ascontiguousarray(a), device=dev)
 
-        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
+        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors), charge_spin)
 
-    def forces_from_vectors(self, types, src, dst, edge_vec):
+    def forces_from_vectors(self, types, src, dst, edge_vec, charge_spin=None):
         """(atom energies, forces, virial), float64, of one evaluation from device tensors
-        (the virial NaN for a direct-force model, as deepmd-kit gives it)."""
-        out = self.evaluate_edges(types, src, dst, edge_vec)
+        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin`` from
+        :meth:`charge_spin_of`)."""
+        out = self.evaluate_edges(types, src, dst, edge_vec, charge_spin=charge_spin)
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan

@@ -28,6 +28,7 @@ from mdband.model import grids as _grids
 from mdband.model.chunking import plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
+    ChargeSpinEmbedding,
     EnvironmentSeed,
     TypeEmbedding,
     geometric_initial_embedding,
@@ -156,6 +157,8 @@ class SeZMDescriptor(nn.Module):
         C, L = cfg.channels, cfg.lmax
         self.rotation_layout = rotation_layout
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
+        if cfg.add_chg_spin_ebd:
+            self.charge_spin_embedding = ChargeSpinEmbedding(C)
         if cfg.use_env_seed:
             self.env_seed_embedding = EnvironmentSeed(cfg.ntypes, cfg.n_radial, C, cfg.eps)
             norm = ScalarRMSNorm if cfg.film_norm else None
@@ -286,9 +289,29 @@ class SeZMDescriptor(nn.Module):
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)
         return x
 
+    def node_types(self, types, charge_spin=None, systems=None) -> torch.Tensor:
+        """Type features (N, C) of the atoms: the type embedding, plus for a charge/spin model
+        (``add_chg_spin_ebd``) the condition of each atom's system. ``charge_spin``: int64
+        (S, 2) rows (charge, spin multiplicity); ``systems``: the system of each atom (None:
+        one system, S = 1)."""
+        te = self.type_embedding(types)
+        if not self.cfg.add_chg_spin_ebd:
+            if charge_spin is not None:
+                raise ValueError("this model has no charge/spin embedding")
+            return te
+        if charge_spin is None:
+            raise ValueError("a charge/spin model needs charge_spin")
+        cond = self.charge_spin_embedding(charge_spin).to(te.dtype)  # (S, C)
+        if systems is None:
+            if cond.shape[0] != 1:
+                raise ValueError(f"{cond.shape[0]} charge/spin rows for one system")
+            return te + cond  # broadcast over the atoms, as deepmd-kit's expand
+        return te + cond[systems]
+
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None, latent=False) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, latent=False, charge_spin=None,
+                systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
         ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
@@ -298,7 +321,8 @@ class SeZMDescriptor(nn.Module):
         is done in the forward for the sum of the first ``energy_rows`` atom energies (all when
         None; see :mod:`mdband.model.chunked`). ``csr_pair``: (dst CSR, src CSR) of the edges
         over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
-        unchunked evaluation then sorts no edges itself)."""
+        unchunked evaluation then sorts no edges itself). ``charge_spin``, ``systems``: see
+        :meth:`node_types`."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -310,8 +334,9 @@ class SeZMDescriptor(nn.Module):
             from mdband.model.chunked import chunked_descriptor
 
             return chunked_descriptor(
-                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent
-            )
+                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent,
+                charge_spin, systems,
+            )  # fmt: skip
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
                 compiling.make_opaque(sys.modules[__name__], OPAQUE)
@@ -319,18 +344,20 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_embedding, _embedding.OPAQUE)
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
-            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent)
+            desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent,
+                                  charge_spin=charge_spin, systems=systems)  # fmt: skip
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent)
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent,
+                                   charge_spin, systems)  # fmt: skip
         return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
-                   latent=False) -> torch.Tensor:  # fmt: skip
+                   latent=False, charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
         ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
-        te = self.type_embedding(types)  # (N, C)
+        te = self.node_types(types, charge_spin, systems)  # (N, C)
         radial = self.radial_features(ec)
         x = self.initial_features(ec, radial, te, types)
         radf = self.edge_features(ec, radial, te)

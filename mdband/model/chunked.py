@@ -274,20 +274,22 @@ def _or_zeros(g, like):
 
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
-                       energy_rows=None, latent=False) -> torch.Tensor:  # fmt: skip
+                       energy_rows=None, latent=False, charge_spin=None,
+                       systems=None) -> torch.Tensor:  # fmt: skip
     """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
     ``latent`` (no head): also return the readout's input.
 
     ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
     descriptor; with frozen weights the last block, the readout and the head then run as one
     stage whose backward is done in its forward, for the cotangent of the sum of the first
-    ``energy_rows`` atom energies (all when None)."""
+    ``energy_rows`` atom energies (all when None). ``charge_spin``, ``systems``: the systems'
+    charge/spin conditions (:meth:`SeZMDescriptor.node_types`)."""
     cfg = desc.cfg
     N = types.shape[0]
     chunks = EdgeChunks(desc, src, dst, edge_vec, N, plan)
     if CACHE_GEOMETRY and not chunks.trainable:
         chunks.cache_geometry()
-    te = desc.type_embedding(types)
+    te = desc.node_types(types, charge_spin, systems)
 
     def initial(c, vec, _x, te):
         ec = chunks.geometry(c, vec)

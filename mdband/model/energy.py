@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.charge_spin import ChargeSpinInputs, ChargeSpinModel
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
 from mdband.model.chunking import describe_budget
@@ -20,8 +21,10 @@ from mdband.settings import EngineSettings
 from mdband.so3.storage import RotationLayout
 
 
-class SeZMEnergyModel(nn.Module):
-    """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies."""
+class SeZMEnergyModel(nn.Module, ChargeSpinModel):
+    """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies;
+    a model with deepmd-kit's ``add_chg_spin_ebd`` also takes ``charge_spin`` (and
+    ``systems``; see :class:`~mdband.charge_spin.ChargeSpinModel`)."""
 
     #: forward takes ``energy_rows``: the caller sums the first ``energy_rows`` atom energies
     accepts_energy_rows = True
@@ -45,6 +48,10 @@ class SeZMEnergyModel(nn.Module):
         self.build_heads(cfg)
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
+        #: what the model takes of a system's charge and spin (None: nothing)
+        self.charge_spin_inputs = (
+            ChargeSpinInputs(cfg.default_chg_spin) if cfg.add_chg_spin_ebd else None
+        )
 
     def build_heads(self, cfg: SeZMConfig) -> None:
         """The fitting net(s) reading the descriptor (the dens mode has its own)."""
@@ -74,17 +81,24 @@ class SeZMEnergyModel(nn.Module):
         return describe_budget(self.settings.memory_budget, device)
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, charge_spin=None,
+                systems=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
         a chunked evaluation then does its last stage's backward in the forward (any other
         derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
-        (dst CSR, src CSR) over the N atoms, when the caller built them."""
+        (dst CSR, src CSR) over the N atoms, when the caller built them. ``charge_spin``:
+        int64 (S, 2) rows (total charge, spin multiplicity) of a charge/spin model (None: its
+        default_chg_spin); ``systems``: each atom's row (None: one system)."""
+        if charge_spin is None and self.charge_spin_inputs is not None:
+            row = self.charge_spin_inputs.resolve()  # MissingChargeSpinError without a default
+            charge_spin = torch.tensor([row], dtype=torch.int64, device=types.device)
 
         def head(desc, rows):
             t = types[rows]
             return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
 
         return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                               head=head, energy_rows=energy_rows, csr_pair=csr_pair)  # fmt: skip
+                               head=head, energy_rows=energy_rows, csr_pair=csr_pair,
+                               charge_spin=charge_spin, systems=systems)  # fmt: skip
