@@ -46,6 +46,14 @@ class Calculator(_AseCalculator):
 
     Notes
     -----
+    A model trained with deepmd-kit's ``add_chg_spin_ebd`` (the DPA4-OMol25 models) reads the
+    system's total charge (e) and spin multiplicity (2S+1) from ``atoms.info["charge"]`` and
+    ``atoms.info["spin"]`` (fairchem's convention); what is absent comes from the model's
+    ``default_chg_spin``, and a model without one raises
+    :class:`~mdband.charge_spin.MissingChargeSpinError` naming what is missing. Changing either
+    value makes the next property call recompute. Other models ignore these keys, which many
+    files carry as metadata (``Potential.evaluate`` refuses a charge or spin given to them).
+
     Stress is the Cauchy stress in ASE's sign convention,
 
     .. math:: \sigma = -W / V, \qquad W = -\sum_e \frac{\partial E}{\partial \mathbf{r}_e}
@@ -111,9 +119,26 @@ class Calculator(_AseCalculator):
         """Rebuild the reusable list exactly as it was built from ``reference``."""
         self._neighbours.restore(reference)
 
-    def _evaluate(self, positions, cell, pbc, numbers):
+    def _evaluate(self, positions, cell, pbc, numbers, charge=None, spin=None):
         """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook)."""
-        return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours)
+        return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours,
+                                       charge=charge, spin=spin)  # fmt: skip
+
+    def charge_spin(self, atoms) -> dict:
+        """``{"charge": ..., "spin": ...}`` of ``atoms`` for the potential: its
+        ``atoms.info`` values for a charge/spin model (None where absent: the model's
+        default), nothing for other models."""
+        if self.potential.charge_spin is None:
+            return {}
+        return {"charge": atoms.info.get("charge"), "spin": atoms.info.get("spin")}
+
+    def check_state(self, atoms, tol: float = 1e-15) -> list[str]:
+        """ASE's changes since the last calculation, plus ``"info"`` when the total charge or
+        spin multiplicity a charge/spin model reads changed (ASE compares no ``info``)."""
+        changes = super().check_state(atoms, tol)
+        if self.atoms is not None and self.charge_spin(atoms) != self.charge_spin(self.atoms):
+            changes.append("info")
+        return changes
 
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
@@ -124,7 +149,7 @@ class Calculator(_AseCalculator):
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
         t0 = time.perf_counter()
-        res = self._evaluate(positions, cell, pbc, numbers)  # numpy out: the device is done
+        res = self._evaluate(positions, cell, pbc, numbers, **self.charge_spin(atoms))  # numpy
         self.model_seconds += time.perf_counter() - t0
         self.model_calls += 1
         self.results = {

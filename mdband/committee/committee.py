@@ -128,6 +128,8 @@ class Committee:
         *,
         graph: EdgeGraph | None = None,
         first: Result | None = None,
+        charge=None,
+        spin=None,
     ) -> CommitteeResult:
         """Evaluate every model on one frame and compute the deviations.
 
@@ -139,6 +141,9 @@ class Committee:
             The first model's neighbour list of this frame (within its cutoff).
         first : Result, optional
             The first model's result on this frame, if already computed (it is reused as is).
+        charge, spin : int, optional
+            Total charge and spin multiplicity, given to every model that takes them
+            (:mod:`mdband.charge_spin`; the others take none).
         """
         pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
@@ -149,7 +154,8 @@ class Committee:
             if k == 0 and first is not None:
                 results.append(first)
             else:
-                results.append(pot.evaluate(pos, cell_np, pbc, species, graph=g))
+                cs = {} if pot.charge_spin is None else {"charge": charge, "spin": spin}
+                results.append(pot.evaluate(pos, cell_np, pbc, species, graph=g, **cs))
         devi = model_deviation(
             np.stack([r.forces for r in results]),
             np.stack([r.virial for r in results]),

@@ -75,6 +75,8 @@ def model_devi_frames(
                 atoms.get_cell().array,
                 np.asarray(atoms.get_pbc(), dtype=bool),
                 atoms.get_atomic_numbers(),
+                charge=atoms.info.get("charge"),
+                spin=atoms.info.get("spin"),
             )
             out.append((step, res.deviation))
             if writer is not None:

@@ -198,7 +198,8 @@ class _LammpsRun:
             self._read_restart()
         else:
             self._create()
-        lines = [pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head)]
+        lines = [pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head,
+                                    charge=c.charge, spin=c.spin)]  # fmt: skip
         lines.append("pair_coeff * * " + " ".join(self.symbols))
         if c.skin > 0:
             lines += [f"neighbor {num(c.skin)} bin", "neigh_modify every 1 delay 0 check yes"]
