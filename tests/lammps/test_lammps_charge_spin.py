@@ -1,0 +1,106 @@
+"""A charge/spin model (deepmd-kit's ``add_chg_spin_ebd``) through ``pair_style mdband ...
+charge Q spin S`` (and deepmd-kit's ``charge_spin Q S``) on 1 and 2 ranks: energy, forces,
+per-atom energies and virial equal ``Potential.evaluate`` with the same charge and spin
+(float64; periodic cubic and triclinic frames); no keywords take the model's default; a model
+without one stops LAMMPS with one error line naming what is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ase.io
+import numpy as np
+import pytest
+from lammps_harness import DEVICE, NKTV2P_METAL, read_dump, requires_lammps, results, run_lmp
+
+from mdband import load_model
+
+pytestmark = requires_lammps
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
+TYPES = ("H", "C", "O")
+MASSES = (1.008, 12.011, 15.999)
+# name -> (checkpoint, frame, pair_style keywords, the (charge, spin) they mean)
+CASES = {
+    "tric": ("chgspin", 1, "charge -1 spin 2", (-1, 2)),
+    "cube": ("chgspin", 0, "charge_spin 2 1", (2, 1)),
+    "dflt": ("chgspin_default", 0, "", (-1, 2)),
+}
+
+
+def _f(x) -> str:
+    return repr(float(x))
+
+
+def write_data(path: Path, atoms) -> Path:
+    c = atoms.cell.array
+    assert abs(c[0, 1]) + abs(c[0, 2]) + abs(c[1, 2]) == 0  # LAMMPS' restricted triclinic
+    lines = ["charge/spin frame", "", f"{len(atoms)} atoms", "3 atom types", "",
+             f"0.0 {_f(c[0, 0])} xlo xhi", f"0.0 {_f(c[1, 1])} ylo yhi",
+             f"0.0 {_f(c[2, 2])} zlo zhi", f"{_f(c[1, 0])} {_f(c[2, 0])} {_f(c[2, 1])} xy xz yz",
+             "", "Masses", ""]  # fmt: skip
+    lines += [f"{t + 1} {m}" for t, m in enumerate(MASSES)] + ["", "Atoms # atomic", ""]
+    for i, (s, p) in enumerate(zip(atoms.get_chemical_symbols(), atoms.positions)):
+        lines.append(f"{i + 1} {TYPES.index(s) + 1} {_f(p[0])} {_f(p[1])} {_f(p[2])}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _case(name, data, model, keywords):
+    vir = " ".join(f"$(c_vir[{k}]:%.17g)" for k in range(1, 7))
+    return f"""
+clear
+units metal
+atom_style atomic
+read_data {data}
+pair_style mdband {model} dtype float64 device {DEVICE} {keywords}
+pair_coeff * * {" ".join(TYPES)}
+compute pe all pe/atom
+compute vir all pressure NULL virial
+thermo_style custom step pe
+dump d all custom 1 {name}.dump id fx fy fz c_pe
+dump_modify d sort id format float %.17g
+run 0
+print "RESULT {name} $(pe:%.17g) {vir} $(vol:%.17g)"
+undump d
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_pair_style_charge_spin_parity(tmp_path, nprocs):
+    frames = ase.io.read(FIX / "structures.extxyz", index=":")
+    script = ""
+    for name, (model, i, keywords, _) in CASES.items():
+        data = write_data(tmp_path / f"{name}.data", frames[i])
+        script += _case(name, data, FIX / f"{model}.pt", keywords)
+    proc = run_lmp(script, tmp_path, nprocs=nprocs, timeout=600)
+    got = results(proc.stdout)
+    assert "mdband: total charge -1, spin multiplicity 2" in proc.stdout
+    pot = load_model(FIX / "chgspin.pt", dtype="float64", device="cpu")
+    for name, (_, i, _, (charge, spin)) in CASES.items():
+        atoms = frames[i]
+        ref = pot.evaluate(atoms.positions, atoms.cell.array, True, atoms.get_chemical_symbols(),
+                           charge=charge, spin=spin)  # fmt: skip
+        pe, *wp, vol = got[name]
+        assert pe == pytest.approx(ref.energy, rel=1e-10), (nprocs, name)
+        w_ref = ref.virial[[0, 1, 2, 0, 0, 1], [0, 1, 2, 1, 2, 2]]
+        np.testing.assert_allclose(np.array(wp) * vol / NKTV2P_METAL, w_ref, rtol=0, atol=1e-8)
+        dump = read_dump(tmp_path / f"{name}.dump")
+        f = np.stack([dump["fx"], dump["fy"], dump["fz"]], axis=1)
+        np.testing.assert_allclose(f, ref.forces, rtol=0, atol=1e-8, err_msg=f"{nprocs} {name}")
+        np.testing.assert_allclose(dump["c_pe"], ref.atom_energy, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("keywords,nprocs,expected", [
+    ("", 2, "needs the system's total charge (charge) and spin multiplicity (spin)"),
+    ("charge 0.5 spin 1", 1, "charge must be a whole number"),
+])  # fmt: skip
+def test_pair_style_charge_spin_errors(tmp_path, keywords, nprocs, expected):
+    atoms = ase.io.read(FIX / "structures.extxyz", 0)
+    data = write_data(tmp_path / "e.data", atoms)
+    proc = run_lmp(_case("e", data, FIX / "chgspin.pt", keywords), tmp_path, nprocs=nprocs,
+                   timeout=300, check=False)  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text[-2000:]
+    errors = [line for line in text.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and expected in errors[0], text[-2000:]
+    assert "Traceback" not in text
