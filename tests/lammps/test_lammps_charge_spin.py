@@ -2,18 +2,31 @@
 charge Q spin S`` (and deepmd-kit's ``charge_spin Q S``) on 1 and 2 ranks: energy, forces,
 per-atom energies and virial equal ``Potential.evaluate`` with the same charge and spin
 (float64; periodic cubic and triclinic frames); no keywords take the model's default; a model
-without one stops LAMMPS with one error line naming what is missing."""
+without one stops LAMMPS with one error line naming what is missing; ``mdband run --engine
+lammps --charge --spin`` passes them on."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import ase.io
 import numpy as np
 import pytest
-from lammps_harness import DEVICE, NKTV2P_METAL, read_dump, requires_lammps, results, run_lmp
+from lammps_harness import (
+    BIN,
+    DEVICE,
+    NKTV2P_METAL,
+    read_dump,
+    requires_lammps,
+    results,
+    run_lmp,
+)
 
 from mdband import load_model
+from mdband.io.checkpoint import read_checkpoint
+from mdband.io.h5md import H5MDReader
 
 pytestmark = requires_lammps
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
@@ -104,3 +117,27 @@ def test_pair_style_charge_spin_errors(tmp_path, keywords, nprocs, expected):
     errors = [line for line in text.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and expected in errors[0], text[-2000:]
     assert "Traceback" not in text
+
+
+def test_run_engine_lammps_passes_charge_spin(tmp_path):
+    """``mdband run --engine lammps --charge -1 --spin 2``: every frame's forces and energy are
+    the single call's; the checkpoint keeps the values."""
+    ase.io.write(tmp_path / "cube.extxyz", ase.io.read(FIX / "structures.extxyz", 0))
+    cmd = [str(BIN / "mdband"), "run", "--engine", "lammps", "--structure", "cube.extxyz",
+           "--model", str(FIX / "chgspin.pt"), "--charge", "-1", "--spin", "2", "--steps", "2",
+           "--ensemble", "nve", "--temperature", "50", "--timestep", "0.5", "--traj-every", "1",
+           "--trajectory", "t.h5", "--checkpoint", "c.ckpt", "--dtype", "float64",
+           "--traj-precision", "float64", "--traj-force-unit", "eV Angstrom-1", "--device",
+           "cpu", "--no-progress"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "MDBAND_NUM_THREADS": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert read_checkpoint(tmp_path / "c.ckpt").config["charge"] == -1
+    pot = load_model(FIX / "chgspin.pt", dtype="float64", device="cpu")
+    with H5MDReader(tmp_path / "t.h5") as r:
+        assert list(r.steps) == [0, 1, 2]
+        for a, e in zip(r.to_atoms(slice(None)), r.observable("potential_energy")):
+            ref = pot.evaluate(a.positions, a.cell.array, True, a.get_chemical_symbols(),
+                               charge=-1, spin=2)  # fmt: skip
+            np.testing.assert_allclose(a.get_forces(), ref.forces, rtol=0, atol=1e-8)
+            assert e == pytest.approx(ref.energy, rel=1e-10)
