@@ -6,7 +6,9 @@ from mdband.builtin import builtin_models
 from mdband.calculator import Calculator
 from mdband.committee import Committee, CommitteeCalculator
 from mdband.errors import (
+    ChargeSpinError,
     MdbandError,
+    MissingChargeSpinError,
     ModelFileError,
     StructureError,
     UnknownElementError,
@@ -26,6 +28,8 @@ __all__ = [
     "Potential",
     "Result",
     "MdbandError",
+    "ChargeSpinError",
+    "MissingChargeSpinError",
     "ModelFileError",
     "StructureError",
     "UnknownElementError",
