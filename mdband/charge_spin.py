@@ -21,9 +21,12 @@ run`` / ``relax`` ``--charge`` / ``--spin`` and ``pair_style mdband ... charge Q
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
+
+import torch
 
 from mdband.errors import ChargeSpinError, MissingChargeSpinError
 
@@ -34,6 +37,7 @@ __all__ = [
     "ChargeSpinInputs",
     "ChargeSpinModel",
     "MissingChargeSpinError",
+    "charge_spin_tensor",
     "refuse_unused",
     "whole_number",
 ]
@@ -114,3 +118,21 @@ def refuse_unused(charge, spin) -> None:
             f"this model takes no total charge or spin multiplicity (it was not trained with "
             f"add_chg_spin_ebd); remove {' and '.join(given)}"
         )
+
+
+def charge_spin_tensor(
+    inputs: ChargeSpinInputs | None, charge, spin, device
+) -> torch.Tensor | None:
+    """The ``charge_spin`` model input of a system for a model taking ``inputs`` (None: none):
+    int64 (1, 2) ``[[charge, spin]]`` on ``device`` (:meth:`ChargeSpinInputs.resolve`; one
+    tensor per value and device, reused), or None for a model that takes neither (which
+    refuses given values: :func:`refuse_unused`)."""
+    if inputs is None:
+        refuse_unused(charge, spin)
+        return None
+    return _row(inputs.resolve(charge, spin), torch.device(device))
+
+
+@functools.lru_cache(maxsize=256)
+def _row(row: tuple[int, int], device: torch.device) -> torch.Tensor:
+    return torch.tensor([row], dtype=torch.int64, device=device)

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from ase.data import atomic_numbers, chemical_symbols
 
+from mdband import charge_spin as _cs
 from mdband import host_memory as _host_memory
-from mdband.charge_spin import ChargeSpinError, ChargeSpinInputs, ChargeSpinModel, refuse_unused
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -87,10 +87,9 @@ class Potential:
         self._hash: str | None = self.metadata.get("model_hash")
         self._steps = None
         #: what the model takes of a system's total charge and spin (None: nothing)
-        self.charge_spin: ChargeSpinInputs | None = (
-            model.charge_spin_inputs if isinstance(model, ChargeSpinModel) else None
+        self.charge_spin: _cs.ChargeSpinInputs | None = (
+            model.charge_spin_inputs if isinstance(model, _cs.ChargeSpinModel) else None
         )
-        self._cs_rows: dict[tuple[int, int], torch.Tensor] = {}
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
             settings = EngineSettings.resolve(
@@ -187,17 +186,9 @@ class Potential:
 
     # ------------------------------------------------------------------ evaluation
     def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
-        """``charge_spin`` of the lower-level calls (:meth:`evaluate_edges`, …) for a system of
-        total charge ``charge`` (e) and spin multiplicity ``spin`` (2S+1): int64 (1, 2) on the
-        device, the model's default for what is None; None for a model that takes neither.
-        Raises :class:`~mdband.charge_spin.ChargeSpinError` (or its ``Missing…`` subclass)."""
-        if self.charge_spin is None:
-            refuse_unused(charge, spin)
-            return None
-        row = self.charge_spin.resolve(charge, spin)
-        if row not in self._cs_rows:
-            self._cs_rows[row] = torch.tensor([row], dtype=torch.int64, device=self.device)
-        return self._cs_rows[row]
+        """``charge_spin`` of :meth:`evaluate_edges` & co. for a system's total charge (e) and spin
+        multiplicity (2S+1): :func:`mdband.charge_spin.charge_spin_tensor` (defaults, checks)."""
+        return _cs.charge_spin_tensor(self.charge_spin, charge, spin, self.device)
 
     def evaluate_edges(
         self,
@@ -256,7 +247,7 @@ class Potential:
         if self.charge_spin is not None:
             model_kw["charge_spin"] = self.charge_spin_of() if charge_spin is None else charge_spin
         elif charge_spin is not None:
-            raise ChargeSpinError("this model takes no total charge or spin multiplicity")
+            raise _cs.ChargeSpinError("this model takes no total charge or spin multiplicity")
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
@@ -334,9 +325,8 @@ class Potential:
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         charge, spin : int, optional
-            Total charge (e) and spin multiplicity (2S+1) of the system, for a model trained
-            with deepmd-kit's ``add_chg_spin_ebd`` (:attr:`charge_spin` says what it takes and
-            its defaults; :mod:`mdband.charge_spin`). Refused by other models.
+            Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``;
+            :attr:`charge_spin`, :mod:`mdband.charge_spin`); other models refuse them.
         """
         check_frame_input(positions, cell, pbc)
         cs = self.charge_spin_of(charge, spin)

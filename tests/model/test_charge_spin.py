@@ -154,8 +154,8 @@ def test_config_keys_only_when_on():
 
 def test_model_file_round_trip(tmp_path):
     pot = mdband.load_model(FIX / "chgspin_default.pt", dtype="float64")
-    pot.save(tmp_path / "m.pt")
-    back = mdband.load_model(tmp_path / "m.pt", dtype="float64")
+    pot.save(tmp_path / "m.mdband")
+    back = mdband.load_model(tmp_path / "m.mdband", dtype="float64")
     assert back.charge_spin == pot.charge_spin and back.model_hash == pot.model_hash
     assert run(back, 1, charge=1, spin=3).energy == run(pot, 1, charge=1, spin=3).energy
 
