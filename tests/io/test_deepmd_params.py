@@ -22,7 +22,8 @@ _META = json.loads((FIX / "configs.json").read_text())
 _HEADS = json.loads((FIX / "heads.json").read_text())  # make_heads_fixtures.py
 #: multi-task parity fixtures -> the head whose model_params stand for them
 HEAD_OF = {name: next(iter(m["heads"])) for name, m in _HEADS["multitask"].items()}
-CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"]}
+CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"],
+           **_META["chgspin_configs"]}  # fmt: skip
 
 
 def normalized(name: str = "s2ffn") -> dict:
