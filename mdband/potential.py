@@ -21,6 +21,7 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
     EdgeResult,
     Result,
     _result,
+    assemble_forces,
     resolve_device,
     resolve_dtype,
     weights_hash,
@@ -86,10 +87,8 @@ class Potential:
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
         self._hash: str | None = self.metadata.get("model_hash")
         self._steps = None
-        #: what the model takes of a system's total charge and spin (None: nothing)
-        self.charge_spin: _cs.ChargeSpinInputs | None = (
-            model.charge_spin_inputs if isinstance(model, _cs.ChargeSpinModel) else None
-        )
+        cs_model = isinstance(model, _cs.ChargeSpinModel)  # charge_spin: what it takes of them
+        self.charge_spin = model.charge_spin_inputs if cs_model else None
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
             settings = EngineSettings.resolve(
@@ -186,8 +185,7 @@ class Potential:
 
     # ------------------------------------------------------------------ evaluation
     def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
-        """``charge_spin`` of :meth:`evaluate_edges` & co. for a system's total charge (e) and spin
-        multiplicity (2S+1): :func:`mdband.charge_spin.charge_spin_tensor` (defaults, checks)."""
+        """``charge_spin`` of a system (:func:`mdband.charge_spin.charge_spin_tensor`)."""
         return _cs.charge_spin_tensor(self.charge_spin, charge, spin, self.device)
 
     def evaluate_edges(
@@ -239,15 +237,11 @@ class Potential:
         shrink = getattr(desc, "shrink_chunks", None)
         return shrink is not None and shrink(self.device, n_atoms)
 
-    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
-                        charge_spin):  # fmt: skip
+    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan, cs):
         grad = grad and not self.direct_forces
         ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
-        if self.charge_spin is not None:
-            model_kw["charge_spin"] = self.charge_spin_of() if charge_spin is None else charge_spin
-        elif charge_spin is not None:
-            raise _cs.ChargeSpinError("this model takes no total charge or spin multiplicity")
+        model_kw.update(_cs.model_kwargs(self.charge_spin, cs, self.device))
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
@@ -325,15 +319,15 @@ class Potential:
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
         charge, spin : int, optional
-            Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``;
-            :attr:`charge_spin`, :mod:`mdband.charge_spin`); other models refuse them.
+            Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``,
+            :mod:`mdband.charge_spin`); other models refuse them.
         """
         check_frame_input(positions, cell, pbc)
-        cs = self.charge_spin_of(charge, spin)
         if isinstance(positions, torch.Tensor):
             return self._evaluate_tensor(
-                positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin, cs
+                positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin
             )
+        cs = self.charge_spin_of(charge, spin)
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         types = self._types_for(species, pos.shape[0])
@@ -351,12 +345,11 @@ class Potential:
         out = self._run_graph(types, graph, pos, cell_np, cs)
         return _result(*out, compute_virial, True, self.last_chunks)
 
-    def _run_graph(self, types, graph: EdgeGraph, positions, cell, charge_spin=None):
+    def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
         if self._steps is not None and graph.n_edges > 0:
-            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell,
-                                   charge_spin)  # fmt: skip
+            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
         dev = self.device
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
@@ -364,7 +357,7 @@ class Potential:
         src = torch.as_tensor(graph.src, device=dev)
         dst = torch.as_tensor(graph.dst, device=dev)
         types_t = torch.as_tensor(types, device=dev)
-        return self.forces_from_vectors(types_t, src, dst, edge_vec, charge_spin)
+        return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
@@ -399,7 +392,7 @@ class Potential:
         return types
 
     def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
-                         spin, cs):  # fmt: skip
+                         spin):  # fmt: skip
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
         if positions.device != self.device and positions.device.type != "cpu":
@@ -428,6 +421,7 @@ class Potential:
             cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
         types = self._types_for(species, pos_t.shape[0])
+        cs = self.charge_spin_of(charge, spin)
         out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np,
                                 cs)  # fmt: skip
         return _result(*out, virial, False, self.last_chunks)
@@ -440,8 +434,7 @@ class Potential:
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
             graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
-        types_t = torch.as_tensor(types, device=self.device)
-        return self._run_graph(types_t, graph, pos_t, cell_t, cs)
+        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t, cs)
 
     def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
@@ -463,8 +456,7 @@ class Potential:
 
     def forces_from_vectors(self, types, src, dst, edge_vec, charge_spin=None):
         """(atom energies, forces, virial), float64, of one evaluation from device tensors
-        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin`` from
-        :meth:`charge_spin_of`)."""
+        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin``)."""
         out = self.evaluate_edges(types, src, dst, edge_vec, charge_spin=charge_spin)
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
@@ -475,21 +467,8 @@ class Potential:
         )  # fmt: skip
         return out.atom_energy, forces, virial
 
-    @staticmethod
-    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
-        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
-        ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
-        if edge_grad.is_cuda:
-            # deterministic CSR reduction with float64 accumulation (no atomics)
-            from mdband.kernels.force_assembly import force_assembly
-
-            d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
-            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
-        g = edge_grad.to(torch.float64)
-        forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
-        forces.index_add_(0, dst, g)
-        forces.index_add_(0, src, -g)
-        return forces, -(g.T @ edge_vec.to(torch.float64))
+    #: forces and virial from ``∂E/∂edge_vec`` (:func:`mdband.result.assemble_forces`)
+    assemble = staticmethod(assemble_forces)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

@@ -80,6 +80,14 @@ class SeZMEnergyModel(nn.Module, ChargeSpinModel):
         """The memory budget setting and what it resolves to on ``device`` (one line)."""
         return describe_budget(self.settings.memory_budget, device)
 
+    def charge_spin_rows(self, charge_spin, device):
+        """``charge_spin`` as given, or the defaults' row when None for a charge/spin model
+        (:class:`~mdband.charge_spin.MissingChargeSpinError` without defaults)."""
+        if charge_spin is None and self.charge_spin_inputs is not None:
+            row = self.charge_spin_inputs.resolve()
+            charge_spin = torch.tensor([row], dtype=torch.int64, device=device)
+        return charge_spin
+
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
                 energy_rows=None, csr_pair=None, charge_spin=None,
                 systems=None) -> torch.Tensor:  # fmt: skip
@@ -91,9 +99,7 @@ class SeZMEnergyModel(nn.Module, ChargeSpinModel):
         (dst CSR, src CSR) over the N atoms, when the caller built them. ``charge_spin``:
         int64 (S, 2) rows (total charge, spin multiplicity) of a charge/spin model (None: its
         default_chg_spin); ``systems``: each atom's row (None: one system)."""
-        if charge_spin is None and self.charge_spin_inputs is not None:
-            row = self.charge_spin_inputs.resolve()  # MissingChargeSpinError without a default
-            charge_spin = torch.tensor([row], dtype=torch.int64, device=types.device)
+        charge_spin = self.charge_spin_rows(charge_spin, types.device)
 
         def head(desc, rows):
             t = types[rows]

@@ -245,3 +245,18 @@ def test_fused_ops_with_charge_spin():
 def test_meta_records_deepmd_missing_error():
     meta = json.loads(str(np.load(FIX / "chgspin.npz")["meta"]))
     assert "charge_spin is required" in meta["missing_input_error"]
+
+
+def test_dens_mode_takes_charge_spin():
+    """A dens-trained charge/spin model (no deepmd-kit fixture of the pair): the condition
+    reaches its energy and direct-force heads; none given and no default is the typed error."""
+    cfg = small_config(channels=4, n_radial=4, l_schedule=(1,), mixing_layers=1,
+                       active_mode="dens", sel=8, add_chg_spin_ebd=True)  # fmt: skip
+    pot = sezm(cfg, seed=1)
+    assert pot.direct_forces and pot.charge_spin == ChargeSpinInputs(None)
+    atoms = FRAMES[3]
+    args = (atoms.positions, None, False, atoms.get_chemical_symbols())
+    a, b = pot.evaluate(*args, charge=0, spin=1), pot.evaluate(*args, charge=-1, spin=2)
+    assert a.energy != b.energy and np.abs(a.forces - b.forces).max() > 1e-4
+    with pytest.raises(MissingChargeSpinError):
+        pot.evaluate(*args)
