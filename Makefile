@@ -17,12 +17,12 @@ $(BIN)/mdband: pyproject.toml
 	touch $(BIN)/mdband
 
 lint: install
-	$(BIN)/ruff check mdband mdband_ase_plugin.py tests benchmarks examples
-	$(BIN)/ruff format --check mdband mdband_ase_plugin.py tests benchmarks examples
+	$(BIN)/ruff check mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
+	$(BIN)/ruff format --check mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
 
 format: install
-	$(BIN)/ruff format mdband mdband_ase_plugin.py tests benchmarks examples
-	$(BIN)/ruff check --fix mdband mdband_ase_plugin.py tests benchmarks examples
+	$(BIN)/ruff format mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
+	$(BIN)/ruff check --fix mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
 
 test: install lint
 	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -x --durations=15 tests

@@ -1,5 +1,9 @@
 """ASE calculator backed by a :class:`~mdband.potential.Potential`.
 
+A spin model (``potential.spin``) reads each atom's magnetic moment from
+``atoms.get_initial_magnetic_moments()`` as (N, 3) vectors in μB (held fixed: nothing moves
+them) and adds ``magnetic_forces`` (-∂E/∂moment, eV/μB) to ``results``.
+
 The calculator keeps the loaded model between calls and a neighbour list from
 :meth:`Potential.neighbour_list` (on the GPU for CUDA potentials): with ``skin > 0`` it is reused
 while every atom stays within ``skin / 2`` of where it was when the list was built, and filtered
@@ -16,13 +20,32 @@ from ase.calculators.calculator import Calculator as _AseCalculator
 from ase.calculators.calculator import all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from mdband.errors import MdbandError
+from mdband.atom_virial import ase_stresses
+from mdband.errors import MdbandError, SpinInputError
 from mdband.neighbours import NeighbourReference
 from mdband.potential import Potential
+from mdband.spin import check_magmoms
 
-__all__ = ["Calculator", "NeighbourReference"]
+__all__ = ["Calculator", "NeighbourReference", "magmoms_of"]
 
 _MIN_VOLUME = 1e-10
+
+
+def magmoms_of(atoms, potential: Potential) -> np.ndarray | None:
+    """The magnetic moments (N, 3; μB) a spin model reads from ``atoms`` (their initial
+    magnetic moments); None for other models (which ignore any moments). Raises
+    :class:`~mdband.errors.SpinInputError` when a spin model finds none, or one number per atom
+    (collinear moments say no direction)."""
+    if potential.spin is None:
+        return None
+    if not atoms.has("initial_magmoms"):
+        raise SpinInputError(
+            f"this is a {potential.spin.scheme} spin model: the atoms need magnetic moment "
+            "vectors, atoms.set_initial_magnetic_moments((N, 3) array in μB) (extxyz: an "
+            "initial_magmoms column of 3 numbers)"
+        )
+    m = np.asarray(atoms.get_initial_magnetic_moments(), dtype=np.float64)
+    return check_magmoms(m, len(atoms), potential.spin)
 
 
 class Calculator(_AseCalculator):
@@ -61,9 +84,23 @@ class Calculator(_AseCalculator):
 
     returned in Voigt order (xx, yy, zz, yz, xz, xy) in eV/Å³. It is available whenever the
     cell has a non-zero volume (periodic, mixed, or an open system given a box).
+
+    With a spin model, ``results["magnetic_forces"]`` (N, 3) is ``-∂E/∂m`` (eV/μB) at the
+    moments ``m`` of ``atoms.get_initial_magnetic_moments()`` ((N, 3) vectors, required; see
+    :func:`magmoms_of`); the stress is then that of a strain that leaves the moments unchanged
+    (deepmd-kit's virial). Moments fixed in space exert a torque on the lattice, so that
+    virial is not symmetric: ASE's stress is its symmetric part (``Result.virial`` of
+    :meth:`Potential.evaluate` keeps all of it).
+
+    ``stresses`` (``atoms.get_stresses()``, computed only when asked for) are the per-atom
+    stresses as ASE's own pair potentials define them: ``σ_i = −W_i / V`` (N, 6; Voigt, eV/Å³)
+    with ``W_i`` deepmd-kit's per-atom virial (half of each edge's ``−g ⊗ r`` on each of its
+    atoms, :mod:`mdband.atom_virial`), so ``Σ_i σ_i`` is ``stress``.
     """
 
-    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
+    implemented_properties = [
+        "energy", "free_energy", "energies", "forces", "stress", "stresses", "magnetic_forces",
+    ]  # fmt: skip
 
     def __init__(
         self,
@@ -119,10 +156,14 @@ class Calculator(_AseCalculator):
         """Rebuild the reusable list exactly as it was built from ``reference``."""
         self._neighbours.restore(reference)
 
-    def _evaluate(self, positions, cell, pbc, numbers, charge=None, spin=None):
-        """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook)."""
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
+                  charge=None, spin=None):  # fmt: skip
+        """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook;
+        ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom virials;
+        ``charge``, ``spin``: a charge/spin model's, :meth:`charge_spin`)."""
         return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours,
-                                       charge=charge, spin=spin)  # fmt: skip
+                                       magmoms=magmoms, atom_virial=atom_virial, charge=charge,
+                                       spin=spin)  # fmt: skip
 
     def charge_spin(self, atoms) -> dict:
         """``{"charge": ..., "spin": ...}`` of ``atoms`` for the potential: its
@@ -148,8 +189,11 @@ class Calculator(_AseCalculator):
         cell = np.asarray(atoms.get_cell().array, dtype=np.float64)
         pbc = np.asarray(atoms.get_pbc(), dtype=bool)
         numbers = atoms.get_atomic_numbers()
+        magmoms = magmoms_of(atoms, self.potential)
         t0 = time.perf_counter()
-        res = self._evaluate(positions, cell, pbc, numbers, **self.charge_spin(atoms))  # numpy
+        per_atom = "stresses" in properties
+        cs = self.charge_spin(atoms)
+        res = self._evaluate(positions, cell, pbc, numbers, magmoms, per_atom, **cs)  # numpy
         self.model_seconds += time.perf_counter() - t0
         self.model_calls += 1
         self.results = {
@@ -158,6 +202,10 @@ class Calculator(_AseCalculator):
             "energies": np.asarray(res.atom_energy, dtype=np.float64),
             "forces": np.asarray(res.forces, dtype=np.float64),
         }
+        if res.magnetic_forces is not None:
+            self.results["magnetic_forces"] = np.asarray(res.magnetic_forces, dtype=np.float64)
         volume = abs(float(np.linalg.det(cell)))
         if volume > _MIN_VOLUME:
             self.results["stress"] = full_3x3_to_voigt_6_stress(res.stress(volume))
+            if per_atom:
+                self.results["stresses"] = ase_stresses(res.atom_virial, volume)

@@ -139,14 +139,18 @@ def _row(row: tuple[int, int], device: torch.device) -> torch.Tensor:
     return torch.tensor([row], dtype=torch.int64, device=device)
 
 
-def model_kwargs(inputs: ChargeSpinInputs | None, charge_spin, device) -> dict:
-    """The energy module's ``charge_spin`` keyword of one call: ``charge_spin`` (from
-    :func:`charge_spin_tensor`), or the defaults' row when None, for a model taking ``inputs``;
-    nothing for a model that takes none (:class:`ChargeSpinError` if one was given)."""
+def model_kwargs(inputs: ChargeSpinInputs | None, charge_spin, device, systems=None) -> dict:
+    """The energy module's ``charge_spin`` (and ``systems``) keywords of one call:
+    ``charge_spin`` (from :func:`charge_spin_tensor`, or (S, 2) rows of S systems with
+    ``systems`` the row of each atom), or the defaults' row when None, for a model taking
+    ``inputs``; nothing for a model that takes none (:class:`ChargeSpinError` if one was
+    given)."""
     if inputs is None:
         if charge_spin is not None:
             raise ChargeSpinError("this model takes no total charge or spin multiplicity")
         return {}
     if charge_spin is None:
         charge_spin = charge_spin_tensor(inputs, None, None, device)
-    return {"charge_spin": charge_spin}
+    if systems is None:
+        return {"charge_spin": charge_spin}
+    return {"charge_spin": charge_spin, "systems": systems}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ase.data import atomic_numbers
+
 from mdband.errors import UnsupportedModelError
 
 # fields added after model files and run checkpoints recorded config dicts: left out of
@@ -22,7 +24,39 @@ _OMITTED_AT_DEFAULT = {
     "sel": 0,
     "add_chg_spin_ebd": False,
     "default_chg_spin": None,
+    "bridging": "none",
+    "bridging_r_inner": 0.5,
+    "bridging_r_outer": 0.8,
 }
+
+
+@dataclass(frozen=True)
+class SpinConfig:
+    """A spin model's ``model.spin`` section (deepmd-kit's names), per type of the type map.
+
+    ``scheme`` ``"native"``: each atom's magnetic moment enters the descriptor as a feature.
+    ``"deepspin"``: each magnetic atom gets a virtual atom at ``r + virtual_scale[t] * m`` of
+    type ``t + len(type_map)`` (the network's types are doubled); ``sel`` is the descriptor's
+    ``sel`` (deepmd-kit's neighbour list keeps each atom's ``sel`` nearest real neighbours).
+    """
+
+    scheme: str
+    use_spin: tuple[bool, ...]
+    virtual_scale: tuple[float, ...] = ()
+    sel: int = 0
+
+    def to_dict(self) -> dict:
+        return {"scheme": self.scheme, "use_spin": list(self.use_spin),
+                "virtual_scale": list(self.virtual_scale), "sel": self.sel}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SpinConfig:
+        scale = tuple(float(x) for x in d.get("virtual_scale", ()))
+        use = tuple(bool(x) for x in d["use_spin"])
+        return cls(str(d["scheme"]), use, scale, int(d.get("sel", 0)))
+
+    def magnetic_types(self, type_map) -> list[str]:
+        return [t for t, on in zip(type_map, self.use_spin) if on]
 
 
 def auto_width(dim_in: int, glu: bool = True) -> int:
@@ -79,12 +113,20 @@ class SeZMConfig:
     #: (:mod:`mdband.charge_spin`); left out of :meth:`to_dict` at their defaults
     add_chg_spin_ebd: bool = False
     default_chg_spin: tuple[float, float] | None = None
+    spin: SpinConfig | None = None
+    #: zone bridging (deepmd-kit's model-level ``bridging_method``): "none" or "zbl", with the
+    #: clamp / switching window [bridging_r_inner, bridging_r_outer] in Å (mdband.model.bridging)
+    bridging: str = "none"
+    bridging_r_inner: float = 0.5
+    bridging_r_outer: float = 0.8
     extra: dict = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived
     @property
     def ntypes(self) -> int:
-        return len(self.type_map)
+        """Types of the network: the type map's, doubled by a deepspin model's virtual types."""
+        deepspin = self.spin is not None and self.spin.scheme == "deepspin"
+        return len(self.type_map) * (2 if deepspin else 1)
 
     @property
     def lmax(self) -> int:
@@ -177,7 +219,10 @@ class SeZMConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("extra")
+        d.pop("spin")
         out = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+        if self.spin is not None:  # absent otherwise: the dict enters the model hash
+            out["spin"] = self.spin.to_dict()
         # one bool when both entries agree, as configs stored it before [so2, ffn] was kept: the
         # dict enters the model hash, which run checkpoints compare on resume
         so2, ffn = self.lebedev_quadrature
@@ -211,6 +256,8 @@ class SeZMConfig:
                     kw[k] = (kw[k],) * 2
                 elif not isinstance(kw[k], bool):
                     kw[k] = tuple(kw[k])
+        if kw.get("spin") is not None:
+            kw["spin"] = SpinConfig.from_dict(kw["spin"])
         cfg = cls(**kw)
         cfg.validate()
         return cfg
@@ -266,7 +313,39 @@ class SeZMConfig:
             bad("active_mode", self.active_mode, "known modes are ener and dens")
         if self.sel < 0 or (self.sel > 0) != self.direct_forces:
             bad("sel", self.sel, "a neighbour count > 0 for the dens mode only")
+        sp = self.spin
+        if sp is not None and (
+            sp.scheme not in ("native", "deepspin")
+            or len(sp.use_spin) != len(self.type_map)
+            or (sp.scheme == "deepspin" and len(sp.virtual_scale) != len(self.type_map))
+        ):
+            bad("spin", sp.to_dict(), "one use_spin (and deepspin virtual_scale) per type")
+        if sp is not None and self.active_mode != "ener":
+            bad("spin", sp.to_dict(), f"deepmd-kit's spin models have no {self.active_mode} mode")
+        self._validate_bridging()
         self._validate_charge_spin(bad)
+
+    def _validate_bridging(self) -> None:
+        def bad(opt, val, why=""):
+            raise UnsupportedModelError(opt, val, why)
+
+        if self.bridging not in ("none", "zbl"):
+            bad("bridging_method", self.bridging, "mdband implements 'zbl' and 'none'")
+        if self.bridging == "none":
+            return
+        r_in, r_out = self.bridging_r_inner, self.bridging_r_outer
+        for key, val in (("bridging_r_inner", r_in), ("bridging_r_outer", r_out)):
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                bad(key, val, "expected a number (Å)")
+        if not 0.0 < r_in < r_out:
+            bad("bridging_r_inner/bridging_r_outer", [r_in, r_out], "need 0 < r_inner < r_outer")
+        unknown = [s for s in self.type_map if s not in atomic_numbers or atomic_numbers[s] < 1]
+        if unknown:
+            bad("type_map", list(self.type_map), f"ZBL needs element symbols, not {unknown}")
+        if self.active_mode != "ener":  # deepmd-kit refuses it too
+            bad("bridging_method", self.bridging, f"not with the {self.active_mode} mode")
+        if self.spin is not None:
+            bad("bridging_method", self.bridging, "ZBL bridging of spin models is not implemented")
 
     def _validate_charge_spin(self, bad) -> None:
         d = self.default_chg_spin

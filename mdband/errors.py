@@ -40,6 +40,10 @@ class StructureError(MdbandError, ValueError):
     """Positions, cell or periodicity are unusable (NaN, zero volume, overlapping atoms...)."""
 
 
+class SpinInputError(MdbandError, ValueError):
+    """A spin model's magnetic moments are missing or malformed."""
+
+
 class LayoutMismatchError(MdbandError, RuntimeError):
     """A rotation storage was handed to a consumer that does not read its layout."""
 
@@ -59,6 +63,10 @@ class UnknownModelKindError(ModelFileError):
 
 class PluginImportError(MdbandError):
     """A module named in ``MDBAND_PLUGINS`` or an ``mdband.model_kinds`` entry point fails."""
+
+
+class OutputExistsError(MdbandError):
+    """An output file exists (or a link stands at its path) and ``overwrite`` was not given."""
 
 
 class MemoryBudgetError(MdbandError):
@@ -93,3 +101,23 @@ class MissingChargeSpinError(ChargeSpinError):
             f"Potential.evaluate({api}), {info} (ASE), {flags} (mdband run, relax) or "
             f"'pair_style mdband ... {keys}'"
         )
+
+
+# what allocators say when memory runs out: torch's CPU allocator, vesin (std::bad_alloc), CUDA
+_OUT_OF_MEMORY = (
+    "can't allocate memory",
+    "failed to allocate memory",
+    "std::bad_alloc",
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for an error that means memory ran out, whichever allocator raised it:
+    ``MemoryError`` (Python, numpy), ``torch.OutOfMemoryError`` (CUDA) and the
+    ``RuntimeError`` of torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")
+    or of a C++ library (vesin: "failed to allocate memory")."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and any(t in str(exc) for t in _OUT_OF_MEMORY)

@@ -5,20 +5,50 @@ from __future__ import annotations
 import logging
 import time
 
-from mdband.errors import MdbandError, ModelFileError
+from mdband.errors import MdbandError, ModelFileError, is_out_of_memory
 from mdband.io.modelfile import file_sha256, is_model_file, parse_model_file, read_torch_file
 from mdband.kinds import model_builder
-from mdband.potential import Potential, weights_hash
+from mdband.potential import Potential
+from mdband.result import verified_hash
 
 logger = logging.getLogger(__name__)
 
 
 def potential_from_parts(
-    kind, type_map, cutoff, config, state_dict, metadata, device, dtype, options=None
+    kind,
+    type_map,
+    cutoff,
+    config,
+    state_dict,
+    metadata,
+    device,
+    dtype,
+    options=None,
+    source=None,
+    checked: bool = False,
 ) -> Potential:
-    module = model_builder(kind)(config, state_dict, dict(options or {}))
+    """A :class:`Potential` of model ``kind`` built from its configuration and weights.
+
+    Every weight must be one the built network has, with its shape (a
+    :class:`~mdband.errors.ModelFileError` otherwise, whatever the kind's builder checks). The
+    model hash recorded in ``metadata`` is kept where a checksum ``checked`` the file it came
+    from, else only where the weights give it (:func:`mdband.result.verified_hash`).
+    """
+    where = f"{source}: " if source is not None else ""
+    try:
+        module = model_builder(kind)(config, state_dict, dict(options or {}))
+    except MdbandError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ModelFileError(
+            f"{where}cannot build the {kind} model from its configuration "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+        ) from None
+    check_weights(module, state_dict, where)
     meta = dict(metadata)
-    meta.setdefault("model_hash", weights_hash(config, state_dict))
+    if not (checked and meta.get("model_hash")):
+        params = {name for name, _ in module.named_parameters()}
+        meta["model_hash"] = verified_hash(config, state_dict, meta.get("model_hash"), params)
     return Potential(
         module,
         kind=kind,
@@ -120,7 +150,7 @@ def load_model(
     except (TypeError, KeyError, IndexError, AttributeError, RuntimeError) as exc:
         # a malformed checkpoint (a value of a type nothing expects, a tensor of another shape)
         # is a bad file, told in one line, not a traceback; memory errors stay what they are
-        if "out of memory" in str(exc).lower():
+        if is_out_of_memory(exc):
             raise
         raise ModelFileError(
             f"{path}: cannot build a model from it ({type(exc).__name__}: {exc})"
@@ -146,6 +176,8 @@ def _load(path, device, dtype, head, options, t0) -> Potential:
             device,
             dtype,
             options,
+            source=path,
+            checked="checksum" in obj,  # parse_model_file verified it
         )
         return _loaded(pot, spath, t0)
     from mdband.io.deepmd import import_deepmd_checkpoint
@@ -154,9 +186,33 @@ def _load(path, device, dtype, head, options, t0) -> Potential:
     meta = {"source": "deepmd-kit", "source_sha256": file_sha256(path), **imp.metadata}
     pot = potential_from_parts(
         imp.kind, imp.type_map, imp.cutoff, imp.config, imp.state_dict, meta, device, dtype,
-        options,
+        options, source=path,
     )  # fmt: skip
     return _loaded(pot, spath, t0)
+
+
+def check_weights(module, state_dict: dict, where: str = "") -> None:
+    """Raise :class:`ModelFileError` unless ``state_dict`` holds exactly the built network's
+    weights, each with the network's shape."""
+    own = module.state_dict()
+    extra = sorted(set(state_dict) - set(own))
+    missing = sorted(set(own) - set(state_dict))
+    wrong = [
+        k for k in state_dict if k in own and tuple(state_dict[k].shape) != tuple(own[k].shape)
+    ]
+    if wrong:
+        k = wrong[0]
+        raise ModelFileError(
+            f"{where}weight {k} has shape {tuple(state_dict[k].shape)}, but the model's "
+            f"configuration gives it {tuple(own[k].shape)}"
+        )
+    if extra or missing:
+        what = (
+            f"weights the model does not have: {', '.join(extra[:3])}"
+            if extra
+            else (f"no weight {', '.join(missing[:3])}")
+        )
+        raise ModelFileError(f"{where}the weights do not fit the model's configuration ({what})")
 
 
 def _loaded(pot: Potential, source: str, t0: float) -> Potential:

@@ -27,9 +27,29 @@ import torch
 
 from mdband.cell_list import cell_list_edges
 from mdband.errors import MdbandError
-from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.graph import (
+    EdgeGraph,
+    build_edge_graph,
+    check_neighbour_work,
+    validate_structure,
+    vesin_can_search,
+)
 
 log = logging.getLogger(__name__)
+
+
+def host_edge_graph(positions, cell, pbc, cutoff: float) -> EdgeGraph:
+    """:func:`mdband.graph.build_edge_graph` (vesin), or mdband's cell list on the CPU (the
+    same edges) for the boxes vesin cannot search (:func:`mdband.graph.vesin_can_search`)."""
+    positions = np.ascontiguousarray(positions, dtype=np.float64)
+    cell = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64).reshape(3, 3)
+    pbc = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
+    validate_structure(positions, cell, pbc)
+    check_neighbour_work(positions, cell, pbc, cutoff)
+    if vesin_can_search(positions, cell, pbc, cutoff):
+        return build_edge_graph(positions, cell, pbc, cutoff)
+    src, dst, shifts = cell_list_edges(torch.from_numpy(positions), cell, pbc, cutoff)
+    return EdgeGraph(src.numpy(), dst.numpy(), shifts.numpy(), int(positions.shape[0]))
 
 
 @dataclass
@@ -39,6 +59,13 @@ class NeighbourReference:
     positions: np.ndarray
     cell: np.ndarray
     pbc: np.ndarray
+
+
+def _host(cell, host_cell) -> np.ndarray:
+    """The cell as a numpy (3, 3) array (``host_cell`` when the caller has it)."""
+    if host_cell is not None:
+        return np.asarray(host_cell, dtype=np.float64).reshape(3, 3)
+    return torch.as_tensor(cell).detach().to("cpu", torch.float64).numpy().reshape(3, 3)
 
 
 def _check_skin(skin: float) -> float:
@@ -72,7 +99,7 @@ class HostNeighbourList:
             )
 
     def _build(self, positions, cell, pbc) -> None:
-        self._full = build_edge_graph(positions, cell, pbc, self.cutoff + self.skin)
+        self._full = host_edge_graph(positions, cell, pbc, self.cutoff + self.skin)
         # the list is reused only while the cell is unchanged: its image offsets are constant
         self._shift_vectors = self._full.shifts @ cell
         self._reference = NeighbourReference(positions.copy(), cell.copy(), pbc.copy())
@@ -100,7 +127,7 @@ class HostNeighbourList:
         pbc = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         if self.skin <= 0:
             self.n_builds += 1
-            return build_edge_graph(positions, cell, pbc, self.cutoff)
+            return host_edge_graph(positions, cell, pbc, self.cutoff)
         validate_structure(positions, cell, pbc)
         if not self._reusable(positions, cell, pbc):
             self._build(positions, cell, pbc)
@@ -149,6 +176,7 @@ class DeviceNeighbourList:
             self._build(pos, cell, tuple(bool(p) for p in np.asarray(reference.pbc)))
 
     def _build(self, positions, cell, pbc, host_cell=None) -> None:
+        check_neighbour_work(positions, _host(cell, host_cell), pbc, self.cutoff + self.skin, False)
         src, dst, shifts = cell_list_edges(
             positions, cell, pbc, self.cutoff + self.skin, host_cell=host_cell
         )
@@ -183,6 +211,7 @@ class DeviceNeighbourList:
         n = int(positions.shape[0])
         if self.skin <= 0:
             self.n_builds += 1
+            check_neighbour_work(positions, _host(cell, host_cell), pbc, self.cutoff, host=False)
             edges = cell_list_edges(positions, cell, pbc, self.cutoff, host_cell=host_cell)
             return EdgeGraph(*edges, n_atoms=n)
         if self._rebuild_needed(positions, cell, pbc):

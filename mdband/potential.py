@@ -3,19 +3,20 @@
 A :class:`Potential` wraps an energy module ``model(types, src, dst, edge_vec, exchange=None)``
 that returns per-atom energies. Forces and the virial come from one autograd pass over the edge
 vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` and
-``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V).
-"""
+``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V); many frames: :mod:`mdband.batch`."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from ase.data import atomic_numbers, chemical_symbols
 
 from mdband import charge_spin as _cs
 from mdband import host_memory as _host_memory
-from mdband.errors import MdbandError, UnknownElementError
-from mdband.graph import EdgeGraph, build_edge_graph, validate_structure
+from mdband.atom_virial import evaluate_atom_virial
+from mdband.batch import BatchEvaluation
+from mdband.errors import MdbandError
+from mdband.graph import EdgeGraph, validate_structure
+from mdband.neighbours import HostNeighbourList
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
     DirectForceModel,
     EdgeResult,
@@ -27,13 +28,15 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
     weights_hash,
 )
 from mdband.settings import EngineSettings
+from mdband.species import TypeLookup
+from mdband.spin import evaluate_spin, leaf_gradients, spin_config
 from mdband.validate import check_frame_input
 
 #: runs again in smaller chunks after an out-of-memory error, per evaluation
 OOM_RETRIES = 3
 
 
-class Potential:
+class Potential(BatchEvaluation):
     """A loaded model, ready to evaluate frames.
 
     Parameters
@@ -81,11 +84,11 @@ class Potential:
             p.requires_grad_(False)
         #: forces from the network, no virial (deepmd-kit's dens mode; see DirectForceModel)
         self.direct_forces = isinstance(self.model, DirectForceModel)
-        self._znum = {
-            atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
-        }
-        self._tindex = {s: i for i, s in enumerate(self.type_map)}
+        self._types = TypeLookup(self.type_map)
+        self.spin = spin_config(config)  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
+        #: dtype of the edge vectors handed to the model: float64 if it declares float64_edges
+        self.edge_dtype = torch.float64 if getattr(model, "float64_edges", False) else self.dtype
         self._steps = None
         cs_model = isinstance(model, _cs.ChargeSpinModel)  # charge_spin: what it takes of them
         self.charge_spin = model.charge_spin_inputs if cs_model else None
@@ -160,28 +163,9 @@ class Potential:
 
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
-        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised."""
-        arr = np.asarray(species).reshape(-1)
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        uniq, inverse = np.unique(arr, return_inverse=True)
-        lookup = np.empty(len(uniq), dtype=np.int64)
-        unknown: list[str] = []
-        for k, s in enumerate(uniq):
-            if np.issubdtype(uniq.dtype, np.integer):
-                z = int(s)
-                t = self._znum.get(z)
-                name = chemical_symbols[z] if 0 <= z < len(chemical_symbols) else str(z)
-            else:
-                name = str(s)
-                t = self._tindex.get(name)
-            if t is None:
-                unknown.append(name)
-            else:
-                lookup[k] = t
-        if unknown:
-            raise UnknownElementError(unknown, self.type_map)
-        return lookup[inverse.reshape(-1)]
+        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised
+        (:class:`~mdband.errors.UnknownElementError` for elements the type map lacks)."""
+        return self._types(species)
 
     # ------------------------------------------------------------------ evaluation
     def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
@@ -199,7 +183,9 @@ class Potential:
         exchange=None,
         n_local: int | None = None,
         plan=None,
+        magmoms: torch.Tensor | None = None,
         charge_spin: torch.Tensor | None = None,
+        systems: torch.Tensor | None = None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
@@ -207,13 +193,14 @@ class Potential:
         ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
         chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
         budget planned that runs out of GPU memory is run again in chunks of half the edges
-        (up to :data:`OOM_RETRIES` times) before the error is raised. ``charge_spin``: from
-        :meth:`charge_spin_of` (None: the model's defaults)."""
+        (up to :data:`OOM_RETRIES` times) before the error is raised. ``magmoms``: mdband.spin.
+        ``charge_spin``: from :meth:`charge_spin_of` (None: the model's defaults), or (S, 2)
+        rows of S systems with ``systems`` the row of each atom (mdband.batch)."""
         retries = 0
         while True:
             try:
                 return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
-                                            plan, charge_spin)  # fmt: skip
+                                            plan, magmoms, charge_spin, systems)  # fmt: skip
             except torch.OutOfMemoryError:
                 if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
                     raise
@@ -237,11 +224,14 @@ class Potential:
         shrink = getattr(desc, "shrink_chunks", None)
         return shrink is not None and shrink(self.device, n_atoms)
 
-    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan, cs):
+    def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
+                        magmoms=None, cs=None, systems=None):  # fmt: skip
         grad = grad and not self.direct_forces
-        ev = edge_vec.detach().to(self.dtype).requires_grad_(grad)
+        ev = edge_vec.detach().to(self.edge_dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
-        model_kw.update(_cs.model_kwargs(self.charge_spin, cs, self.device))
+        model_kw.update(_cs.model_kwargs(self.charge_spin, cs, self.device, systems))
+        if magmoms is not None:  # a native spin model's moments: a second autograd leaf
+            model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
             model_kw["energy_rows"] = int(n_local)
         csr_pair = None
@@ -253,9 +243,7 @@ class Potential:
             n = int(types.shape[0])
             csr_pair = (csr(dst, n), csr(src, n))
             model_kw["csr_pair"] = csr_pair
-        extra = {}
-        if csr_pair is not None:
-            extra["csr_pair"] = csr_pair
+        extra = {} if csr_pair is None else {"csr_pair": csr_pair}
         if self.direct_forces:
             model_kw.pop("energy_rows", None)
             with torch.no_grad():
@@ -270,9 +258,7 @@ class Potential:
             e_local = atom_e if n_local is None else atom_e[:n_local]
             g = None
             if grad:
-                (g,) = torch.autograd.grad(e_local.sum(), ev, allow_unused=True)
-                if g is None:
-                    g = torch.zeros_like(ev)
+                g = leaf_gradients(e_local.sum(), ev, model_kw.get("magmoms"), extra)
         extra["chunks"] = self.last_chunks
         return EdgeResult(atom_energy=atom_e.detach(), edge_grad=None if g is None else g.detach(),
                           extra=extra)  # fmt: skip
@@ -283,7 +269,7 @@ class Potential:
         (default on the CPU), as :attr:`neighbour_backend` says (setting ``neighbour_list``;
         see :mod:`mdband.neighbours`). ``skin`` (Å) > 0 reuses it while no atom moved more
         than ``skin / 2``."""
-        from mdband.neighbours import DeviceNeighbourList, HostNeighbourList
+        from mdband.neighbours import DeviceNeighbourList
 
         if self.neighbour_backend == "cell_list":
             return DeviceNeighbourList(self.cutoff, skin, device=self.device)
@@ -299,6 +285,8 @@ class Potential:
         graph: EdgeGraph | None = None,
         neighbours=None,
         compute_virial: bool = True,
+        magmoms=None,
+        atom_virial: bool = False,
         charge=None,
         spin=None,
     ) -> Result:
@@ -313,35 +301,42 @@ class Potential:
         cell : (3, 3) array_like or tensor, or None
             Rows are the cell vectors (Å); ignored for open boundaries.
         pbc : bool or sequence of 3 bools
-        species : sequence of chemical symbols or atomic numbers
+        species : sequence of chemical symbols or atomic numbers (none: energy 0, no forces)
         graph : EdgeGraph, optional
             A neighbour list to reuse (must be within this model's cutoff for these positions).
         neighbours : optional
             A list from :meth:`neighbour_list` that follows a trajectory (Verlet skin).
+        magmoms : (N, 3) array_like or tensor, μB
+            Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
+        atom_virial : bool
+            Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
         charge, spin : int, optional
             Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``,
             :mod:`mdband.charge_spin`); other models refuse them.
         """
         check_frame_input(positions, cell, pbc)
-        if isinstance(positions, torch.Tensor):
-            return self._evaluate_tensor(
-                positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin
-            )
+        tensors = isinstance(positions, torch.Tensor)
         cs = self.charge_spin_of(charge, spin)
+        if atom_virial:
+            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours, cs)
+            return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
+        if self.spin is not None or magmoms is not None:
+            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms,
+                                cs)  # fmt: skip
+            return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
+        if tensors:
+            args = (positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin)
+            return self._evaluate_tensor(*args)
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+        cell_np = cell_np.reshape(3, 3)
         types = self._types_for(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
-            dev = self.device
-            pos_t = torch.as_tensor(pos, device=dev)
-            cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
+            pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
             out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
             return _result(*out, compute_virial, True, self.last_chunks)
-        if graph is None:
-            if neighbours is not None:
-                graph = neighbours.edges(pos, cell_np, pbc)
-            else:
-                graph = build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        if graph is None:  # vesin's numpy edges (the cell list returned above)
+            graph = self.edges(pos, cell_np, pbc, neighbours)
         out = self._run_graph(types, graph, pos, cell_np, cs)
         return _result(*out, compute_virial, True, self.last_chunks)
 
@@ -351,11 +346,13 @@ class Potential:
         if self._steps is not None and graph.n_edges > 0:
             return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
         dev = self.device
+        if graph.n_atoms == 0:  # no atoms: no energy, no forces, no virial
+            zero = torch.zeros(0, dtype=torch.float64, device=dev)
+            return zero, zero.reshape(0, 3), torch.zeros(3, 3, dtype=torch.float64, device=dev)
         pos_t = torch.as_tensor(positions, device=dev)
         cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
         edge_vec = graph.edge_vectors(pos_t, cell_t)
-        src = torch.as_tensor(graph.src, device=dev)
-        dst = torch.as_tensor(graph.dst, device=dev)
+        src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
         types_t = torch.as_tensor(types, device=dev)
         return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
 
@@ -369,9 +366,7 @@ class Potential:
             pos_t = torch.as_tensor(pos, device=dev)
             cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
             return self._device_edges(neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
-        if neighbours is not None:
-            return neighbours.edges(pos, cell_np, pbc)
-        return build_edge_graph(pos, cell_np, pbc, self.cutoff)
+        return (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
 
     def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
         """Edges from ``neighbours`` (a fresh device list when None) for device positions and
@@ -427,9 +422,8 @@ class Potential:
         return _result(*out, virial, False, self.last_chunks)
 
     def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
-        """(atom energies, forces, virial) from positions on the potential's device; the
-        neighbour list (torch cell list) is built there, or taken from ``graph`` /
-        ``neighbours``."""
+        """(atom energies, forces, virial) from positions on the potential's device; the neighbour
+        list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
@@ -461,10 +455,8 @@ class Potential:
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan
-        forces, virial = self.assemble(
-            out.edge_grad, edge_vec.detach(), src, dst, int(types.shape[0]),
-            out.extra.get("csr_pair"),
-        )  # fmt: skip
+        forces, virial = self.assemble(out.edge_grad, edge_vec.detach(), src, dst,
+                                       int(types.shape[0]), out.extra.get("csr_pair"))  # fmt: skip
         return out.atom_energy, forces, virial
 
     #: forces and virial from ``∂E/∂edge_vec`` (:func:`mdband.result.assemble_forces`)

@@ -41,10 +41,15 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @dataclass
 class Result:
-    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,).
+    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,); for a
+    spin model also the magnetic forces ``-∂E/∂s`` (N, 3; eV/μB; None for other models).
 
     numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
-    (energy a 0-d tensor) for tensor input.
+    (energy a 0-d tensor) for tensor input. ``atom_virial`` (N, 3, 3; eV) is there when the
+    evaluation was asked for it (``atom_virial=True``), else None: deepmd-kit's per-atom
+    virial (``DeepPot.eval(..., atomic=True)``; ``atom_virial.reshape(N, 9)`` is its layout),
+    half of each edge's ``−g ⊗ r`` on each of its atoms, summing to ``virial``
+    (:mod:`mdband.atom_virial`).
     """
 
     energy: float
@@ -52,6 +57,8 @@ class Result:
     virial: np.ndarray
     atom_energy: np.ndarray
     chunks: int = 1  # chunks of destination atoms the evaluation used (memory budget)
+    magnetic_forces: np.ndarray | None = None
+    atom_virial: np.ndarray | None = None
 
     def stress(self, volume: float) -> np.ndarray:
         """Cauchy stress (3, 3; eV/Å³) in ASE's sign convention."""
@@ -82,22 +89,31 @@ class DirectForceModel:
         raise NotImplementedError
 
 
-def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1) -> Result:
+def _result(atom_e, forces, virial, compute_virial: bool, to_numpy: bool, chunks=1,
+            magnetic_forces=None, atom_virial=None) -> Result:  # fmt: skip
     if not compute_virial:
         virial = torch.zeros_like(virial)
     if not to_numpy:
-        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks)
+        return Result(atom_e.sum(), forces, virial, atom_e, chunks=chunks,
+                      magnetic_forces=magnetic_forces, atom_virial=atom_virial)  # fmt: skip
     # one device → host copy (each copy waits for the device): energy, atom energies, forces,
-    # virial in one float64 vector
+    # virial (and magnetic forces) in one float64 vector
     n = atom_e.shape[0]
-    flat = torch.cat([atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)])
-    host = flat.cpu().numpy()
+    parts = [atom_e.sum().reshape(1), atom_e, forces.reshape(-1), virial.reshape(-1)]
+    if magnetic_forces is not None:
+        parts.append(magnetic_forces.reshape(-1))
+    if atom_virial is not None:
+        parts.append(atom_virial.reshape(-1))
+    host = torch.cat(parts).cpu().numpy()
+    tail = 10 + 4 * n + (0 if magnetic_forces is None else 3 * n)
     return Result(
         energy=float(host[0]),
         forces=host[1 + n : 1 + 4 * n].reshape(n, 3),
-        virial=host[1 + 4 * n :].reshape(3, 3),
+        virial=host[1 + 4 * n : 10 + 4 * n].reshape(3, 3),
         atom_energy=host[1 : 1 + n],
         chunks=chunks,
+        magnetic_forces=None if magnetic_forces is None else host[10 + 4 * n : tail].reshape(n, 3),
+        atom_virial=None if atom_virial is None else host[tail:].reshape(n, 3, 3),
     )
 
 
@@ -126,3 +142,33 @@ def assemble_forces(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
     forces.index_add_(0, dst, g)
     forces.index_add_(0, src, -g)
     return forces, -(g.T @ edge_vec.to(torch.float64))
+
+
+def verified_hash(
+    config: dict,
+    state_dict: dict[str, torch.Tensor],
+    claimed: str | None,
+    parameters: set[str] | frozenset[str] = frozenset(),
+) -> str:
+    """The hash of a model with these weights: ``claimed`` (a model file's recorded hash) where
+    :func:`weights_hash` gives it from ``state_dict`` as stored, cast to float64 (how a
+    :class:`Potential` hashes its own weights) or cast back to float32 (a float32 source saved
+    in float64: every float64 weight, those that are float32 numbers, or the ``parameters``
+    among them, its buffers kept, as deepmd-kit stores a float32 model); otherwise the weights'
+    own hash, so weights changed after the hash was made (a flipped bit) change it."""
+    own = weights_hash(config, state_dict)
+    if claimed is None or claimed == own:
+        return own
+    wide = {k: v.to(torch.float64) if v.is_floating_point() else v for k, v in state_dict.items()}
+    if weights_hash(config, wide) == claimed:
+        return claimed
+    exact = {
+        k
+        for k, v in state_dict.items()
+        if v.dtype == torch.float64 and torch.equal(v.to(torch.float32).to(torch.float64), v)
+    }
+    for narrowed in (exact, exact & set(parameters)):
+        narrow = {k: v.to(torch.float32) if k in narrowed else v for k, v in state_dict.items()}
+        if narrowed and weights_hash(config, narrow) == claimed:
+            return claimed
+    return own

@@ -215,6 +215,9 @@ class StepGraphs:
     potential weakly (the potential owns it: no reference cycle keeps GPU memory alive).
     """
 
+    #: the bucket class (:class:`DeviceStep`; :mod:`mdband.batch` gives its own)
+    step_class = DeviceStep
+
     def __init__(self, potential, capture: bool = True) -> None:
         self._potential = weakref.ref(potential)
         self.device = potential.device
@@ -242,7 +245,7 @@ class StepGraphs:
         key = (mode, n_atoms, capacity)
         step = self.steps.pop(key, None)
         if step is None:
-            step = DeviceStep(pot, mode, n_atoms, capacity)
+            step = self.step_class(pot, mode, n_atoms, capacity)
             while len(self.steps) >= MAX_GRAPHS:
                 self.steps.popitem(last=False)
         self.steps[key] = step  # most recently used last

@@ -1,4 +1,5 @@
-"""mdband.Calculator: ASE contract, finite differences, boundaries, neighbour reuse, errors."""
+"""mdband.Calculator: ASE contract, finite differences, boundaries, neighbour reuse, errors,
+spin models' moments."""
 
 from pathlib import Path
 
@@ -70,6 +71,8 @@ def test_exported_and_properties(lj):
         "energies",
         "forces",
         "stress",
+        "stresses",
+        "magnetic_forces",  # spin models only
     }
     atoms = triclinic()
     atoms.calc = Calculator(lj)
@@ -212,3 +215,66 @@ def test_dens_model_direct_forces_and_nan_stress():
     np.testing.assert_allclose(atoms.get_forces(), ref["forces_1"], atol=1e-8, rtol=0)
     assert atoms.get_potential_energy() == pytest.approx(float(ref["energy_1"]), rel=1e-10)
     assert np.isnan(atoms.get_stress()).all()
+
+
+# ---------------------------------------------------------------------------- spin models
+SPIN_FIX = Path(__file__).resolve().parent / "fixtures" / "deepmd_spin"
+
+
+def spin_atoms(i=2):
+    """Frame ``i`` of the spin fixtures with its (N, 3) initial magnetic moments."""
+    ref = np.load(SPIN_FIX / "spin_native.npz")
+    symbols = [str(ref["type_map"][t]) for t in ref[f"atype_{i}"]]
+    atoms = Atoms(symbols, positions=ref[f"coord_{i}"], cell=ref[f"cell_{i}"], pbc=ref[f"pbc_{i}"])
+    atoms.set_initial_magnetic_moments(ref[f"spin_{i}"])
+    return atoms
+
+
+@pytest.mark.parametrize("name", ["spin_native", "spin_deepspin"])
+def test_spin_model_reads_moments_and_returns_magnetic_forces(name):
+    """Energy, forces, stress and magnetic_forces are the single call's; a change of the
+    moments is a change of the system (ASE recalculates)."""
+    pot = mdband.load_model(SPIN_FIX / f"{name}.pt", device="cpu", dtype="float64")
+    atoms = spin_atoms()
+    atoms.calc = Calculator(pot, skin=0.5)
+    assert "magnetic_forces" in atoms.calc.implemented_properties
+    m = atoms.get_initial_magnetic_moments()
+    ref = pot.evaluate(atoms.positions, atoms.cell.array, atoms.pbc,
+                       atoms.get_chemical_symbols(), magmoms=m)  # fmt: skip
+    assert atoms.get_potential_energy() == ref.energy
+    np.testing.assert_array_equal(atoms.get_forces(), ref.forces)
+    np.testing.assert_array_equal(atoms.calc.get_property("magnetic_forces"), ref.magnetic_forces)
+    # with the moments fixed the virial is not symmetric (the lattice feels a torque); ASE's
+    # stress is its symmetric part
+    full = ref.stress(atoms.get_volume())
+    assert np.abs(full - full.T).max() > 1e-4
+    np.testing.assert_allclose(atoms.get_stress(voigt=False), (full + full.T) / 2, rtol=0,
+                               atol=1e-14)  # fmt: skip
+    m2 = m.copy()
+    m2[0] *= 0.5
+    atoms.set_initial_magnetic_moments(m2)
+    assert atoms.get_potential_energy() != ref.energy
+
+
+def test_spin_model_refuses_missing_or_collinear_moments():
+    from mdband.errors import SpinInputError
+
+    pot = mdband.load_model(SPIN_FIX / "spin_native.pt", device="cpu", dtype="float64")
+    atoms = spin_atoms()
+    atoms.set_initial_magnetic_moments(None)
+    atoms.calc = Calculator(pot)
+    with pytest.raises(SpinInputError, match="set_initial_magnetic_moments"):
+        atoms.get_potential_energy()
+    atoms.set_initial_magnetic_moments(np.ones(len(atoms)))
+    with pytest.raises(SpinInputError, match="collinear"):
+        atoms.get_potential_energy()
+
+
+def test_model_without_spin_ignores_moments(lj):
+    atoms = argon()
+    atoms.calc = Calculator(lj)
+    e = atoms.get_potential_energy()
+    atoms.set_initial_magnetic_moments(np.ones(len(atoms)))
+    atoms.calc = Calculator(lj)
+    assert atoms.get_potential_energy() == e
+    assert "magnetic_forces" not in atoms.calc.results

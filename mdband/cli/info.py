@@ -55,6 +55,13 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "mode": "dens" if pot.direct_forces else "ener",
         "head": pot.metadata.get("head"),
         "heads": pot.metadata.get("heads"),
+        "spin": None
+        if pot.spin is None
+        else {
+            **pot.spin.to_dict(),
+            "magnetic_types": pot.spin.magnetic_types(pot.type_map),
+        },  # fmt: skip
+        "bridging": _bridging(pot.config) if pot.kind == "sezm" else None,
         "metadata": pot.metadata,
         "config": pot.config,
     }
@@ -64,6 +71,8 @@ def command(model, head, device, dtype, rotation_layout, as_json):
     click.echo(f"model            {info['model']} ({pot.kind})")
     click.echo(f"type map         {' '.join(pot.type_map)}")
     click.echo(f"cutoff           {pot.cutoff:g} Å")
+    if pot.spin is not None:
+        click.echo(f"spin model       {_spin_line(pot)}")
     for line in _head_lines(pot):
         click.echo(line)
     if pot.charge_spin is None:
@@ -108,6 +117,31 @@ def command(model, head, device, dtype, rotation_layout, as_json):
             "version",
         )
         click.echo("config           " + ", ".join(f"{k}={cfg[k]}" for k in keys if k in cfg))
+        click.echo(f"bridging         {_bridging_text(info['bridging'])}")
+
+
+def _bridging(config: dict) -> dict:
+    """The zone bridging of a SeZM config: method and window (Å)."""
+    from mdband.config import SeZMConfig
+
+    cfg = SeZMConfig.from_dict(config)  # the window's defaults are left out of the dict
+    if cfg.bridging == "none":
+        return {"method": "none"}
+    return {
+        "method": cfg.bridging,
+        "r_inner": cfg.bridging_r_inner,
+        "r_outer": cfg.bridging_r_outer,
+    }
+
+
+def _bridging_text(b: dict) -> str:
+    if b["method"] == "none":
+        return "none"
+    return (
+        f"{b['method'].upper()} (deepmd-kit bridging_method): ZBL repulsion on every pair within "
+        f"the cutoff; network geometry clamped and sources gated over "
+        f"[{b['r_inner']:g}, {b['r_outer']:g}] Å"
+    )
 
 
 def _head_lines(pot) -> list[str]:
@@ -131,3 +165,14 @@ def _head_lines(pot) -> list[str]:
     else:
         lines.append("mode             ener: forces and virial from the energy's gradient")
     return lines
+
+
+def _spin_line(pot) -> str:
+    """What a spin model is and what it needs, one line."""
+    sp = pot.spin
+    magnetic = " ".join(sp.magnetic_types(pot.type_map)) or "none"
+    line = f"scheme {sp.scheme}, magnetic types {magnetic}"
+    if sp.scheme == "deepspin":
+        scales = ", ".join(f"{t} {v:g}" for t, v in zip(pot.type_map, sp.virtual_scale) if v)
+        line += f", virtual_scale {scales or 'none'} (Å/μB), sel {sp.sel}"
+    return line + "; needs per-atom magnetic moment vectors (μB)"

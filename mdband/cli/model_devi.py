@@ -65,36 +65,76 @@ from mdband.cli.common import fail_on_user_error, user_error
 @click.option(
     "--head", default=None, help="Head (name or alias) of multi-task deepmd-kit checkpoints."
 )
+@click.option(
+    "--batch-size",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Most frames per model call  [no limit of its own]",
+)
+@click.option(
+    "--batch-atoms",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Most atoms per model call  [1024 on CPU, 32768 on CUDA]",
+)
 @click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")
 @fail_on_user_error
 def command(
-    models, structure, fmt, type_map, output, every, atomic, device, dtype, head, overwrite
+    models,
+    structure,
+    fmt,
+    type_map,
+    output,
+    every,
+    atomic,
+    device,
+    dtype,
+    head,
+    batch_size,
+    batch_atoms,
+    overwrite,
 ):
     """Evaluate a committee of MODELS (at least two; deepmd-kit SeZM checkpoints, mdband files or
     builtin:NAME) on every frame of --structure and write the model deviations in the layout of
-    pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable)."""
+    pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable). Every model
+    evaluates the frames in batches."""
     from mdband.committee import Committee, model_devi_frames
     from mdband.committee.frames import read_frames
+    from mdband.io.files import claim_outputs
 
     if len(models) < 2:
         user_error(f"a committee needs at least two models, got {len(models)}")
     if every < 1:
         user_error(f"--every must be a positive number of steps, got {every}")
+    for flag, value in (("--batch-size", batch_size), ("--batch-atoms", batch_atoms)):
+        if value is not None and value < 1:
+            user_error(f"{flag} must be a positive integer, got {value}")
     out = Path(output)
-    if out.exists() and not overwrite:
-        user_error(f"{out} exists; pass --overwrite to replace it")
-    if not out.parent.is_dir():
-        user_error(f"directory of {out} does not exist")
-    committee = Committee.load(models, device=device, dtype=dtype, head=head)
-    notes: list[str] = []
-    frames, steps = read_frames(
-        structure, fmt, type_map, default_type_map=committee.potentials[0].type_map, notes=notes
-    )
-    for note in notes:
-        click.echo(note, err=True)
-    rows = model_devi_frames(
-        committee, frames, out, every=every, steps=steps, atomic=atomic, overwrite=overwrite
-    )
+    inputs = {"structure": structure}
+    for k, model in enumerate(models):
+        if not model.startswith("builtin:"):
+            inputs[f"model {k + 1}"] = model
+    with claim_outputs({"output": out}, inputs, overwrite=overwrite):
+        committee = Committee.load(models, device=device, dtype=dtype, head=head)
+        notes: list[str] = []
+        frames, steps = read_frames(
+            structure, fmt, type_map, default_type_map=committee.potentials[0].type_map, notes=notes
+        )
+        for note in notes:
+            click.echo(note, err=True)
+        rows = model_devi_frames(
+            committee,
+            frames,
+            out,
+            every=every,
+            steps=steps,
+            atomic=atomic,
+            overwrite=overwrite,
+            batch_size=batch_size,
+            batch_atoms=batch_atoms,
+        )
     step, worst = max(rows, key=lambda r: r[1].max_devi_f)
     click.echo(
         f"wrote {out}: {len(rows)} frame(s), {len(models)} models; largest max_devi_f "

@@ -4,7 +4,8 @@ Such a file (the run was killed inside a frame write) is refused by plain h5py, 
 and HDF5's tools; the repair rewrites it atomically into a cleanly closed file with every
 complete frame (see :mod:`mdband.io.repair`; a damaged file gives one line, never a hang).
 ``mdband run --resume`` does the same by itself. Exit codes: 0 done (or nothing to do);
-2 the file cannot be repaired or another process writes it; 4 the disk is full.
+2 the file cannot be repaired or another process writes it; 4 the disk is full; 130 stopped
+by SIGINT or SIGTERM (the file as it was: the rewrite replaces it atomically).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from mdband.cli.common import UserError
+from mdband.cli.common import UserError, interrupted_line
 from mdband.cli.setting_options import given_settings, setting_options
 from mdband.md.config import RunConfig
 
@@ -133,9 +133,7 @@ def command(ctx, print_config, **params):
     (--max-temperature, --guard-distance), 4 out of resources (disk full, out of memory;
     the last checkpoint is kept), 130 stopped by Ctrl-C/SIGTERM after writing a checkpoint.
     """
-    import torch
-
-    from mdband.errors import MdbandError, ResourceExhaustedError
+    from mdband.errors import MdbandError, ResourceExhaustedError, is_out_of_memory
     from mdband.md import ConfigError, RunInterrupted, SimulationDivergedError, run
     from mdband.md.outputs import check_output_paths
 
@@ -145,6 +143,7 @@ def command(ctx, print_config, **params):
         from rich.console import Console
 
         console = Console(quiet=True)
+    started = False  # whether run() was called: before it, nothing is written
     try:
         config = _config(_settings(ctx, params))
         if print_config:
@@ -154,6 +153,7 @@ def command(ctx, print_config, **params):
         if config.engine == "lammps":
             from mdband.md.lammps_engine import run_lammps
 
+            started = True
             run_lammps(config, console=console)
         else:
             from mdband.md.lammps_engine import launcher_rank_size
@@ -162,6 +162,7 @@ def command(ctx, print_config, **params):
                 raise ConfigError(
                     "--engine ase runs in one process; under mpirun use --engine lammps"
                 )
+            started = True
             run(config, console=console)
     except SimulationDivergedError as exc:
         raise _DivergedError(_line(exc)) from None
@@ -169,12 +170,15 @@ def command(ctx, print_config, **params):
         raise _InterruptedError(_line(exc)) from None
     except ResourceExhaustedError as exc:
         raise _ExhaustedError(_line(exc)) from None
-    except (MemoryError, torch.OutOfMemoryError):
+    except (MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
         raise _ExhaustedError("out of memory before the run started (nothing written)") from None
     except (MdbandError, OSError) as exc:
         raise UserError(_line(exc)) from None
-    except KeyboardInterrupt:
-        raise _InterruptedError("interrupted") from None
+    except KeyboardInterrupt as exc:  # the ASE engine reports RunInterrupted itself
+        what = "" if started else "the run had not started: nothing was written"
+        raise _InterruptedError(interrupted_line(exc, what)) from None
 
 
 def _line(exc: BaseException) -> str:

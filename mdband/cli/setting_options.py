@@ -2,7 +2,8 @@
 
 Each setting becomes ``--name-with-dashes``: booleans as ``--x/--no-x``, choices as
 ``click.Choice``, lists as a repeatable option whose values may also be comma-separated
-(``--type-map O,H`` or ``--type-map O --type-map H``). Every option defaults to None, so
+(``--type-map O,H`` or ``--type-map O --type-map H``), except a list marked repeatable (file
+names: one value per flag, commas kept). Every option defaults to None, so
 only what was typed overrides a TOML file.
 """
 
@@ -59,6 +60,8 @@ def given_settings(ctx: click.Context, cls, params: dict) -> dict:
         value = params[spec.name]
         if _repeatable(spec):  # one flag: the value; repeated: the list (e.g. a committee)
             value = value[0] if len(value) == 1 else list(value)
+        elif spec.is_list and spec.info is not None and spec.info.repeatable:
+            value = list(value)  # file names: one per flag, never split at commas
         elif spec.is_list:
             value = [part for item in value for part in str(item).split(",") if part.strip()]
             value = [_convert(spec, part.strip()) for part in value]

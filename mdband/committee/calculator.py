@@ -68,11 +68,15 @@ class CommitteeCalculator(Calculator):
         # spin)
         self.n_committee_evaluations = 0
 
-    def _evaluate(self, positions, cell, pbc, numbers, charge=None, spin=None):
-        # the list Calculator.calculate would use (same edges, so the same bits)
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
+                  charge=None, spin=None):  # fmt: skip
+        # the list Calculator.calculate would use (same edges, so the same bits); magmoms is
+        # always None: a committee refuses spin models (Committee)
         graph = self.potential.edges(positions, cell, pbc, self._neighbours)
         cs = {"charge": charge, "spin": spin} if self.potential.charge_spin is not None else {}
-        res = self.potential.evaluate(positions, cell, pbc, numbers, graph=graph, **cs)
+        res = self.potential.evaluate(
+            positions, cell, pbc, numbers, graph=graph, atom_virial=atom_virial, **cs
+        )
         self._frame = (res, graph, positions, cell, pbc, numbers, charge, spin)
         return res
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from mdband.committee.deviation import ModelDeviation, model_deviation
 from mdband.errors import MdbandError, UnknownElementError
-from mdband.graph import EdgeGraph, build_edge_graph
+from mdband.graph import EdgeGraph
 from mdband.potential import Potential, Result
+from mdband.validate import check_frame_input
 
 
 class CommitteeError(MdbandError, ValueError):
@@ -67,6 +68,11 @@ class Committee:
         for k, pot in enumerate(self.potentials):
             if not isinstance(pot, Potential):
                 raise CommitteeError(f"committee member {k} is not a Potential: {pot!r}")
+            if pot.spin is not None:  # its evaluations would need the moments (not passed)
+                raise CommitteeError(
+                    f"committee member {k} is a spin model; committees of spin models are "
+                    "not supported"
+                )
         self.cutoffs = [p.cutoff for p in self.potentials]
         self.max_cutoff = max(self.cutoffs)
 
@@ -111,10 +117,12 @@ class Committee:
                 out.append(g0)
                 continue
             if wide is None:
+                from mdband.neighbours import host_edge_graph  # the cell list: not at import
+
                 wide = (
                     g0
                     if self.max_cutoff == c0
-                    else build_edge_graph(positions, cell, pbc, self.max_cutoff)
+                    else host_edge_graph(positions, cell, pbc, self.max_cutoff)
                 )
             out.append(filter_graph(wide, positions, cell, c))
         return out
@@ -145,7 +153,8 @@ class Committee:
             Total charge and spin multiplicity, given to every model that takes them
             (:mod:`mdband.charge_spin`; the others take none).
         """
-        pos = np.asarray(positions, dtype=np.float64).reshape(-1, 3)
+        check_frame_input(positions, cell, pbc)  # the checks of Potential.evaluate
+        pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         self.check_species(species)
         graphs = self.graphs(pos, cell_np, pbc, graph)
@@ -162,6 +171,29 @@ class Committee:
             np.array([r.energy for r in results]),
         )
         return CommitteeResult(results, devi)
+
+    def evaluate_many(self, systems, **options) -> list[CommitteeResult]:
+        """:meth:`evaluate` of every system, each model evaluating all of them in batches
+        (:meth:`mdband.Potential.evaluate_many`; ``options`` as there, ``progress`` excepted)
+        with its own neighbour lists; results in input order."""
+        systems = list(systems)
+        per_model = []
+        for k, pot in enumerate(self.potentials):
+            try:
+                per_model.append(pot.evaluate_many(systems, **options))
+            except UnknownElementError as exc:
+                err = UnknownElementError(exc.elements, exc.type_map)
+                err.args = (f"committee model {k + 1}: {exc}",)
+                raise err from None
+        out = []
+        for results in zip(*per_model):
+            devi = model_deviation(
+                np.stack([r.forces for r in results]),
+                np.stack([r.virial for r in results]),
+                np.array([r.energy for r in results]),
+            )
+            out.append(CommitteeResult(list(results), devi))
+        return out
 
     def __repr__(self) -> str:
         return f"Committee({len(self)} models, cutoffs {self.cutoffs})"

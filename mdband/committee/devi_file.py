@@ -79,15 +79,20 @@ class ModelDeviWriter:
 
     @classmethod
     def create(cls, path, atomic: bool = False, overwrite: bool = False) -> ModelDeviWriter:
-        """Start ``path`` with the header; an existing file is refused unless ``overwrite``."""
+        """Start ``path`` with the header; an existing file is refused unless ``overwrite``,
+        which replaces it (or a link at ``path``) by a new file, never writing through it."""
+        from mdband.io.files import OutputExistsError, start_new_file
+
         path = Path(path)
         try:
-            fh = _locked(path, "a" if overwrite else "x")
-        except FileExistsError:
+            if overwrite and path.is_file():
+                _locked(path, "a").close()  # refuse a file that another process is writing
+            start_new_file(path, overwrite, "model deviation")
+            fh = _locked(path, "a")
+        except OutputExistsError:
             raise ModelDeviFileError(f"model deviation file {path} exists") from None
         except OSError as exc:
             raise ModelDeviFileError(f"cannot create {path}: {exc.strerror}") from None
-        fh.truncate(0)
         fh.write(header(atomic))
         fh.flush()
         return cls(path, fh, atomic, None)
@@ -96,6 +101,17 @@ class ModelDeviWriter:
     def resume(cls, path, through_step: int, atomic: bool = False) -> ModelDeviWriter:
         """Continue ``path`` after dropping every row with ``step > through_step`` (and a partial
         last row); the file is replaced atomically. A missing file is created."""
+        return cls._continue(path, atomic, through_step)
+
+    @classmethod
+    def extend(cls, path, atomic: bool = False) -> ModelDeviWriter:
+        """Continue ``path`` keeping every whole row (a partial last row is dropped) and writing
+        the next row whatever its step: what ``pair_style deepmd`` does after ``read_restart``,
+        so rows stay aligned with a LAMMPS dump appended to (both repeat the restart step)."""
+        return cls._continue(path, atomic, None)
+
+    @classmethod
+    def _continue(cls, path, atomic: bool, through_step: int | None) -> ModelDeviWriter:
         path = Path(path)
         if not path.exists():
             return cls.create(path, atomic)
@@ -122,13 +138,13 @@ class ModelDeviWriter:
                 step = int(words[0])
             except ValueError:
                 raise ModelDeviFileError(f"{path}: unreadable row {line.strip()[:40]!r}") from None
-            if step > through_step:
+            if through_step is not None and step > through_step:
                 break
             kept.append(line)
             last = step
         with atomic_path(path) as tmp:
             tmp.write_text("".join(kept), encoding="ascii")
-        return cls(path, _locked(path, "a"), atomic, last)
+        return cls(path, _locked(path, "a"), atomic, None if through_step is None else last)
 
     def write(self, step: int, devi: ModelDeviation) -> bool:
         """Append the row of ``step`` and flush it; False (nothing written) if the file already

@@ -55,8 +55,30 @@ class CheckpointMismatchError(FitConfigError):
     """``resume`` was asked with a checkpoint from a different run (data or settings)."""
 
 
+def claim_outputs(cfg: FitConfig):
+    """:func:`check_outputs`, then the outputs are checked as files (none is an input or another
+    output: :func:`mdband.io.files.check_outputs`) and locked; returns the locks (release them).
+    """
+    from mdband.io.files import check_outputs as check_files
+    from mdband.io.locks import OutputLocks
+
+    check_outputs(cfg)
+    outs = {"output": cfg.output, "log": cfg.log}
+    if cfg.output is not None or cfg.checkpoint is not None:
+        outs["checkpoint"] = str(cfg.checkpoint_path)
+    outs = {k: v for k, v in outs.items() if v is not None}
+    inputs = {f"training data {k + 1}": d for k, d in enumerate(cfg.data)}
+    if cfg.init is not None and not str(cfg.init).startswith("builtin:"):
+        inputs["model to fine-tune"] = cfg.init
+    check_files(outs, inputs, error=FitConfigError, verb="the fit")
+    return OutputLocks.acquire(outs)
+
+
 def check_outputs(cfg: FitConfig) -> None:
-    """Refuse an output or checkpoint that exists (unless overwrite/resume) or has no folder."""
+    """Refuse an output, checkpoint or log that exists (unless overwrite/resume; a resumed run
+    appends to its log) or has no folder."""
+    if cfg.log is not None and Path(cfg.log).exists() and not (cfg.overwrite or cfg.resume):
+        raise OutputExistsError(f"log {cfg.log} exists (use --overwrite to replace it)")
     if cfg.output is not None:
         out = Path(cfg.output)
         if out.is_dir():

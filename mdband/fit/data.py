@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mdband.graph import build_edge_graph
 from mdband.io.ase_frames import (  # noqa: F401  (re-exported: the fit API reads frames here)
     ENERGY_KEYS,
     FORCES_KEYS,
@@ -62,7 +61,9 @@ def to_graph(frame: Frame, type_index: dict[str, int], cutoff: float) -> GraphFr
 
         raise UnknownElementError(unknown, list(type_index))
     types = np.array([type_index[s] for s in frame.species], dtype=np.int64)
-    g = build_edge_graph(frame.positions, frame.cell, frame.pbc, cutoff)
+    from mdband.neighbours import host_edge_graph  # the cell list: not at import
+
+    g = host_edge_graph(frame.positions, frame.cell, frame.pbc, cutoff)
     pos = torch.as_tensor(frame.positions, dtype=torch.float64)
     cell = torch.as_tensor(frame.cell, dtype=torch.float64)
     ev = g.edge_vectors(pos, cell)

@@ -39,8 +39,10 @@ class Metrics:
 
 
 def predict(model, batch: Batch, dtype: torch.dtype, create_graph: bool):
-    """Frame energies (B,), forces (N, 3) and virials (B, 3, 3), float64."""
-    ev = batch.edge_vec.to(dtype).detach().requires_grad_(True)
+    """Frame energies (B,), forces (N, 3) and virials (B, 3, 3), float64 (a bridged model
+    takes float64 edge vectors whatever ``dtype``, as in :class:`mdband.Potential`)."""
+    ev_dtype = torch.float64 if model.float64_edges else dtype
+    ev = batch.edge_vec.to(ev_dtype).detach().requires_grad_(True)
     atom_e = model(batch.types, batch.src, batch.dst, ev).to(torch.float64)
     energy = atom_e.new_zeros(batch.n_frames).index_add(0, batch.atom_frame, atom_e)
     (g,) = torch.autograd.grad(energy.sum(), ev, create_graph=create_graph, allow_unused=True)

@@ -51,6 +51,11 @@ def start_model(cfg: FitConfig, ck: dict | None, frames) -> StartModel:
                 f"{cfg.init} is a dens model (direct forces, deepmd-kit's denoising heads); "
                 "mdband fit fine-tunes energy models, whose forces are the energy's gradient"
             )
+        if pot0.spin is not None:
+            raise ModelFileError(
+                f"{cfg.init}: a {pot0.spin.scheme} spin model; mdband fit does not train spin "
+                "models (no magnetic moments or magnetic-force labels)"
+            )
         if pot0.charge_spin is not None:  # each frame's charge and spin would be needed
             raise FitConfigError(
                 f"{cfg.init} takes a total charge and spin multiplicity (add_chg_spin_ebd); "

@@ -25,8 +25,8 @@ import torch
 from mdband import host_memory
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.fit.checkpoint import (
-    check_outputs,
     check_resume,
+    claim_outputs,
     cpu_copy,
     data_fingerprint,
     read_checkpoint,
@@ -45,6 +45,7 @@ from mdband.fit.loss import (
 )
 from mdband.fit.report import Reporter, format_metrics
 from mdband.fit.start import energy_shift, start_model
+from mdband.io.files import start_new_file
 from mdband.io.model_output import write_model
 from mdband.potential import Potential, resolve_device
 from mdband.settings import EngineSettings
@@ -193,7 +194,11 @@ def fit(
     cfg = _resolve_config(config, settings)
     if not cfg.data:
         raise DatasetError("the dataset is empty: no data paths given")
-    check_outputs(cfg)
+    with claim_outputs(cfg):
+        return _fit(cfg, progress, console)
+
+
+def _fit(cfg: FitConfig, progress: bool, console) -> FitResult:
     t0 = time.perf_counter()
     ck = read_checkpoint(cfg.checkpoint_path) if cfg.resume else None
     if cfg.threads is not None:
@@ -265,8 +270,8 @@ def fit(
         )
 
     log = Path(cfg.log) if cfg.log else None
-    if log is not None and ck is None:
-        log.write_text("")
+    if log is not None and ck is None:  # a new file: an old one or a link there is replaced
+        start_new_file(log, overwrite=True, what="log")
     rep = Reporter(progress, console, log, total_steps, step)
     try:
         if ck is None:

@@ -12,6 +12,8 @@ A checkpoint is a small HDF5 file::
     neighbours/          positions, cell, pbc of the reusable neighbour list (if any)
     attrs: constraints_json  ASE constraints (ase.io.jsonio of their todict()), only when the
                              run has any; such a checkpoint has format_version 2
+    magmoms (N, 3) f8        the fixed magnetic moments (μB) of a spin model's run, only then;
+                             such a checkpoint has format_version 3
 
 Momenta are what ASE's integrators keep, so they are the restart quantity (velocities are
 stored for readers). Positions and momenta are float64 so a resumed run is bitwise exact.
@@ -36,7 +38,7 @@ from mdband.io.atomic import atomic_path, is_disk_full, no_space_left
 
 logger = logging.getLogger(__name__)
 FORMAT = "mdband-checkpoint"
-FORMAT_VERSION = 2  # 2: constraints_json; a checkpoint without constraints is still version 1
+FORMAT_VERSION = 3  # 2: constraints_json, 3: magmoms; a checkpoint with neither is version 1
 _ARRAYS = ("numbers", "masses", "positions", "momenta", "cell", "pbc")
 
 
@@ -66,6 +68,7 @@ class Checkpoint:
     # {"run_id": ..., "trajectory": {"path": absolute, "frames": n, "last_step": s},
     #  "log": {"path": absolute, "size": bytes}}; empty in files of older versions
     outputs: dict = field(default_factory=dict)
+    magmoms: np.ndarray | None = None  # (N, 3) μB: a spin model's moments (held fixed)
 
     @property
     def velocities(self) -> np.ndarray:
@@ -94,6 +97,8 @@ def _digest(ck: Checkpoint) -> str:
         h.update(f"constraints:{ck.constraints}".encode())
     if ck.outputs:  # absent from older files, whose checksum stays valid
         h.update(("outputs:" + json.dumps(ck.outputs, sort_keys=True)).encode())
+    if ck.magmoms is not None:
+        add("magmoms", ck.magmoms)
     return h.hexdigest()
 
 
@@ -120,6 +125,7 @@ def _normalise(ck: Checkpoint) -> Checkpoint:
         else {k: np.asarray(v) for k, v in ck.neighbours.items()},
         constraints=str(ck.constraints or ""),
         outputs=json.loads(json.dumps(ck.outputs)),
+        magmoms=None if ck.magmoms is None else np.asarray(ck.magmoms, dtype=np.float64),
     )
 
 
@@ -152,7 +158,8 @@ def write_checkpoint(path, ck: Checkpoint) -> None:
 
 def _write_body(f: h5py.File, ck: Checkpoint) -> None:
     f.attrs["format"] = FORMAT
-    f.attrs["format_version"] = FORMAT_VERSION if _has_constraints(ck) else 1
+    version = 3 if ck.magmoms is not None else 2 if _has_constraints(ck) else 1
+    f.attrs["format_version"] = version
     f.attrs["step"] = ck.step
     f.attrs["time"] = ck.time
     f.attrs["model_hash"] = ck.model_hash
@@ -166,6 +173,8 @@ def _write_body(f: h5py.File, ck: Checkpoint) -> None:
     for name in _ARRAYS:
         f.create_dataset(name, data=getattr(ck, name))
     f.create_dataset("velocities", data=ck.velocities)
+    if ck.magmoms is not None:
+        f.create_dataset("magmoms", data=ck.magmoms)
     g = f.create_group("integrator")
     for name, arr in ck.integrator.items():
         g.create_dataset(name, data=arr)
@@ -215,6 +224,7 @@ def read_checkpoint(path) -> Checkpoint:
                 else {k: v[()] for k, v in f["neighbours"].items()},
                 constraints=str(f.attrs.get("constraints_json", "")),
                 outputs=json.loads(f.attrs.get("outputs_json", "{}")),
+                magmoms=f["magmoms"][()] if "magmoms" in f else None,
                 **{name: f[name][()] for name in _ARRAYS},
             )
             stored = str(f.attrs["sha256"])

@@ -13,11 +13,12 @@ evaluated mode does not read are dropped; the rest must load strictly.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
 
-from mdband.errors import ModelFileError
+from mdband.errors import ModelFileError, UnsupportedModelError
 from mdband.io.deepmd_params import config_from_deepmd
 
 _DERIVED_SUFFIXES = (
@@ -71,6 +72,34 @@ def fold_lora(sd: dict[str, torch.Tensor]) -> None:
             sd[p + wk] = sd[p + wk] + torch.einsum("ri,or->io", a, b) * s
 
 
+_DORMANT_SPIN = (
+    "spin_embedding.mag_layer2.matrix",
+    "spin_embedding.adam_spin_vec_weight",
+    "spin_embedding.adam_spin_nbr_weight",
+    "env_seed_embedding.spin_scale",
+)
+
+
+def migrate_spin_1_1(cfg, sd: dict[str, torch.Tensor]):
+    """deepmd-kit's descriptor 1.1 -> 1.2 migration of native spin weights, in place on ``sd``;
+    returns the config at version 1.2 (other configs unchanged).
+
+    Version 1.2 applies the env-seed spin gate to the quadratic form, not to the spin channels:
+    a 1.1 ``spin_scale`` is squared. A model without magnetic types has its dormant spin
+    weights zeroed (deepmd-kit ``SeZM._migrate_variables``).
+    """
+    if cfg.spin is None or cfg.spin.scheme != "native" or not 1.1 <= cfg.version < 1.2:
+        return cfg
+    gate = "descriptor.env_seed_embedding.spin_scale"
+    if not any(cfg.spin.use_spin):
+        for key in _DORMANT_SPIN:
+            if "descriptor." + key in sd:
+                sd["descriptor." + key] = torch.zeros_like(sd["descriptor." + key])
+    elif gate in sd:
+        sd[gate] = sd[gate] ** 2
+    return dataclasses.replace(cfg, version=1.2)
+
+
 def head_table(model_dict: dict, path) -> dict[str, list[str]]:
     """Each head of a multi-task ``model_dict`` with its ``model_branch_alias`` list."""
     table, owner = {}, {}
@@ -114,6 +143,42 @@ def resolve_head(table: dict[str, list[str]], head: str | None, path) -> str:
     if head not in names:
         raise ModelFileError(f"{path}: no head {head!r}; heads: {describe_heads(table)}")
     return names[head]
+
+
+def unwrap_bridged_composition(params: dict) -> dict:
+    """A DPA4 model section from deepmd-kit's canonical spelling of a bridged model.
+
+    deepmd-kit expands ``bridging_method`` into ``{"type": "linear_ener", "weights": "sum",
+    "models": [<dpa4 model>, {"type": "inner_potential", "mode", "r_inner", "r_outer"}]}`` and
+    accepts that form as input; its pt backend builds the same ``SeZMModel`` (same weight
+    names) from either. Any other ``linear_ener`` composition is refused. Other sections are
+    returned unchanged.
+    """
+    if str(params.get("type", "")).lower() != "linear_ener":
+        return params
+    children = [c for c in params.get("models") or [] if isinstance(c, dict)]
+    inner = [c for c in children if c.get("type") == "inner_potential"]
+    learned = [c for c in children if c.get("type") != "inner_potential"]
+    if len(inner) != 1 or len(learned) != 1 or len(children) != 2:
+        raise UnsupportedModelError(
+            "model.type", "linear_ener", "only deepmd-kit's bridged DPA4 [dpa4, inner_potential]"
+        )
+    if str(params.get("weights")) != "sum":
+        raise UnsupportedModelError("linear_ener.weights", params.get("weights"), "need 'sum'")
+    if params.get("shared_dict"):
+        raise UnsupportedModelError("linear_ener.shared_dict", params["shared_dict"])
+    out = dict(learned[0])
+    out.setdefault("type", "dpa4")
+    out["type_map"] = out.get("type_map", params.get("type_map"))
+    if out["type_map"] != params.get("type_map"):
+        raise UnsupportedModelError("linear_ener.models.type_map", out["type_map"])
+    for key in ("pair_exclude_types", "atom_exclude_types", "spin"):
+        if params.get(key):
+            out[key] = params[key]
+    out["bridging_method"] = inner[0].get("mode", "zbl")
+    out["bridging_r_inner"] = inner[0].get("r_inner", 0.5)
+    out["bridging_r_outer"] = inner[0].get("r_outer", 0.8)
+    return out
 
 
 def _select_branch(model_sd: dict, head: str | None, path) -> tuple[dict, str, dict]:
@@ -162,10 +227,11 @@ def import_deepmd_checkpoint(obj: dict, path, head: str | None = None) -> Import
     version = 1.0 if version_t is None else round(float(version_t), 6)
     # deepmd-kit switches a model to its dens mode when the weights hold the dens heads
     mode = "dens" if any(k.startswith("dens_fitting_net.") for k in sd) else "ener"
-    config = config_from_deepmd(params, version, active_mode=mode)
+    config = config_from_deepmd(unwrap_bridged_composition(params), version, active_mode=mode)
     if not sd:
         raise ModelFileError(f"{path}: no weights under '{prefix}'")
     fold_lora(sd)
+    config = migrate_spin_1_1(config, sd)
     unused_keys, unused_prefixes = _UNUSED[mode]
     clean = {}
     for k, v in sd.items():

@@ -28,6 +28,7 @@ import re
 from dataclasses import fields
 
 import torch
+from ase.data import atomic_numbers
 
 from mdband.config import SeZMConfig
 from mdband.errors import UnsupportedModelError
@@ -133,8 +134,12 @@ _SAME = (
 # fields written elsewhere (type_map, l_schedule as lmax/n_blocks/l_schedule, mixing_layers,
 # version as version_tensor, fitting_neuron as fitting_net.neuron, the case embedding as
 # fitting_net.dim_case_embd / case_film_embd) or not a model option; active_mode and sel: only
-# "ener" (sel then 0) is written
+# "ener" (sel then 0) is written; spin models are refused; bridging as the model section's
+# bridging_method / bridging_r_inner / bridging_r_outer
 _HANDLED = {
+    "bridging",
+    "bridging_r_inner",
+    "bridging_r_outer",
     "type_map",
     "l_schedule",
     "mixing_layers",
@@ -145,6 +150,7 @@ _HANDLED = {
     "active_mode",
     "sel",
     "extra",
+    "spin",
 }
 
 
@@ -165,6 +171,10 @@ def model_params(cfg: SeZMConfig, precision: str) -> dict:
         )
     if cfg.lmax > MAX_LMAX:
         raise UnsupportedModelError("lmax", cfg.lmax, f"the exporter writes lmax <= {MAX_LMAX}")
+    if cfg.spin is not None:
+        raise UnsupportedModelError(
+            "spin", cfg.spin.to_dict(), "the deepmd-kit exporter does not write spin models"
+        )
     same = {k: _plain(getattr(cfg, k)) for k in _SAME}
     grid_mlp, grid_branch = list(cfg.grid_mlp), list(cfg.grid_branch)
     same["grid_mlp"] = grid_mlp[0] if len(set(grid_mlp)) == 1 else grid_mlp
@@ -188,12 +198,16 @@ def model_params(cfg: SeZMConfig, precision: str) -> dict:
     fitting.update(_FITTING_REST)
     # a head of a multi-task model keeps its case one-hot (fitting_net.case_embd in the weights)
     fitting.update(dim_case_embd=cfg.dim_case_embd, case_film_embd=cfg.case_film_embd)
+    rest = dict(_MODEL_REST)
+    if cfg.bridging != "none":  # deepmd-kit's concise spelling, as dp train stores it
+        rest.update(bridging_method=cfg.bridging, bridging_r_inner=cfg.bridging_r_inner,
+                    bridging_r_outer=cfg.bridging_r_outer)  # fmt: skip
     return {
         "type": "dpa4",
         "type_map": list(cfg.type_map),
         "descriptor": descriptor,
         "fitting_net": fitting,
-        **_MODEL_REST,
+        **rest,
     }
 
 
@@ -330,6 +344,9 @@ def deepmd_checkpoint(potential, precision: str | None = None) -> dict:
         raise UnsupportedModelError("state", clash[0], "a derived buffer is also a weight")
     model = {"_extra_state": {"model_params": params, "train_infos": dict(TRAIN_INFOS)}}
     model["model.Default.min_nbor_dist"] = torch.tensor(-1.0, dtype=torch.float64)
+    if cfg.bridging != "none":  # deepmd-kit's InnerPotential keeps the nuclear charges
+        z = [float(atomic_numbers[s]) for s in cfg.type_map]
+        model["model.Default.inter_potential.atomic_numbers"] = torch.tensor(z, dtype=torch.float64)
     for key, value in {**state, **derived}.items():
         model[PREFIX + key] = value
     return {"model": model}

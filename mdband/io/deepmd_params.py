@@ -12,16 +12,16 @@ model (``sezm_model_args`` plus the common ``model_args``, ``descrpt_se_zm_args`
 * ``refused``: only its default is accepted, any other value raises
   :class:`~mdband.errors.UnsupportedModelError` naming the key and the value.
 
-A key that is not in the table is refused too. Options being implemented elsewhere (ZBL
-``bridging_method``, ``spin``) are ``refused`` entries: implementing one means turning its entry
-into ``implemented`` and reading it in :func:`config_from_deepmd`.
+A key that is not in the table is refused too. The ``spin`` section is read key by key by
+:func:`spin_from_deepmd`, ZBL bridging by :func:`bridging_from_deepmd`, the charge/spin
+conditioning (``add_chg_spin_ebd`` / ``default_chg_spin``) in :func:`config_from_deepmd`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mdband.config import SeZMConfig
+from mdband.config import SeZMConfig, SpinConfig
 from mdband.errors import UnsupportedModelError
 
 #: deepmd-kit release whose argcheck the table follows
@@ -63,7 +63,8 @@ DESCRIPTOR = {
     "type": _impl(),
     "sel": _inert(
         "SeZM's energy path keeps every neighbour within rcut; only the dens mode (decided by "
-        "the weights) keeps the sum(sel) nearest, and reads it then"
+        "the weights) keeps the sum(sel) nearest, and reads it then; a deepspin spin model's "
+        "neighbour list keeps the sel nearest real neighbours (read into its spin section)"
     ),
     "rcut": _impl(),
     "env_exp": _impl("s2ffn", "preset_0911", "edge_norm_mixed"),
@@ -164,15 +165,15 @@ MODEL = {
     "type_embedding": _refused(None),
     "modifier": _refused(None),
     "compress": _refused(None),
-    "spin": _refused(None, _OTHER),
+    "spin": _impl("spin_native", "spin_deepspin"),
     "finetune_head": _inert(_TRAIN),
     "use_compile": _inert("torch.compile of deepmd-kit's training"),
     "enable_tf32": _inert("TF32 matmuls of deepmd-kit's CUDA training"),
     "model_branch_alias": _inert("names of a multi-task branch; the branch is chosen by head="),
     "info": _inert("free-form metadata"),
-    "bridging_method": _refused("None", _OTHER),
-    "bridging_r_inner": _inert("ZBL bridging window; inert while bridging_method is none"),
-    "bridging_r_outer": _inert("ZBL bridging window; inert while bridging_method is none"),
+    "bridging_method": _impl("zbl", "zbl_scatter"),
+    "bridging_r_inner": _impl("zbl"),  # zbl_scatter: the defaults
+    "bridging_r_outer": _impl("zbl"),
     "lora": _inert("LoRA training config; adapters in the weights are folded when loaded"),
 }
 
@@ -390,6 +391,82 @@ def config_from_deepmd(model_params: dict, version: float, active_mode: str = "e
         sel=_sel(d("sel", 256)) if active_mode == "dens" else 0,
         add_chg_spin_ebd=chg_spin,
         default_chg_spin=_opt(read_list, "default_chg_spin", default_cs, read_float, 2),
+        spin=spin_from_deepmd(model_params),
+        **bridging_from_deepmd(model_params),
     )
     cfg.validate()
     return cfg
+
+
+def bridging_from_deepmd(model_params: dict) -> dict:
+    """The bridging fields of :class:`SeZMConfig`: deepmd-kit reads ``bridging_method``
+    case-insensitively ("none" disables it; its pt backend builds only "zbl") and the window
+    ``bridging_r_inner`` / ``bridging_r_outer`` (defaults 0.5 and 0.8 Å)."""
+    method = read_str("model.bridging_method", model_params.get("bridging_method", "None"),
+                      ("none", "zbl"))  # fmt: skip
+    r_in = read_float("model.bridging_r_inner", model_params.get("bridging_r_inner", 0.5))
+    r_out = read_float("model.bridging_r_outer", model_params.get("bridging_r_outer", 0.8))
+    if method == "none":  # the window is inert then
+        return {}
+    return {"bridging": method, "bridging_r_inner": r_in, "bridging_r_outer": r_out}
+
+
+#: keys of the spin section: read, or (inert) not read by deepmd-kit's PyTorch models
+_SPIN_KEYS = ("scheme", "use_spin", "virtual_scale", "allow_missing_label")
+_SPIN_INERT = ("spin_norm", "virtual_len")  # TensorFlow only
+
+
+def spin_from_deepmd(model_params: dict) -> SpinConfig | None:
+    """The :class:`~mdband.config.SpinConfig` of ``model_params["spin"]`` (None: no spin
+    section), read as deepmd-kit's ``get_sezm_spin_model`` reads it: ``scheme`` native or
+    deepspin (the default), ``use_spin`` as one bool per type, type indices or element names,
+    deepspin's ``virtual_scale`` as one number, one per type or one per magnetic type.
+    ``allow_missing_label`` (training data) and the TensorFlow-only ``spin_norm`` /
+    ``virtual_len`` are not read; any other key is refused."""
+    spin = model_params.get("spin")
+    if spin is None:
+        return None
+    if not isinstance(spin, dict):
+        _bad("model.spin", spin, "expected a section")
+    for key, value in spin.items():
+        if key not in _SPIN_KEYS + _SPIN_INERT and not key.startswith("_"):
+            _bad(f"spin.{key}", value, f"not an option of a DPA4 spin section in {REFERENCE}")
+    read_bool("spin.allow_missing_label", spin.get("allow_missing_label", False))
+    bridging = model_params.get("bridging_method", "none")
+    if not (isinstance(bridging, str) and bridging.lower() == "none"):
+        _bad("model.bridging_method", bridging, "not with a spin model")
+    type_map = list(model_params["type_map"])
+    scheme = read_str("spin.scheme", spin.get("scheme", "deepspin"), ("native", "deepspin"))
+    use = spin.get("use_spin")
+    if not isinstance(use, list) or not use:
+        _bad("spin.use_spin", use, "expected a non-empty list")
+    if all(isinstance(x, bool) for x in use):
+        if len(use) != len(type_map):
+            _bad("spin.use_spin", use, "one flag per type of the type map")
+        flags = tuple(use)
+    elif all(isinstance(x, str) for x in use):
+        unknown = [x for x in use if x not in type_map]
+        if unknown:
+            _bad("spin.use_spin", use, f"{unknown} not in the type map")
+        flags = tuple(t in use for t in type_map)
+    elif all(_is_int(x) and 0 <= x < len(type_map) for x in use):
+        flags = tuple(i in use for i in range(len(type_map)))
+    else:
+        _bad("spin.use_spin", use, "bools, type indices or element names")
+    if scheme == "native":
+        return SpinConfig("native", flags)
+    vs = spin.get("virtual_scale")
+    n_mag = sum(flags)
+    if isinstance(vs, list) and len(vs) == n_mag and n_mag != len(flags):
+        it = iter(read_list("spin.virtual_scale", vs, read_float, n_mag))
+        scale = tuple(next(it) if on else 0.0 for on in flags)
+    elif isinstance(vs, list):
+        scale = read_list("spin.virtual_scale", vs, read_float, len(flags))
+    elif isinstance(vs, float):  # deepmd-kit takes a float, not an int, for all types
+        scale = (vs,) * len(flags)
+    else:
+        _bad("spin.virtual_scale", vs, "expected a number or a list per (magnetic) type")
+    sel = model_params["descriptor"].get("sel", 120)
+    sel = read_int("sel", sel) if _is_int(sel) else sum(read_list("sel", sel, read_int))
+    return SpinConfig("deepspin", flags, tuple(s if on else 0.0 for s, on in zip(scale, flags)),
+                      sel)  # fmt: skip

@@ -9,11 +9,13 @@ Layout (one particle group, ``all``; MDAnalysis reads only the first one)::
                         (MDAnalysis reads box/edges/value[frame] even for a fixed box)
         position/       {step, time (ps), value (T, N, 3) Å}
         velocity/       {step -> position/step, time -> position/time, value Å ps-1}
-        force/          {step, time (links), value}: kJ mol-1 Angstrom-1 by default, which
-                        MDAnalysis reads (it knows no eV-based force unit), or eV Angstrom-1
+        force/          {step, time (links), value}: kJ mol-1 Angstrom-1 by default, kcal
+                        mol-1 Angstrom-1 or kJ mol-1 nm-1 (MDAnalysis converts them), or
+                        eV Angstrom-1 (MDAnalysis reads it through mdband.io.mdanalysis)
         image/          {step, time (links), value (T, N, 3) int32}: position + image @ edges is
                         the continuous (unwrapped) position; position is folded into the box
         species         (N,) atomic numbers;   mass (N,) u
+        magnetic_moment (N, 3) Bohr magneton: a spin model's moments, held fixed (only then)
     observables/<name>/ {step, time (links), value}  (see OBSERVABLES; with a committee also
                         MODEL_DEVI_OBSERVABLES, one value per frame like every observable)
     parameters/mdband   attributes: config_json, model_hash, mdband_version, ...
@@ -68,6 +70,7 @@ __all__ = [
     "H5MDWriter",
     "TrajectoryError",
     "TrajectoryHeader",
+    "check_series",
     "rewrite_trajectory",
 ]
 
@@ -109,6 +112,9 @@ def _write_header(f: h5py.File, header: TrajectoryHeader) -> None:
     part.create_dataset("species", data=np.asarray(header.species, dtype=np.int32))
     mass = part.create_dataset("mass", data=np.asarray(header.masses, dtype=np.float64))
     mass.attrs["unit"] = "u"
+    if header.magmoms is not None:
+        mm = part.create_dataset("magnetic_moment", data=np.asarray(header.magmoms, np.float64))
+        mm.attrs["unit"] = "Bohr magneton"
     box = part.create_group("box")
     box.attrs["dimension"] = np.int32(3)
     boundary = ["periodic" if p else "none" for p in np.asarray(header.pbc, dtype=bool)]
@@ -156,6 +162,7 @@ class H5MDWriter:
         self.batch_seconds = float(BATCH_SECONDS if batch_seconds is None else batch_seconds)
         try:
             with h5py.File(self.path, "r") as f:
+                check_series(f, self.path)
                 part = f[PARTICLES]
                 self._written = int(part["position/step"].shape[0])
                 self._last = int(part["position/step"][-1]) if self._written else None
@@ -284,6 +291,41 @@ class H5MDWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_series(f: h5py.File, path) -> None:
+    """Raise :class:`TrajectoryError` unless every per-frame dataset of ``f`` has the dtype and
+    shape the writer appends (so a resumed run never writes values truncated or rounded into a
+    dataset replaced meanwhile): position, velocity and force in the file's precision
+    (``parameters/mdband/precision``) with (N, 3) per frame, box edges float64 (3, 3), image
+    flags int32 (N, 3), the observables float64 of their shapes, integer steps, float times."""
+    part = f[PARTICLES]
+    n = int(part["species"].shape[0]) if "species" in part else None
+    params = f["parameters/mdband"].attrs if "parameters/mdband" in f else {}
+    precision = _text(params.get("precision", part["position/value"].dtype.name))
+    if precision not in ("float32", "float64"):
+        raise TrajectoryError(f"trajectory {path} records an unknown precision {precision!r}")
+    want = {f"{PARTICLES}/{k}/value": (precision, (n, 3)) for k in PARTICLE_UNITS}
+    want[f"{PARTICLES}/box/edges/value"] = ("float64", (3, 3))
+    if "image" in part:
+        want[f"{PARTICLES}/image/value"] = ("int32", (n, 3))
+    for name in _observables_in(f):
+        shape = {**OBSERVABLES, **MODEL_DEVI_OBSERVABLES}[name][1]
+        want[f"observables/{name}/value"] = ("float64", shape)
+    for name, (dtype, shape) in want.items():
+        ds = f.get(name)
+        if not isinstance(ds, h5py.Dataset):
+            raise TrajectoryError(f"trajectory {path} lacks the dataset {name}")
+        if ds.dtype != np.dtype(dtype) or ds.ndim != 1 + len(shape) or ds.shape[1:] != shape:
+            raise TrajectoryError(
+                f"trajectory {path}: dataset {name} holds {ds.dtype} of shape {ds.shape}, but "
+                f"the run appends {dtype} of shape (frames, {', '.join(map(str, shape))}); "
+                "it cannot continue this file"
+            )
+    for name, kind in (("step", "iu"), ("time", "f")):
+        ds = part.get(f"position/{name}")
+        if not isinstance(ds, h5py.Dataset) or ds.dtype.kind not in kind or ds.ndim != 1:
+            raise TrajectoryError(f"trajectory {path}: dataset position/{name} is not a series")
 
 
 def _open_for_append(path: Path) -> h5py.File:

@@ -19,8 +19,14 @@ UNITS_SYSTEM = "SI"
 LIBVER = ("v110", "v110")  # lowest format with SWMR; readable by HDF5 >= 1.10
 PARTICLES = "particles/all"
 PARTICLE_UNITS = {"position": "Angstrom", "velocity": "Angstrom ps-1", "force": None}
-# force unit in the file -> its value for 1 eV/Å
-FORCE_UNITS = {"kJ mol-1 Angstrom-1": units.mol / units.kJ, "eV Angstrom-1": 1.0}
+# force unit in the file -> its value for 1 eV/Å. MDAnalysis' H5MD reader converts the first
+# three itself; eV Angstrom-1 through mdband.io.mdanalysis.H5MDReader.
+FORCE_UNITS = {
+    "kJ mol-1 Angstrom-1": units.mol / units.kJ,
+    "kcal mol-1 Angstrom-1": units.mol / units.kcal,
+    "kJ mol-1 nm-1": 10.0 * units.mol / units.kJ,
+    "eV Angstrom-1": 1.0,
+}
 # name -> (unit, per-frame shape)
 OBSERVABLES = {
     "potential_energy": ("eV", ()),
@@ -62,6 +68,7 @@ class TrajectoryHeader:
     force_unit: str = "kJ mol-1 Angstrom-1"
     author: str | None = None
     model_devi: bool = False  # also the observables of MODEL_DEVI_OBSERVABLES
+    magmoms: np.ndarray | None = None  # (N, 3) μB: a spin model's fixed magnetic moments
 
     @property
     def n_atoms(self) -> int:

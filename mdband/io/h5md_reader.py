@@ -116,6 +116,13 @@ class H5MDReader:
     def times(self) -> np.ndarray:
         return self._part["position/time"][: self.n_frames]
 
+    @property
+    def magmoms(self) -> np.ndarray | None:
+        """A spin model's fixed magnetic moments (N, 3; μB), None when not recorded."""
+        if "magnetic_moment" not in self._part:
+            return None
+        return np.asarray(self._part["magnetic_moment"][()], dtype=np.float64)
+
     def header(self) -> TrajectoryHeader:
         params = self.parameters
         precision = str(params.pop("precision", self._part["position/value"].dtype.name))
@@ -130,6 +137,7 @@ class H5MDReader:
             force_unit=self.force_unit,
             author=_text(self.file["h5md/author"].attrs["name"]),
             model_devi="observables/max_devi_f" in self.file,
+            magmoms=self.magmoms,
         )
 
     # ------------------------------------------------------------------ frames
@@ -188,13 +196,15 @@ class H5MDReader:
     def to_atoms(self, index=-1):
         """Frame ``index`` as :class:`ase.Atoms` (a list for a slice or a list of indices).
 
-        ASE units; energy and forces on a single-point calculator; ``info`` holds ``step``,
-        ``time`` (ps) and the scalar observables (eV, K, GPa, Å³).
+        ASE units; energy, forces and (periodic frames) stress on a single-point calculator;
+        ``info`` holds ``step``, ``time`` (ps) and the scalar observables (eV, K, GPa, Å³).
         """
         if not isinstance(index, (int, np.integer)):
             return [self.to_atoms(k) for k in self.indices(index)]
         fr = self.frame(index)
         atoms = frame_atoms(self.species, self.masses, self.pbc, fr)
+        if self.magmoms is not None:
+            atoms.set_initial_magnetic_moments(self.magmoms)
         atoms.info.update(step=fr.step, time=fr.time)
         for name, value in fr.observables.items():
             if np.ndim(value) == 0:
@@ -214,9 +224,13 @@ class H5MDReader:
 
 def frame_atoms(species, masses, pbc, frame):
     """:class:`ase.Atoms` of a :class:`Frame`-like record (positions, velocities in Å/ps,
-    forces, cell, observables) with energy and forces on a single-point calculator."""
+    forces, cell, observables) with energy, forces and, for a periodic frame with a recorded
+    stress, the stress of the potential (:func:`potential_stress`) on a single-point
+    calculator: ``atoms.get_stress()`` is what the run's calculator gave,
+    ``atoms.get_stress(include_ideal_gas=True)`` the recorded stress."""
     from ase import Atoms, units
     from ase.calculators.singlepoint import SinglePointCalculator
+    from ase.stress import full_3x3_to_voigt_6_stress
 
     atoms = Atoms(
         numbers=species, positions=frame.positions, cell=frame.cell, pbc=pbc, masses=masses
@@ -224,10 +238,27 @@ def frame_atoms(species, masses, pbc, frame):
     atoms.set_velocities(np.asarray(frame.velocities, dtype=np.float64) / (1000 * units.fs))
     energy = frame.observables.get("potential_energy")
     forces = None if frame.forces is None else np.asarray(frame.forces, dtype=np.float64)
+    stress = None
+    recorded = frame.observables.get("stress")
+    if np.all(pbc) and recorded is not None and np.all(np.isfinite(recorded)):
+        s = potential_stress(recorded, frame.velocities, masses, frame.cell)
+        stress = full_3x3_to_voigt_6_stress(s)
     atoms.calc = SinglePointCalculator(
-        atoms, energy=None if energy is None else float(energy), forces=forces
+        atoms, energy=None if energy is None else float(energy), forces=forces, stress=stress
     )
     return atoms
+
+
+def potential_stress(stress_gpa, velocities, masses, cell) -> np.ndarray:
+    """The stress of the potential (3, 3; eV/Å³, ASE's sign) from a frame's recorded stress
+    (GPa, kinetic part included, as :func:`mdband.md.thermo.observables` records it) and its
+    velocities (Å/ps): the recorded stress minus ASE's ideal-gas term ``−Σ m v ⊗ v / V``."""
+    from ase import units
+
+    volume = abs(float(np.linalg.det(np.asarray(cell, dtype=np.float64))))
+    v = np.asarray(velocities, dtype=np.float64) / (1000 * units.fs)
+    kinetic = -(np.asarray(masses, dtype=np.float64)[:, None] * v).T @ v / volume
+    return np.asarray(stress_gpa, dtype=np.float64) * units.GPa - kinetic
 
 
 def _text(value) -> str:

@@ -9,8 +9,11 @@ suffix) but needs a topology for the atoms and does not read the frame interval 
 The plain MDAnalysis spelling, with the final structure of the run as the topology, is
 ``mda.Universe("run.final.xyz", "run.h5", format="H5MD", dt=DT_PS)``. Positions are
 folded into the box (H5MD ``image`` holds the unwrapping shifts, which MDAnalysis does not
-read); forces are in kJ mol⁻¹ Å⁻¹ unless the run chose ``traj_force_unit = "eV Angstrom-1"``,
-in which case units are left unconverted (MDAnalysis knows no eV-based force unit).
+read). Forces come in MDAnalysis' unit, kJ mol⁻¹ Å⁻¹, whatever ``traj_force_unit`` the run
+wrote: MDAnalysis converts ``kJ mol-1 Angstrom-1``, ``kcal mol-1 Angstrom-1`` and
+``kJ mol-1 nm-1`` itself; ``eV Angstrom-1``, which MDAnalysis' H5MD reader does not know,
+is read by :func:`reader_class` (MDAnalysis' reader that also knows eV Å⁻¹), what
+:func:`universe` uses, or ``mda.Universe(..., format=mdband.io.mdanalysis.reader_class())``.
 """
 
 from __future__ import annotations
@@ -18,33 +21,69 @@ from __future__ import annotations
 import numpy as np
 from ase.data import chemical_symbols
 
-from mdband.io.h5md_reader import H5MDReader
+from mdband.io.h5md_reader import H5MDReader as _MdbandReader
+
+__all__ = ["frame_interval_ps", "reader_class", "universe"]
+_READER = []
+
+
+def reader_class():
+    """MDAnalysis' H5MD reader class, extended to convert forces stored in eV Å⁻¹ (pass it as
+    ``format=`` to ``MDAnalysis.Universe``); the same class on every call."""
+    if not _READER:
+        _READER.append(_make_reader())
+    return _READER[0]
+
+
+def _make_reader():
+    from MDAnalysis import units
+    from MDAnalysis.coordinates.H5MD import H5MDReader as MdaReader
+
+    translation = {**MdaReader._unit_translation}
+    translation["force"] = {**translation["force"], "eV Angstrom-1": "eV/Angstrom"}
+    kj_mol_per_ev = 1.0 / units.energyUnit_factor["eV"]
+
+    class EvH5MDReader(MdaReader):
+        """MDAnalysis' H5MD reader that also converts forces in eV Å⁻¹ (no ``format``
+        attribute: MDAnalysis does not register it for a file type)."""
+
+        _unit_translation = translation
+
+        def convert_forces_from_native(self, force, inplace=True):
+            if self.units.get("force") != "eV/Angstrom":
+                return super().convert_forces_from_native(force, inplace)
+            if inplace:
+                force *= kj_mol_per_ev
+                return force
+            return force * kj_mol_per_ev
+
+    return EvH5MDReader
 
 
 def frame_interval_ps(path) -> float | None:
     """Time between the first two frames in ps (None for fewer than two frames)."""
-    with H5MDReader(path) as r:
+    with _MdbandReader(path) as r:
         times = r.times
     return float(times[1] - times[0]) if len(times) > 1 else None
 
 
 def universe(path, **kwargs):
-    """``MDAnalysis.Universe`` of ``path`` with elements, names, types, masses and ``dt``.
+    """``MDAnalysis.Universe`` of ``path`` with elements, names, types, masses and ``dt``;
+    forces in kJ mol⁻¹ Å⁻¹ for every force unit mdband writes.
 
-    ``kwargs`` go to the H5MD reader (e.g. ``convert_units``).
+    ``kwargs`` go to the H5MD reader (e.g. ``convert_units=False`` keeps the file's units).
     """
     import MDAnalysis as mda
 
-    with H5MDReader(path) as r:
-        species, masses, force_unit = r.species, r.masses, r.force_unit
+    with _MdbandReader(path) as r:
+        species, masses = r.species, r.masses
         times = r.times
     symbols = np.array([chemical_symbols[z] for z in species], dtype=object)
     u = mda.Universe.empty(len(species), trajectory=False)
     for name in ("elements", "names", "types"):
         u.add_TopologyAttr(name, symbols)
     u.add_TopologyAttr("masses", np.asarray(masses, dtype=np.float64))
-    kwargs.setdefault("convert_units", force_unit == "kJ mol-1 Angstrom-1")
     if len(times) > 1:
         kwargs.setdefault("dt", float(times[1] - times[0]))
-    u.load_new(str(path), format="H5MD", **kwargs)
+    u.load_new(str(path), format=reader_class(), **kwargs)
     return u

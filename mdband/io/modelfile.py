@@ -5,13 +5,29 @@ The file is a ``torch.save`` dict (read back with ``weights_only=True``)::
     {"format": "mdband-model", "format_version": 1, "kind": "sezm",
      "type_map": [...], "cutoff": 6.0, "config": {...JSON...},
      "state_dict": {name: tensor}, "metadata": {"mdband_version", "model_hash",
-     "source_sha256", "source", "created"}}
+     "source_sha256", "source", "created"}, "checksum": "sha256 hex"}
+
+``checksum`` (:func:`content_checksum`) covers everything else in the file: kind, type map,
+cutoff, configuration, metadata and every weight's name, dtype, shape and bytes; a file whose
+contents do not match it (a flipped bit) is refused as damaged, so the recorded ``model_hash``
+belongs to the weights beside it. The checksum is an optional key of format version 1: files
+written before it are read as they are (an older mdband ignores it), and their recorded
+``model_hash`` is used only where it is re-derived from their weights (see
+:func:`mdband.result.verified_hash`), so a damaged weight changes the model's hash.
+
+:func:`parse_model_file` checks the envelope before anything is built: the format version
+(an integer), the kind, the type map (distinct names; the configuration's own type map, where
+it has one, must be the same), the cutoff (a finite positive number; the configuration's
+``rcut``, where it has one, must be the same), a non-empty configuration and the weights
+(tensors by name). Each is a one-line :class:`~mdband.errors.ModelFileError`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
+import math
 from pathlib import Path
 
 import torch
@@ -51,8 +67,21 @@ def read_torch_file(path) -> dict:
     return obj
 
 
+def content_checksum(obj: dict) -> str:
+    """sha256 over a model file's kind, type map, cutoff, configuration, metadata (canonical
+    JSON) and every weight (sorted names; dtype, shape and bytes)."""
+    head = {k: obj.get(k) for k in ("kind", "type_map", "cutoff", "config", "metadata")}
+    h = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode())
+    for key in sorted(obj["state_dict"]):
+        t = obj["state_dict"][key].detach().cpu().contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_model_file(potential, path) -> None:
-    """Atomically write ``potential`` (weights in their stored dtype) to ``path``."""
+    """Atomically write ``potential`` (weights in their stored dtype) to ``path``, with the
+    checksum of its contents."""
     sd = {k: v.detach().cpu().clone() for k, v in potential.model.state_dict().items()}
     meta = dict(potential.metadata)
     meta.update(
@@ -70,6 +99,7 @@ def save_model_file(potential, path) -> None:
         "state_dict": sd,
         "metadata": meta,
     }
+    obj["checksum"] = content_checksum(obj)
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
@@ -79,14 +109,61 @@ def is_model_file(obj: dict) -> bool:
 
 
 def parse_model_file(obj: dict, path) -> dict:
-    """Validate the envelope of a loaded mdband model file; return it."""
+    """Validate a loaded mdband model file (see the module docstring); return it."""
     version = obj.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):
         raise ModelFileError(
-            f"{path}: mdband model format version {version!r} is newer than this mdband "
+            f"{path}: mdband model format version {version!r} is not an integer (corrupt file)"
+        )
+    if version > FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path}: mdband model format version {version} is newer than this mdband "
             f"({FORMAT_VERSION}); upgrade mdband"
         )
+    if version < 1:
+        raise ModelFileError(f"{path}: mdband model format version {version} does not exist")
     for key in ("kind", "type_map", "cutoff", "config", "state_dict"):
         if key not in obj:
             raise ModelFileError(f"{path}: mdband model file lacks '{key}' (corrupt)")
+    _check_envelope(obj, path)
+    if "checksum" in obj and obj["checksum"] != content_checksum(obj):
+        raise ModelFileError(
+            f"{path} is damaged: its contents do not match its checksum (a changed weight or "
+            "setting); use an intact copy"
+        )
     return obj
+
+
+def _check_envelope(obj: dict, path) -> None:
+    kind, type_map, cutoff, config = obj["kind"], obj["type_map"], obj["cutoff"], obj["config"]
+    if not isinstance(kind, str) or not kind:
+        raise ModelFileError(f"{path}: model kind {kind!r} is not a name (corrupt)")
+    names = list(type_map) if isinstance(type_map, (list, tuple)) else None
+    if not names or not all(isinstance(s, str) and s for s in names):
+        raise ModelFileError(f"{path}: type map {type_map!r} is not a list of element names")
+    if len(set(names)) != len(names):
+        raise ModelFileError(f"{path}: type map {names} names an element twice")
+    if isinstance(cutoff, bool) or not isinstance(cutoff, (int, float)):
+        raise ModelFileError(f"{path}: cutoff {cutoff!r} is not a number")
+    if not (math.isfinite(cutoff) and cutoff > 0):
+        raise ModelFileError(f"{path}: cutoff {cutoff!r} Å must be a finite positive length")
+    if not isinstance(config, dict) or not config:
+        raise ModelFileError(f"{path}: the model configuration is empty (corrupt)")
+    own = config.get("type_map")
+    if own is not None and list(own) != names:
+        raise ModelFileError(
+            f"{path}: type map {names} ({len(names)} types) differs from the model "
+            f"configuration's {list(own)} ({len(own)} types)"
+        )
+    rcut = config.get("rcut")
+    if isinstance(rcut, (int, float)) and not isinstance(rcut, bool) and rcut != cutoff:
+        raise ModelFileError(
+            f"{path}: cutoff {cutoff!r} Å differs from the configuration's rcut {rcut!r}"
+        )
+    sd = obj["state_dict"]
+    if not isinstance(sd, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()
+    ):
+        raise ModelFileError(f"{path}: the weights are not tensors by name (corrupt)")
+    if not isinstance(obj.get("metadata", {}), dict):
+        raise ModelFileError(f"{path}: the metadata are not a mapping (corrupt)")

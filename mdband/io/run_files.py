@@ -6,33 +6,22 @@
   forces), so ``mdband run --structure`` can start from it and MDAnalysis can take it as
   the topology of the H5MD trajectory.
 * The log (``RunConfig.log``) is a plain-text copy of the thermo table and summary, or,
-  when its name ends in ``.csv``, the thermo rows as CSV (one header line, full precision).
+  when its name ends in ``.csv``, the thermo rows as CSV (one header line, full precision;
+  columns: :class:`mdband.io.thermo_table.ThermoTable`).
 """
 
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 import numpy as np
 from ase import Atoms
 
 from mdband.io.atomic import atomic_path
+from mdband.io.thermo_table import ThermoTable, csv_values
 
 FINAL_SUFFIX = ".final.xyz"
-# CSV column -> key of :func:`mdband.md.thermo.observables` (None: step and time)
-CSV_COLUMNS = {
-    "step": None,
-    "time_ps": None,
-    "potential_energy_eV": "potential_energy",
-    "kinetic_energy_eV": "kinetic_energy",
-    "total_energy_eV": "total_energy",
-    "conserved_energy_eV": "conserved_energy",
-    "temperature_K": "temperature",
-    "pressure_GPa": "pressure",
-    "volume_A3": "volume",
-}
 
 
 def default_final(trajectory: str | None, log: str | None) -> str | None:
@@ -59,7 +48,8 @@ def final_format(path) -> str:
 
 
 def write_final(path, atoms: Atoms) -> None:
-    """Write ``atoms`` (positions, cell, velocities, masses, energy, forces) atomically."""
+    """Write ``atoms`` (positions, cell, velocities, masses, magnetic moments, energy, forces)
+    atomically."""
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.io import write
 
@@ -72,6 +62,8 @@ def write_final(path, atoms: Atoms) -> None:
         masses=atoms.get_masses(),
     )
     out.set_momenta(atoms.get_momenta(), apply_constraint=False)
+    if atoms.has("initial_magmoms"):  # a spin model's fixed moments
+        out.set_initial_magnetic_moments(atoms.get_initial_magnetic_moments())
     results = getattr(atoms.calc, "results", None) or {}
     kept = {k: results[k] for k in ("energy", "forces", "stress") if k in results}
     if kept:
@@ -104,42 +96,81 @@ class _TextLog:
 
 
 class _CsvLog:
-    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows."""
+    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows under the
+    file's own header (its columns, whatever columns and units the resumed run chose)."""
 
-    def __init__(self, path: Path, append: bool) -> None:
+    def __init__(self, path: Path, append: bool, table: ThermoTable) -> None:
         fresh = not append or not path.exists() or path.stat().st_size == 0
+        self._table = table
+        self._names = table.csv_header()
+        if not fresh:
+            with open(path, newline="") as fh:
+                self._names = next(csv.reader(fh), None) or self._names
         self._fh = open(path, "a" if append else "w", newline="")  # noqa: SIM115
         self._csv = csv.writer(self._fh)
         if fresh:
-            self._csv.writerow(CSV_COLUMNS)
+            self._csv.writerow(self._names)
             self._fh.flush()
 
     def line(self, text: str) -> None:
         """Descriptions and the summary stay on the console."""
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
-        row = [step, repr(float(time_ps))]
-        row += [repr(float(obs.get(k, math.nan))) for k in list(CSV_COLUMNS.values())[2:]]
-        self._csv.writerow(row)
+        self._csv.writerow(csv_values(self._names, step, time_ps, obs))
         self._fh.flush()
 
     def close(self) -> None:
         self._fh.close()
 
 
-def open_log(path, append: bool):
-    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``."""
+def open_log(path, append: bool, table: ThermoTable | None = None):
+    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``;
+    ``table``: the run's thermo columns (CSV logs).
+
+    A new log (``append`` false; the run checked that it may replace the path) starts as a new
+    file renamed onto the path: an old file or a link there is replaced, never written
+    through (:func:`mdband.io.files.start_new_file`).
+    """
+    from mdband.io.files import start_new_file
+
     path = Path(path)
-    return (_CsvLog if path.suffix.lower() == ".csv" else _TextLog)(path, append)
+    if not append:
+        start_new_file(path, overwrite=True, what="log")
+    if path.suffix.lower() == ".csv":
+        return _CsvLog(path, append, table or ThermoTable())
+    return _TextLog(path, append)
 
 
 def read_csv_log(path) -> dict[str, np.ndarray]:
-    """Columns of a CSV thermo log by name (floats; ``step`` as int)."""
+    """Columns of a CSV thermo log by name (floats; ``step`` as int).
+
+    Raises ValueError naming the file and line of a row that is not a row of numbers.
+    """
     with open(path, newline="") as fh:
         rows = list(csv.reader(fh))
     if not rows or rows[0][:2] != ["step", "time_ps"]:
         raise ValueError(f"{path} is not an mdband CSV thermo log")
-    body = np.array(rows[1:], dtype=np.float64).reshape(-1, len(rows[0]))
+    width = len(rows[0])
+    numbered = [(line, row) for line, row in enumerate(rows[1:], start=2) if row]
+    body = np.empty((len(numbered), width), dtype=np.float64)
+    for k, (line, row) in enumerate(numbered):
+        if len(row) != width:
+            raise ValueError(
+                f"{path}, line {line}: {len(row)} values where the header names {width}"
+            )
+        try:
+            body[k] = [float(x) for x in row]
+        except ValueError:
+            bad = next(x for x in row if not _is_number(x))
+            raise ValueError(f"{path}, line {line}: {bad!r} is not a number") from None
     out = {name: body[:, k] for k, name in enumerate(rows[0])}
     out["step"] = out["step"].astype(np.int64)
     return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -20,7 +20,7 @@ from mdband.io.frames import DatasetError
 from mdband.io.lammps_data import parse_type_map, read_lammps_data
 from mdband.io.systems import detect_format, read_systems
 
-__all__ = ["parse_type_map", "read_structure", "structure_format"]
+__all__ = ["parse_type_map", "read_images", "read_structure", "structure_format"]
 
 
 def structure_format(path, fmt: str | None = None) -> str | None:
@@ -99,14 +99,27 @@ def _first_line(exc: BaseException) -> str:
 
 def _read_ase(path: Path, frame: int, fmt: str | None) -> Atoms:
     import ase.io
+    from ase.io.formats import filetype, ioformats
 
     try:
-        atoms = ase.io.read(path, index=frame, format=fmt)
+        single = ioformats[fmt or filetype(str(path))].single
+    except Exception:  # noqa: BLE001 - unknown to ASE: its reader says so below
+        single = False
+    if single and frame not in (0, -1):
+        raise StructureError(f"{path} holds one structure: there is no frame {frame}")
+    # a one-frame slice: an out-of-range frame gives no image (an index raises StopIteration,
+    # or wraps a negative one silently)
+    try:
+        images = ase.io.read(path, index=slice(frame, frame + 1 or None), format=fmt)
     except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
         raise StructureError(f"cannot read structure {path}: {_first_line(exc)}") from None
-    if isinstance(atoms, list):  # a slice-like frame selected several images
-        raise StructureError(f"frame {frame!r} of {path} selects {len(atoms)} images, not one")
-    return atoms
+    if not isinstance(images, list):
+        images = [images]
+    if not images:
+        raise StructureError(
+            f"{path} has no frame {frame} (frames count from 0; -1 is the last): out of range"
+        )
+    return images[0]
 
 
 def _read_frames(path: Path, frame: int, fmt: str, type_map, default_type_map, notes) -> Atoms:
@@ -118,3 +131,55 @@ def _read_frames(path: Path, frame: int, fmt: str, type_map, default_type_map, n
         raise StructureError(f"{path} has {len(frames)} frames; no frame {frame}")
     f = frames[frame]
     return Atoms(symbols=f.species, positions=f.positions, cell=f.cell, pbc=f.pbc)
+
+
+def read_images(
+    path,
+    *,
+    format: str | None = None,
+    type_map=None,
+    default_type_map=None,
+    notes: list[str] | None = None,
+) -> list[Atoms]:
+    """Every image of ``path``, in order (:func:`read_structure` reads one of them; same
+    formats, arguments and errors). ASE formats keep what ASE reads (constraints, info)."""
+    path = Path(path)
+    if not path.exists():
+        raise StructureError(f"structure file {path} does not exist")
+    fmt = structure_format(path, format)
+    if fmt is None or fmt not in (*READ_FORMATS, "lammps/lmp"):
+        if path.is_dir():
+            raise StructureError(
+                f"{path} is not a deepmd-kit system (no type.raw); give one system directory"
+            )
+        if type_map is not None:
+            try:
+                parse_type_map(type_map)  # checked as read_structure checks it
+            except ValueError as exc:
+                raise StructureError(str(exc)) from None
+        if type_map is not None and notes is not None:
+            notes.append(f"{path} names its elements; the type map is not needed")
+        import ase.io
+
+        ase_fmt = {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
+        try:
+            images = ase.io.read(path, index=":", format=ase_fmt)
+        except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
+            raise StructureError(f"cannot read structure {path}: {_first_line(exc)}") from None
+    elif fmt == "lammps/lmp":
+        images = [read_structure(path, -1, format=fmt, type_map=type_map,
+                                 default_type_map=default_type_map, notes=notes)]  # fmt: skip
+    else:
+        try:
+            tm = None if type_map is None else parse_type_map(type_map)
+            frames = read_systems(path, fmt, tm, default_type_map=default_type_map, notes=notes)
+        except (DatasetError, ValueError) as exc:
+            raise StructureError(f"cannot read {path}: {_first_line(exc)}") from None
+        images = [Atoms(symbols=f.species, positions=f.positions, cell=f.cell, pbc=f.pbc)
+                  for f in frames]  # fmt: skip
+    for k, atoms in enumerate(images):
+        if len(atoms) == 0:
+            raise StructureError(f"structure {path} image {k} has no atoms")
+    if not images:
+        raise StructureError(f"structure file {path} holds no image")
+    return images

@@ -261,10 +261,9 @@ def read_h5md(path, indices=None) -> list[Frame]:
     """The frames of an mdband H5MD trajectory (all, or those numbered ``indices``) with step,
     energy and forces, and the virial ``W = -(stress - kinetic stress) * V`` of periodic
     frames (the recorded stress includes the kinetic part, which the velocities give back)."""
-    from ase import units
     from ase.data import chemical_symbols
 
-    from mdband.io.h5md_reader import H5MDReader
+    from mdband.io.h5md_reader import H5MDReader, potential_stress
 
     out = []
     with H5MDReader(path) as reader:
@@ -279,10 +278,7 @@ def read_h5md(path, indices=None) -> list[Frame]:
             stress = fr.observables.get("stress")
             if pbc.all() and stress is not None and np.all(np.isfinite(stress)):
                 volume = abs(float(np.linalg.det(cell)))
-                v = np.asarray(fr.velocities, dtype=np.float64) / (1000 * units.fs)
-                kinetic = -(masses[:, None] * v).T @ v / volume
-                total = np.asarray(stress, dtype=np.float64) * units.GPa
-                virial = -(total - kinetic) * volume
+                virial = -potential_stress(stress, fr.velocities, masses, cell) * volume
             out.append(
                 Frame(
                     species=list(species),

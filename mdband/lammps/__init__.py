@@ -4,8 +4,8 @@
 In an input script (``lmp -in in.x`` or ``mpirun -np N lmp -in in.x``; no ``plugin load``)::
 
     units metal
-    pair_style mdband model.pt dtype float64 device auto
-    pair_coeff * * O H
+    pair_style mdband model.mdband dtype float64 device auto
+    pair_coeff * * O H            # or: pair_coeff * * (the model's type map in order)
 
 From Python, e.g. a driver that owns an mpi4py communicator::
 
@@ -85,13 +85,15 @@ def pair_style_command(
     out_file: str | None = None,
     atomic: bool = False,
     mode: str | None = None,
+    restart_rows: str | None = None,
 ) -> str:
     """The ``pair_style mdband ...`` line for these settings.
 
     ``model`` is one path or a list of paths (a committee: the first drives the dynamics; then
-    ``out_freq``, ``out_file``, ``atomic`` and ``mode`` ("append" or "overwrite") set the
-    model-deviation output, see :mod:`mdband.lammps.committee`). ``charge`` and ``spin``: the
-    system's total charge and spin multiplicity for a charge/spin model (:mod:`mdband.charge_spin`).
+    ``out_freq``, ``out_file``, ``atomic``, ``mode`` ("append" or "overwrite") and
+    ``restart_rows`` ("repeat" or "continue") set the model-deviation output, see
+    :mod:`mdband.lammps.committee`). ``charge`` and ``spin``: the system's total charge and
+    spin multiplicity for a charge/spin model (:mod:`mdband.charge_spin`).
     """
     models = [model] if isinstance(model, (str, os.PathLike)) else list(model)
     for m in models:
@@ -106,6 +108,7 @@ def pair_style_command(
         ("spin", spin),
         ("out_freq", out_freq),
         ("out_file", out_file),
+        ("restart_rows", restart_rows),
     ):
         if value is not None and value != "":
             if any(c.isspace() for c in str(value)):

@@ -28,13 +28,19 @@ from mdband.lammps.model import LammpsModel
 # model-deviation files this process writes (a re-issued pair_coeff continues them)
 _WRITERS: dict[str, ModelDeviWriter] = {}
 MODES = ("new", "append", "overwrite")
+ROW_POLICIES = ("repeat", "continue")
 
 
 class CommitteeModel(LammpsModel):
     """A committee as ``pair_style mdband`` sees it (first model = the dynamics).
 
     ``options`` (from the plugin): ``out_file``, ``out_freq``, ``atomic``, ``mode`` ("new":
-    refuse an existing file, "append": continue it after the current ``step``, "overwrite").
+    refuse an existing file, "append": continue it, "overwrite"), ``restart`` (the pair style
+    came from a restart file: "new" continues the file too, as ``pair_style deepmd`` does) and
+    ``restart_rows``, how a continued file goes on: "repeat" (deepmd-kit's: every row kept, the
+    first step written again, as a LAMMPS dump appended to after ``read_restart`` writes its
+    first frame again, so row k is frame k) or "continue" (rows after the current ``step``
+    dropped, the current step not written twice: one row per step).
     """
 
     def __init__(self, potentials, types_per_model, options: dict | None = None) -> None:
@@ -59,6 +65,10 @@ class CommitteeModel(LammpsModel):
         self.mode = str(opts.get("mode") or "new")
         if self.mode not in MODES:
             raise ModelDeviFileError(f"model deviation file mode must be one of {MODES}")
+        self.restart = bool(opts.get("restart", 0))
+        self.restart_rows = str(opts.get("restart_rows") or "repeat")
+        if self.restart_rows not in ROW_POLICIES:
+            raise ModelDeviFileError(f"restart_rows must be one of {ROW_POLICIES}")
         self.writer: ModelDeviWriter | None = None
         self.last_deviation = None
 
@@ -73,8 +83,12 @@ class CommitteeModel(LammpsModel):
                 raise ModelDeviFileError(f"{path} is already written with other columns")
             self.writer = writer
             return
-        if self.mode == "append":
-            writer = ModelDeviWriter.resume(path, int(self.options.get("step", 0)), self.atomic)
+        if self.mode == "append" or (self.restart and self.mode == "new"):
+            if self.restart_rows == "repeat":
+                writer = ModelDeviWriter.extend(path, self.atomic)
+            else:
+                step = int(self.options.get("step", 0))
+                writer = ModelDeviWriter.resume(path, step, self.atomic)
         else:
             try:
                 writer = ModelDeviWriter.create(path, self.atomic, self.mode == "overwrite")

@@ -10,8 +10,14 @@ that a differentiable, collective operation:
   communication) and the ghost rows of the result are zero, since the output does not depend
   on the input's ghost rows.
 
-Every rank must call it the same number of times in the same order (also a rank with no atoms),
-which holds because each rank runs the same model. The rows travel as float64 through host
+``exchange.complete(p)`` serves per-atom partial sums (a zone-bridged model's source gate:
+each edge lives on the rank of its centre atom, so the sum over an atom's edges is spread over
+the ranks holding a copy of it): every row becomes the total over all copies of its atom,
+owner and ghosts alike (reverse, then forward communication). That map is its own adjoint, so
+its backward is the same operation on the cotangents.
+
+Every rank must call these the same number of times in the same order (also a rank with no
+atoms), which holds because each rank runs the same model. The rows travel as float64 through host
 memory; the result has the input's dtype and device.
 """
 
@@ -42,6 +48,22 @@ class GhostExchange:
                 f"exchange expects {self.n_all} rows (local + ghost atoms), got {x.shape[0]}"
             )
         return _ExchangeFunction.apply(x, self)
+
+    def complete(self, x: torch.Tensor) -> torch.Tensor:
+        """Each row summed over every copy of its atom on every rank (differentiable)."""
+        if x.shape[0] != self.n_all:
+            raise ValueError(
+                f"exchange expects {self.n_all} rows (local + ghost atoms), got {x.shape[0]}"
+            )
+        return _CompleteFunction.apply(x, self)
+
+    def complete_rows(self, x: torch.Tensor) -> torch.Tensor:
+        rows = self._rows(x)
+        if rows.shape[1] > 0:
+            self.backend(rows.numpy(), True)  # ghosts' partials into their owners
+            self.backend(rows.numpy(), False)  # the owners' totals back onto the ghosts
+        self.calls += 2
+        return rows.to(device=x.device, dtype=x.dtype).reshape(x.shape)
 
     def _rows(self, t: torch.Tensor) -> torch.Tensor:
         width = int(np.prod(t.shape[1:], dtype=np.int64)) if t.dim() > 1 else 1
@@ -74,6 +96,17 @@ class _ExchangeFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return ctx.exchange.reverse_rows(grad), None
+
+
+class _CompleteFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, exchange):
+        ctx.exchange = exchange
+        return exchange.complete_rows(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.exchange.complete_rows(grad), None
 
 
 def lammps_backend(handle) -> Backend:

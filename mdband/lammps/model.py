@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mdband.atom_virial import atom_virials, lammps_order
 from mdband.errors import MdbandError
 from mdband.lammps.exchange import Backend, GhostExchange, lammps_backend
 from mdband.potential import Potential
@@ -135,6 +136,8 @@ class LammpsModel:
         self._list = None  # compute_listed: (n_all, rows, owners, centres) of LAMMPS' list
         self.list_copies = 0  # neighbour lists taken by compute_listed
         self.announce = True  # print which path a single rank takes
+        self.type_note = ""  # how pair_coeff mapped the types (logged by the plugin)
+        self.type_warning = ""  # a LAMMPS warning about that mapping, or ""
 
     @property
     def single_rank(self) -> bool:
@@ -177,9 +180,10 @@ class LammpsModel:
         """Evaluate one rank's edges; results are written into the plugin's buffers.
 
         ``types`` int32 (n_all,) LAMMPS types; ``src``/``dst`` int64 (E,); ``vec`` float64
-        (E, 3); ``forces`` float64 (n_all, 3), zeroed; ``eatom`` float64 (nlocal,) or None;
-        ``vatom`` float64 (n_all, 6) or None; ``out`` float64 (7,): energy of the local atoms,
-        then the virial xx yy zz xy xz yz (eV).
+        (E, 3) Å; ``forces`` float64 (n_all, 3), zeroed; ``eatom`` float64 (nlocal,) or None;
+        ``vatom`` float64 (n_all, 9) or None: per-atom virials in LAMMPS' centroid order
+        ``xx yy zz xy xz yz yx zx zy`` (:func:`mdband.atom_virial.lammps_order`); ``out``
+        float64 (7,): energy of the local atoms, then the virial xx yy zz xy xz yz (eV).
         """
         n_all = nlocal + nghost
         ltypes = np.frombuffer(types, dtype=np.int32).astype(np.int64)
@@ -216,7 +220,7 @@ class LammpsModel:
         if eatom is not None:
             np.frombuffer(eatom, dtype=np.float64)[:] = e_local.cpu().numpy()
         if vatom is not None:
-            vv = np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 6)
+            vv = np.frombuffer(vatom, dtype=np.float64).reshape(n_all, 9)
             vv[: va.shape[0]] = va.cpu().numpy()
 
     def compute_listed(self, nlocal, nghost, types, x, src, dst, forces, eatom, vatom, out):
@@ -313,7 +317,8 @@ class LammpsModel:
     @staticmethod
     def _assemble(res, src_t, dst_t, vec_t, n_rows, nlocal, per_atom_virial):
         """Forces (n_rows, 3), local atom energies, the six virial components, per-atom virials
-        (n_rows, 6) if asked (else None) and the 3×3 virial −Σ g ⊗ vec, float64 tensors."""
+        (n_rows, 9; LAMMPS' centroid columns) if asked (else None) and the 3×3 virial
+        −Σ g ⊗ vec, float64 tensors."""
         g = res.edge_grad.to(torch.float64)
         dev = g.device
         f = torch.zeros((n_rows, 3), dtype=torch.float64, device=dev)
@@ -323,9 +328,6 @@ class LammpsModel:
         w6 = -(vec_t[:, _VOIGT_A] * g[:, _VOIGT_B])
         va = None
         if per_atom_virial:
-            half = 0.5 * w6
-            va = torch.zeros((n_rows, 6), dtype=torch.float64, device=dev)
-            va.index_add_(0, dst_t, half)
-            va.index_add_(0, src_t, half)
+            va = lammps_order(atom_virials(g, vec_t, src_t, dst_t, n_rows))
         w33 = -(g.T @ vec_t.to(torch.float64))
         return f, res.atom_energy[:nlocal], w6.sum(0), va, w33

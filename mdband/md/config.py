@@ -18,6 +18,7 @@ from mdband.charge_spin import ChargeSpinError, whole_number
 from mdband.host_memory import CHOICES as HOST_MEMORY
 from mdband.io.h5md import FORCE_UNITS
 from mdband.io.run_files import default_final
+from mdband.io.thermo_table import PRESSURE_UNITS, THERMO_EXTRAS
 from mdband.md.errors import ConfigError
 from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
 from mdband.settings import check_budget
@@ -124,17 +125,36 @@ class RunConfig:
         "isotropic", "npt-mtk cell fluctuations: volume only or the full cell.", choices=BAROSTATS
     )
     trajectory: str | None = setting(None, "H5MD trajectory output.", metavar="FILE.h5")
-    traj_every: int = setting(100, "Frame and thermo-line interval in steps.")
+    traj_every: int = setting(100, "Trajectory frame interval in steps.")
+    thermo_every: int | None = setting(
+        None,
+        "Thermo-line interval in steps (console table, log, CSV rows); frames keep traj_every.",
+        default_text="traj_every",
+    )
+    thermo_columns: tuple[str, ...] = setting(
+        (),
+        "Extra thermo columns: pressure_tensor (pxx pyy pzz pyz pxz pxy, with the kinetic "
+        "part, as LAMMPS), cell (lengths a b c in Å), density (g/cm^3).",
+        choices=THERMO_EXTRAS,
+        metavar="NAME,...",
+    )
+    pressure_unit: str = setting(
+        "GPa", "Unit of the thermo table's and log's pressures.", choices=PRESSURE_UNITS
+    )
     traj_precision: str = setting("float32", "Precision of trajectory frames.", choices=DTYPES)
     traj_force_unit: str = setting(
         "kJ mol-1 Angstrom-1",
-        "Unit of trajectory forces (kJ mol-1 Angstrom-1 is what MDAnalysis reads).",
+        "Unit of trajectory forces: one MDAnalysis converts (kJ mol-1 Angstrom-1, kcal mol-1 "
+        "Angstrom-1, kJ mol-1 nm-1), or eV Angstrom-1 (MDAnalysis opens it through "
+        "mdband.io.mdanalysis).",
         choices=FORCE_UNITS,
     )
     checkpoint: str | None = setting(None, "Restart file.", metavar="FILE")
     checkpoint_every: int = setting(1000, "Checkpoint interval in steps (and at the end).")
     resume: bool = setting(False, "Continue from --checkpoint until --steps.")
-    overwrite: bool = setting(False, "Replace existing output files.")
+    overwrite: bool = setting(
+        False, "Replace existing output files (a resumed run ignores it: it continues them)."
+    )
     device: str = setting(
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
     )
@@ -275,6 +295,7 @@ class RunConfig:
             tdamp=100 * self.timestep if self.tdamp is None else self.tdamp,
             pdamp=1000 * self.timestep if self.pdamp is None else self.pdamp,
             final=self.final or default_final(self.trajectory, self.log),
+            thermo_every=self.traj_every if self.thermo_every is None else self.thermo_every,
         )
 
 
@@ -333,6 +354,8 @@ def _validate(c: RunConfig) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     _positive(c, "timestep", "steps", "traj_every", "checkpoint_every", "friction")
+    if c.thermo_every is not None:
+        _positive(c, "thermo_every")
     _positive(c, "tchain", "pchain", "tloop", "ploop")
     for name in ("tdamp", "pdamp"):
         if getattr(c, name) is not None:
@@ -354,8 +377,6 @@ def _validate(c: RunConfig) -> None:
             except ChargeSpinError as exc:
                 raise ConfigError(str(exc)) from None
     _runaway_settings(c)
-    if c.resume and c.overwrite:
-        raise ConfigError("resume and overwrite exclude each other")
     if c.resume and not c.checkpoint:
         raise ConfigError("resume needs a checkpoint file")
     if not c.model:
@@ -425,7 +446,8 @@ def merge_for_resume(recorded: dict, explicit: dict) -> RunConfig:
     Raises :class:`ConfigError` naming every explicit physics setting that differs from the
     recorded run.
     """
-    merged = {k: v for k, v in recorded.items() if k in _FIELD_TYPES}
+    # what the recorded run was told about its outputs is no setting of this run
+    merged = {k: v for k, v in recorded.items() if k in _FIELD_TYPES and k != "overwrite"}
     merged.update(normalise_mapping(explicit))
     config = RunConfig(**merged)
     clashes = []

@@ -3,15 +3,18 @@ as one line)."""
 
 from __future__ import annotations
 
-from mdband.errors import MdbandError
+from mdband.errors import MdbandError, OutputExistsError
+
+__all__ = [
+    "ConfigError",
+    "OutputExistsError",
+    "RunInterrupted",
+    "SimulationDivergedError",
+]
 
 
 class ConfigError(MdbandError, ValueError):
     """A run setting is missing, out of range, or conflicts with another one."""
-
-
-class OutputExistsError(MdbandError):
-    """An output file exists and neither ``overwrite`` nor ``resume`` was requested."""
 
 
 class SimulationDivergedError(MdbandError):

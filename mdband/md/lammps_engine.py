@@ -84,6 +84,7 @@ from mdband.md.lammps_input import (
 )
 from mdband.md.lammps_ranks import all_ranks, launcher_rank_size, on_root, serial_ase
 from mdband.md.lammps_start import HELD_LOCKS, PS, Start, checkpoint_record, prepare
+from mdband.md.thermo import ThermoTable
 
 _MAX_CHUNK = 1000  # longest single `run` between two checks for a stop signal
 
@@ -165,6 +166,7 @@ class _LammpsRun:
                 append=start.resumed,
                 show_progress=self.c.progress,
                 console=console,
+                table=ThermoTable(self.c.thermo_columns, self.c.pressure_unit),
             )
             self.reporter.plot_source = self.c.trajectory or self.c.log
         self._cache: State | None = None
@@ -198,9 +200,9 @@ class _LammpsRun:
             self._read_restart()
         else:
             self._create()
-        lines = [pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head,
-                                    charge=c.charge, spin=c.spin)]  # fmt: skip
-        lines.append("pair_coeff * * " + " ".join(self.symbols))
+        style = pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head,
+                                   charge=c.charge, spin=c.spin)  # fmt: skip
+        lines = [style, "pair_coeff * * " + " ".join(self.symbols)]
         if c.skin > 0:
             lines += [f"neighbor {num(c.skin)} bin", "neigh_modify every 1 delay 0 check yes"]
         else:  # rebuilt every step: restarts continue bit for bit
@@ -220,10 +222,8 @@ class _LammpsRun:
         vel = s.velocities @ rot if s.rotation is not None else np.array(s.velocities)
         img0 = lmp.encode_image_flags(0, 0, 0)
         ids = list(range(1, self.n + 1))
-        made = lmp.create_atoms(
-            self.n, ids, self.types.tolist(), pos.ravel().tolist(), vel.ravel().tolist(),
-            [img0] * self.n,
-        )  # fmt: skip
+        made = lmp.create_atoms(self.n, ids, self.types.tolist(), pos.ravel().tolist(),
+                                vel.ravel().tolist(), [img0] * self.n)  # fmt: skip
         if lmp.get_natoms() != self.n:
             raise MdbandError(f"LAMMPS created {lmp.get_natoms()} of {self.n} atoms ({made})")
         # LAMMPS wrapped the atoms into the box; record the shifts as image flags
@@ -320,14 +320,15 @@ class _LammpsRun:
     def _time_ps(self, step: int) -> float:
         return step * self.c.timestep / 1000.0
 
-    def _sample(self, step: int) -> None:
+    def _sample(self, step: int, thermo: bool = True, frame: bool = True) -> None:
         st = self._state(step)
 
         def write():
             _check_runaway(self, step, st)
             t = self._time_ps(step)
-            self.reporter.thermo(step, t, st.observables)
-            if self.writer is not None:
+            if thermo:
+                self.reporter.thermo(step, t, st.observables)
+            if frame and self.writer is not None:
                 self.writer.append(
                     Frame(step, t, st.positions, st.velocities, st.forces, st.cell, st.observables)
                 )
@@ -407,7 +408,7 @@ class _LammpsRun:
     def _next_stop(self, step: int) -> int:
         c = self.c
         marks = [c.steps, step + _MAX_CHUNK]
-        for every in (c.traj_every, c.checkpoint_every):
+        for every in (c.traj_every, c.checkpoint_every, c.thermo_every or c.traj_every):
             marks.append((step // every + 1) * every)
         return min(marks)
 
@@ -442,8 +443,9 @@ class _LammpsRun:
                     self._cmd(f"run {nxt - step} pre {pre} post no", nxt)
                     step = nxt
                     self._check_finite(step)
-                    if step % c.traj_every == 0:
-                        self._sample(step)
+                    thermo_now = step % (c.thermo_every or c.traj_every) == 0
+                    if thermo_now or step % c.traj_every == 0:
+                        self._sample(step, thermo_now, step % c.traj_every == 0)
                     if step % c.checkpoint_every == 0 or step == c.steps:
                         self._checkpoint(step)
                     if self.root:

@@ -19,6 +19,7 @@ from mdband._version import __version__
 from mdband.io.h5md import TrajectoryHeader
 from mdband.md.lammps_input import BAR_PER_GPA, PRESSURE_KEYS
 from mdband.md.outputs import recorded_config
+from mdband.md.thermo import cell_observables
 
 
 @dataclass
@@ -83,6 +84,7 @@ def gather_state(
         "pressure": float(-np.trace(stress) / 3.0),
         "volume": float(abs(np.linalg.det(cell))),
         "stress": stress,
+        **cell_observables(masses, cell),
     }
     return State(step, to_input(x), to_input(v), to_input(f), to_input(cell), obs)
 
@@ -96,6 +98,7 @@ def trajectory_header(s, lammps_version: int, mpi_ranks: int) -> TrajectoryHeade
         "run_id": s.plan.run_id,
         "model_hash": s.model_hash,
         "model_kind": s.model_kind,
+        "type_map": s.type_map,
         "mdband_version": __version__,
         "ensemble": c.ensemble,
         "timestep_fs": c.timestep,

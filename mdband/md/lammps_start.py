@@ -44,6 +44,7 @@ class Start:
     model_hash: str
     notes: list[str] = field(default_factory=list)
     plan: outputs.ResumePlan | None = None  # what happens to the outputs (mdband.md.outputs)
+    type_map: str = ""  # the model's, space-separated (what `mdband export` numbers types by)
 
     @property
     def resumed(self) -> bool:
@@ -64,6 +65,11 @@ def prepare(config: RunConfig) -> Start:
 
     pair_style_command(config.model, dtype=config.dtype, device=config.device, head=config.head)
     potential = load_model(config.model, device="cpu", dtype=config.dtype, head=config.head)
+    if potential.spin is not None:
+        raise ConfigError(
+            f"--engine lammps cannot run {config.model}: a {potential.spin.scheme} spin model "
+            "(pair_style mdband has no atom_style spin); use --engine ase"
+        )
     notes: list[str] = []
     if ck is not None:
         if RESTART not in ck.integrator:
@@ -109,6 +115,7 @@ def prepare(config: RunConfig) -> Start:
         restart=restart,
         bath_energy=bath,
         model_kind=potential.kind,
+        type_map=" ".join(potential.type_map),
         model_hash=potential.model_hash,
         notes=notes,
         plan=plan,

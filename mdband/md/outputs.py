@@ -4,9 +4,10 @@ records of them so ``--resume`` continues the same files and nothing else.
 The outputs are the trajectory, checkpoint, log, final structure (also the default one) and
 a committee's model-deviation file. Before a run writes anything: each output's directory
 exists, no output is a directory, the outputs differ from each other and from the inputs
-(structure, models, config file), each output
-is locked (:mod:`mdband.io.locks`; a second writer is refused with the first one's PID) and,
-under the lock, an existing output needs ``overwrite`` or ``resume``.
+(structure, models, config file) as files, not names (:func:`mdband.io.files.check_outputs`:
+links followed, hard links by inode), each output is locked (:mod:`mdband.io.locks`; a second
+writer is refused with the first one's PID) and, under the lock, an existing output (or a
+link at its path) needs ``overwrite`` or ``resume``. A resumed run ignores ``overwrite``.
 
 A checkpoint records the run id, the absolute path of each output, the trajectory's frame
 count and last step, and the log's size. ``--resume`` then refuses a trajectory of another
@@ -17,7 +18,6 @@ recorder continues the model-deviation file.
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,8 @@ import numpy as np
 
 from mdband.io.atomic import clean_stale_temps
 from mdband.io.checkpoint import Checkpoint
-from mdband.io.h5md import H5MDReader, TrajectoryError
+from mdband.io.files import check_outputs, exists, same_file
+from mdband.io.h5md import H5MDReader, TrajectoryError, check_series
 from mdband.io.locks import OutputLocks
 from mdband.io.run_files import default_final
 from mdband.md.config import PATH_FIELDS, RunConfig
@@ -61,35 +62,12 @@ def input_paths(c: RunConfig, extra: dict | None = None) -> dict[str, Path]:
     return out
 
 
-def _same(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
+_same = same_file  # one file, whatever names reach it (mdband.io.files)
 
 
 def check_output_paths(c: RunConfig, extra_inputs: dict | None = None) -> None:
     """Raise :class:`ConfigError` for an output that cannot or must not be written."""
-    outs = output_paths(c)
-    names = list(outs)
-    for k, a in enumerate(names):
-        for b in names[k + 1 :]:
-            if _same(outs[a], outs[b]):
-                raise ConfigError(
-                    "trajectory, checkpoint, log, final and model_devi must be different files"
-                )
-    for name, path in outs.items():
-        if not path.parent.is_dir():
-            raise ConfigError(f"directory of {name} file {path} does not exist")
-        if path.is_dir():
-            raise ConfigError(f"{name} path {path} is a directory")
-        for what, src in input_paths(c, extra_inputs).items():
-            if _same(path, src):
-                raise ConfigError(
-                    f"{name} file {path} is the {what}: the run would overwrite its own input"
-                )
+    check_outputs(output_paths(c), input_paths(c, extra_inputs), error=ConfigError, verb="the run")
 
 
 def claim_outputs(c: RunConfig, extra_inputs: dict | None = None) -> OutputLocks:
@@ -100,7 +78,7 @@ def claim_outputs(c: RunConfig, extra_inputs: dict | None = None) -> OutputLocks
     try:
         if not (c.resume or c.overwrite):
             for name, path in output_paths(c).items():
-                if path.exists():
+                if exists(path):
                     raise OutputExistsError(
                         f"{name} file {path} exists; use --overwrite to replace it or --resume "
                         "to continue"
@@ -185,6 +163,7 @@ def _trajectory_plan(c: RunConfig, ck: Checkpoint, atoms, model_hash: str, notes
         notes.append(f"Trajectory: a new file {path}, frames from step {ck.step} on")
         return "create"
     with H5MDReader(path) as r:
+        check_series(r.file, path)  # dtypes and shapes the run appends, before any change
         params = r.parameters
         if r.n_atoms != len(atoms) or not np.array_equal(r.species, atoms.numbers):
             raise TrajectoryError(f"trajectory {path} holds other atoms than the checkpoint")

@@ -50,6 +50,8 @@ class Reporter:
         rows when the name ends in ``.csv`` (see :mod:`mdband.io.run_files`).
     show_progress : bool
     console : rich Console, optional
+    table : ThermoTable, optional
+        The thermo columns (``thermo_columns``, ``pressure_unit``); default: the fixed ones.
     """
 
     def __init__(
@@ -62,8 +64,10 @@ class Reporter:
         append: bool = False,
         show_progress: bool = True,
         console: Console | None = None,
+        table: thermo.ThermoTable | None = None,
     ) -> None:
         self.console = console or Console(highlight=False)
+        self.table = table or thermo.ThermoTable()
         self.first_step = first_step
         self.last_step = last_step
         self.timestep_fs = timestep_fs
@@ -90,10 +94,10 @@ class Reporter:
     def start(self, lines: list[str]) -> None:
         """Open the log, print the description lines and the thermo header; start the bar."""
         if self._log_path is not None:
-            self._log = open_log(self._log_path, self._append)
+            self._log = open_log(self._log_path, self._append, self.table)
         for line in lines:
             self._emit(line)
-        self._emit(thermo.header())
+        self._emit(self.table.header())
         self._t0 = time.perf_counter()
         if self._progress is not None:
             self._progress.start()
@@ -104,7 +108,7 @@ class Reporter:
         self.samples.append((step, time_ps, obs))
         if self._log is not None:
             self._log.thermo(step, time_ps, obs)
-        self._emit(thermo.row(step, time_ps, obs))
+        self._emit(self.table.row(step, time_ps, obs))
 
     def advance(self, step: int) -> None:
         if self._progress is not None:

@@ -20,7 +20,8 @@ from ase.calculators.singlepoint import SinglePointCalculator
 from mdband.charge_spin import ChargeSpinError, MissingChargeSpinError, whole_number
 from mdband.errors import StructureError
 from mdband.io.atomic import atomic_path
-from mdband.md.errors import ConfigError, OutputExistsError
+from mdband.io.files import start_new_file
+from mdband.md.errors import ConfigError
 from mdband.md.setting_table import check_values, parameters_doc, setting
 from mdband.md.system import check_structure, read_structure
 
@@ -34,11 +35,13 @@ _TRAJECTORY_SUFFIXES = (".traj", ".xyz", ".extxyz")
 class RelaxConfig:
     """Settings of one ``mdband relax`` (each is a flag: ``fmax`` is ``--fmax``)."""
 
-    structure: str | None = setting(
+    structure: list[str] | None = setting(
         None,
         "Structure to relax: a deepmd-kit system, a LAMMPS data file or dump, a VASP OUTCAR or "
-        "vasprun.xml, or any ase.io.read file.",
+        "vasprun.xml, or any ase.io.read file; a glob pattern ('cands/*.xyz') or a repeated "
+        "flag relaxes several together (one multi-frame --output).",
         metavar="FILE",
+        repeatable=True,
     )
     format: str | None = setting(
         None,
@@ -55,6 +58,11 @@ class RelaxConfig:
         default_text="names in the file, LAMMPS Masses, else the model's type map",
     )
     frame: int = setting(-1, "Image of the structure file.", default_text="last")
+    all_frames: bool = setting(
+        False,
+        "Relax every image of every structure file, together (one multi-frame --output), "
+        "instead of one --frame.",
+    )
     model: str | None = setting(
         None, "Model file (mdband, deepmd-kit SeZM) or builtin:NAME.", metavar="PATH"
     )
@@ -99,6 +107,9 @@ class RelaxConfig:
     )
 
     def __post_init__(self) -> None:
+        if isinstance(self.structure, (str, tuple)):  # one file, or a tuple from the API
+            one = isinstance(self.structure, str)
+            object.__setattr__(self, "structure", [self.structure] if one else list(self.structure))
         check_values(self, ConfigError)
         if not self.fmax > 0:
             raise ConfigError(f"fmax must be positive; got {self.fmax}")
@@ -114,6 +125,8 @@ class RelaxConfig:
                     whole_number(name, getattr(self, name))
                 except ChargeSpinError as exc:
                     raise ConfigError(str(exc)) from None
+        if self.all_frames and self.frame != -1:
+            raise ConfigError("--frame and --all-frames exclude each other")
         for name, flag in (("structure", "--structure"), ("model", "--model")):
             if not getattr(self, name):
                 raise ConfigError(f"no {name} given ({flag})")
@@ -136,6 +149,32 @@ def _check_format_and_type_map(c: RelaxConfig) -> None:
             parse_type_map(c.type_map)
     except (DatasetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+
+
+def structure_paths(c: RelaxConfig) -> list[str]:
+    """The ``structure`` entries with glob patterns expanded (each pattern's matches in natural
+    order); an existing path is taken as it is, a pattern that matches nothing is an error."""
+    import glob
+    import re
+
+    def natural(text: str) -> list:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+    out = []
+    for entry in c.structure or []:
+        if Path(entry).exists() or not glob.has_magic(entry):
+            out.append(entry)
+            continue
+        found = sorted(glob.glob(entry), key=natural)
+        if not found:
+            raise ConfigError(f"no structure file matches {entry}")
+        out += found
+    return out
+
+
+def is_batch(c: RelaxConfig) -> bool:
+    """Whether ``c`` relaxes several structures (:mod:`mdband.md.relax_batch`)."""
+    return c.all_frames or len(structure_paths(c)) > 1
 
 
 if RelaxConfig.__doc__:  # None under python -OO
@@ -169,23 +208,28 @@ def output_format(path, what: str = "output") -> str:
     return fmt
 
 
-def _check_outputs(c: RelaxConfig) -> str:
+def _claim_outputs(c: RelaxConfig):
+    """Check the outputs (not an input, not one file, :mod:`mdband.io.files`), lock them and
+    refuse existing ones unless ``overwrite``; the caller releases the returned locks."""
+    from mdband.io.files import claim_outputs
+
     output_format(c.output)
-    paths = {"output": Path(c.output)}
-    if c.trajectory:
-        paths["trajectory"] = Path(c.trajectory)
-        if paths["trajectory"].suffix.lower() not in _TRAJECTORY_SUFFIXES:
-            raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
-        if paths["trajectory"].resolve() == paths["output"].resolve():
-            raise ConfigError("output and trajectory must be different files")
-    for name, path in paths.items():
-        if not path.parent.is_dir():
-            raise ConfigError(f"directory of {name} file {path} does not exist")
-        if path.is_dir():
-            raise ConfigError(f"{name} path {path} is a directory")
-        if path.exists() and not c.overwrite:
-            raise OutputExistsError(f"{name} file {path} exists; use --overwrite to replace it")
-    return output_format(c.output)
+    if c.trajectory and Path(c.trajectory).suffix.lower() not in _TRAJECTORY_SUFFIXES:
+        raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
+    paths = structure_paths(c)
+    inputs = {
+        f"structure {k + 1}" if len(paths) > 1 else "structure": p for k, p in enumerate(paths)
+    }
+    if not str(c.model).startswith("builtin:"):
+        inputs["model"] = c.model
+    return claim_outputs(
+        {"output": c.output, "trajectory": c.trajectory},
+        inputs,
+        overwrite=c.overwrite,
+        error=ConfigError,
+        verb="the relaxation",
+        hint="use --overwrite to replace it",
+    )
 
 
 def _snapshot(atoms: Atoms) -> Atoms:
@@ -205,12 +249,13 @@ class _TrajectoryWriter:
         self.atoms = atoms
         self.frames = 0
         self._traj = None
+        # a new file renamed onto the path: an old file or a link there is replaced, never
+        # written through (the outputs were claimed: replacing is allowed)
+        start_new_file(self.path, overwrite=True, what="trajectory")
         if self.path.suffix.lower() == ".traj":
             from ase.io.trajectory import Trajectory
 
             self._traj = Trajectory(str(self.path), "w")
-        else:
-            self.path.write_text("")
 
     def __call__(self) -> None:
         snap = _snapshot(self.atoms)
@@ -244,13 +289,21 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         Bad input, before anything is written (:class:`ConfigError`, :class:`StructureError`,
         :class:`OutputExistsError`, model errors).
     """
+    fmt = output_format(config.output)
+    with _claim_outputs(config):
+        return _relax(config, potential, logfile, fmt)
+
+
+def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
     import ase.io
     from ase.filters import FrechetCellFilter
     from ase.optimize import BFGS, FIRE
 
-    from mdband.calculator import Calculator
+    from mdband.calculator import Calculator, magmoms_of
 
-    fmt = _check_outputs(config)
+    paths = structure_paths(config)
+    if config.all_frames or len(paths) != 1:
+        raise ConfigError("several structures: relax them with mdband.md.relax_batch.relax_many")
     if config.threads is not None:
         import torch
 
@@ -268,7 +321,7 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         )
     notes: list[str] = []
     atoms = read_structure(
-        config.structure,
+        paths[0],
         config.frame,
         format=config.format,
         type_map=config.type_map,
@@ -276,7 +329,8 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
         notes=notes,
     )
     check_structure(atoms, potential, config.min_distance)
-    _charge_spin(config, potential, atoms)
+    magmoms_of(atoms, potential)  # a spin model's moments, checked before anything is written
+    _charge_spin(config, potential, atoms, paths[0])
     if config.cell and not np.all(atoms.get_pbc()):
         raise StructureError("--cell needs a structure periodic in all three directions")
     atoms.calc = Calculator(potential)
@@ -305,7 +359,7 @@ def relax(config: RelaxConfig, *, potential=None, logfile="-") -> RelaxResult:
     return result
 
 
-def _charge_spin(config: RelaxConfig, potential, atoms: Atoms) -> None:
+def _charge_spin(config: RelaxConfig, potential, atoms: Atoms, where: str) -> None:
     """``--charge`` / ``--spin`` into ``atoms.info`` (over the structure file's values, which
     a charge/spin model reads otherwise); checked against the model before any step (a model
     without the embedding refuses the flags and ignores the file's values)."""
@@ -320,7 +374,7 @@ def _charge_spin(config: RelaxConfig, potential, atoms: Atoms) -> None:
     except ChargeSpinError as exc:
         if isinstance(exc, MissingChargeSpinError):
             raise
-        raise ConfigError(f"{config.structure}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     logger.info("relax: total charge %d, spin multiplicity %d", *row.tolist()[0])
 
 

@@ -26,8 +26,14 @@ import numpy as np
 import torch
 from ase import Atoms, units
 
+from mdband import host_threads
 from mdband._version import __version__
-from mdband.errors import MdbandError, ResourceExhaustedError, StructureError
+from mdband.errors import (
+    MdbandError,
+    ResourceExhaustedError,
+    StructureError,
+    is_out_of_memory,
+)
 from mdband.io.atomic import is_disk_full
 from mdband.io.checkpoint import Checkpoint, write_checkpoint
 from mdband.io.h5md import Frame, H5MDWriter, TrajectoryHeader
@@ -39,7 +45,7 @@ from mdband.md.errors import RunInterrupted, SimulationDivergedError
 from mdband.md.guards import RunawayGuard
 from mdband.md.progress import Reporter
 from mdband.md.setup import Prepared, prepare
-from mdband.md.thermo import observables
+from mdband.md.thermo import ThermoTable, observables
 from mdband.potential import Potential
 
 _PS = 1000.0 * units.fs  # ASE time units per ps
@@ -107,6 +113,7 @@ class _Run:
             append=p.resumed,
             show_progress=self.c.progress,
             console=console,
+            table=ThermoTable(self.c.thermo_columns, self.c.pressure_unit),
         )
         self.reporter.plot_source = self.c.trajectory or self.c.log
 
@@ -149,18 +156,20 @@ class _Run:
     def _exhausted(self, what: str) -> ResourceExhaustedError:
         return ResourceExhaustedError(f"run stopped at step {self.step}: {what}; {self._kept()}")
 
-    def _sample(self, step: int) -> None:
+    def _sample(self, step: int, thermo: bool = True, frame: bool = True) -> None:
+        """A thermo line (``thermo``) and/or a trajectory frame (``frame``) of this step."""
         self._check_runaway(step)
         try:
             conserved = self.p.ensemble.conserved_energy()
         except ArithmeticError as exc:  # e.g. a barostat mass of 0 from a 1e-300 fs timestep
             raise self._diverged(step, f"the integrator failed ({exc})") from None
         obs = observables(self.atoms, conserved)
-        if self.p.model_devi is not None:
+        if frame and self.p.model_devi is not None:
             obs.update(self.p.model_devi.observables(step, self.atoms))
         t = self._time_ps(step)
-        self.reporter.thermo(step, t, obs)
-        if self.writer is not None:
+        if thermo:
+            self.reporter.thermo(step, t, obs)
+        if frame and self.writer is not None:
             a = self.atoms
             self.writer.append(
                 Frame(
@@ -206,9 +215,16 @@ class _Run:
                 outputs=outputs.record(
                     self.c, self.p.plan.run_id, None if self.writer is None else self.writer.written
                 ),
+                magmoms=self._magmoms(),
             ),
         )
         self.last_checkpoint = step
+
+    def _magmoms(self):
+        """A spin model's fixed moments (N, 3), else None."""
+        if self.p.potential.spin is None:
+            return None
+        return self.atoms.get_initial_magnetic_moments()
 
     def _final(self) -> list[str]:
         """Write the final structure (if configured); the summary line saying so."""
@@ -246,6 +262,7 @@ class _Run:
             precision=self.c.traj_precision,
             force_unit=self.c.traj_force_unit,
             model_devi=self.p.model_devi is not None,
+            magmoms=self._magmoms(),
         )
         self.writer = H5MDWriter.create(self.c.trajectory, header)
 
@@ -262,6 +279,7 @@ class _Run:
         lines.append(f"Memory budget: {pot.memory_budget}")
         if pot.device.type == "cpu":
             lines.append(f"Host memory: {pot.host_memory}")
+            lines.append(f"CPU: {host_threads.describe()}")
         settings = getattr(pot.model, "settings", None)
         if settings is not None and pot.device.type == "cuda":
             lines.append(f"Engine: SO(2) products {settings.stack_precision}, "
@@ -283,14 +301,22 @@ class _Run:
                 result = self._loop()
             failed = False
             return result
+        except KeyboardInterrupt as exc:  # a second SIGINT within a step, or before the loop
+            name = str(exc) if str(exc).startswith("SIG") else "SIGINT"
+            stop = RunInterrupted(f"stopped by {name} at step {self.step}; {self._kept()}")
+            self._report(stop)
+            raise stop from None
         except MdbandError as exc:
-            try:
-                self.reporter.message(f"Stopped: {exc}")
-            except OSError:  # the log's disk is full
-                pass
+            self._report(exc)
             raise
         finally:
             self._close(quiet=failed)
+
+    def _report(self, exc: BaseException) -> None:
+        try:
+            self.reporter.message(f"Stopped: {exc}")
+        except OSError:  # the log's disk is full
+            pass
 
     def _loop(self) -> RunResult:
         c, start = self.c, self.p.start_step
@@ -316,23 +342,27 @@ class _Run:
                 self._advance(step)
                 if devi is not None:
                     devi.at_step(step, self.atoms)
-                if step % c.traj_every == 0:
-                    self._sample(step)
+                thermo_now = step % (c.thermo_every or c.traj_every) == 0
+                if thermo_now or step % c.traj_every == 0:
+                    self._sample(step, thermo_now, step % c.traj_every == 0)
                 if step % c.checkpoint_every == 0 or step == c.steps:
-                    self._checkpoint(step)
+                    with stop.shielded():
+                        self._checkpoint(step)
                 self.reporter.advance(step)
                 if step == start + WARMUP_STEPS and model_s0 is not None:
                     steady = (time.perf_counter(), self.atoms.calc.model_seconds)
                 if stop and step < c.steps:
-                    self._checkpoint(step)
-                    self._final()
+                    with stop.shielded():  # more signals wait: these writes complete
+                        self._checkpoint(step)
+                        self._final()
                     hint = f"; resume with --resume from {c.checkpoint}" if c.checkpoint else ""
                     raise RunInterrupted(f"stopped by {stop[0]} at step {step}{hint}")
-        wall = time.perf_counter() - t0
-        if self.writer is not None:
-            self.writer.close()
-        extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
-        extra += self._final()
+            wall = time.perf_counter() - t0
+            with stop.shielded():
+                if self.writer is not None:
+                    self.writer.close()
+                extra = [f"Checkpoint: {c.checkpoint} (step {c.steps})"] if c.checkpoint else []
+                extra += self._final()
         if model_s0 is not None and c.steps > start:
             in_model = self.atoms.calc.model_seconds - model_s0
             line = time_split(wall, in_model, c.steps - start)
@@ -400,7 +430,9 @@ def _resources(run: _Run):
             f"out of GPU memory evaluating the model on {n} atoms (after the step graphs' own "
             "fallbacks)"
         ) from None
-    except MemoryError:
+    except (MemoryError, RuntimeError) as exc:  # numpy, torch's CPU allocator, vesin...
+        if not is_out_of_memory(exc):
+            raise
         raise run._exhausted(
             f"out of memory (CPU) evaluating the model on {len(run.atoms)} atoms"
         ) from None
@@ -410,21 +442,39 @@ def _resources(run: _Run):
         raise run._exhausted(f"disk full ({' '.join(str(exc).split())[:120]})") from None
 
 
+class _Stop(list):
+    """The signals that arrived (names); true once one did. Within :meth:`shielded` a second
+    SIGINT waits too (the checkpoint and final structure being written complete)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shield = 0
+
+    @contextmanager
+    def shielded(self):
+        self.shield += 1
+        try:
+            yield
+        finally:
+            self.shield -= 1
+
+
 @contextmanager
 def _deferred_signals():
     """Turn SIGINT/SIGTERM into a flag checked between steps (main thread only).
 
-    Yields a list that holds the signal's name once one arrived; a second SIGINT raises
-    KeyboardInterrupt at once.
+    Yields a :class:`_Stop` that holds the signal's name once one arrived; a second SIGINT
+    raises KeyboardInterrupt at once, except while writes are shielded
+    (:meth:`_Stop.shielded`).
     """
-    caught: list[str] = []
+    caught = _Stop()
     if threading.current_thread() is not threading.main_thread():
         yield caught
         return
 
     def handler(signum, frame):
-        if caught and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+        if caught and signum == signal.SIGINT and not caught.shield:
+            raise KeyboardInterrupt("SIGINT")
         caught.append(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -33,7 +33,8 @@ class SettingInfo:
     metavar: str | None = None  # placeholder in --help (default: from unit or type)
     choices: tuple[str, ...] | None = None  # allowed values (click.Choice on the CLI)
     default_text: str | None = None  # how to show a default that is not a literal
-    repeatable: bool = False  # a scalar whose flag may be repeated (then a list arrives)
+    repeatable: bool = False  # a scalar whose flag may be repeated (then a list arrives); on
+    # a list setting: one value per flag, not split at commas (file names)
 
 
 def setting(

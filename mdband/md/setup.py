@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 from ase import Atoms
 
-from mdband.calculator import Calculator, NeighbourReference
+from mdband.calculator import Calculator, NeighbourReference, magmoms_of
 from mdband.charge_spin import ChargeSpinError, whole_number
-from mdband.errors import StructureError
+from mdband.errors import SpinInputError, StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.locks import OutputLocks
 from mdband.io.structure import read_structure
 from mdband.md.config import COMPILE_AUTO_STEPS, RunConfig, merge_for_resume
 from mdband.md.constraints import carried_constraints, describe, restore_constraints
 from mdband.md.ensembles import Ensemble, thermostat_rng
-from mdband.md.errors import ConfigError
+from mdband.md.errors import ConfigError, RunInterrupted
 from mdband.md.outputs import ResumePlan, claim_outputs, new_run_id, plan_resume
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
@@ -54,6 +54,12 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
     locks = claim_outputs(config)
     try:
         return _prepare(config, potential, locks)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM under the console script
+        locks.release()
+        name = str(exc) if str(exc).startswith("SIG") else "SIGINT"
+        raise RunInterrupted(
+            f"stopped by {name}; the run had not started: nothing was written"
+        ) from None
     except BaseException:
         locks.release()
         raise
@@ -61,8 +67,12 @@ def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:
 
 def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks) -> Prepared:
     ck = read_checkpoint(config.checkpoint) if config.resume else None
+    notes: list[str] = []
     if ck is not None:
         config = _resume_config(config, ck)
+        if config.overwrite:
+            notes.append("Warning: overwrite is ignored: a resumed run continues its own outputs")
+            config = replace(config, overwrite=False)
     else:
         config = config.resolved()
     if config.threads is not None:
@@ -78,7 +88,6 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
             f"{config.model} gives direct forces and no virial (deepmd-kit's dens mode); "
             "npt-mtk needs the virial: use an NVE or NVT ensemble"
         )
-    notes: list[str] = []
     if ck is not None:
         atoms = _atoms_from_checkpoint(ck, potential, config)
         restore_constraints(atoms, ck.constraints, config, str(config.checkpoint))
@@ -223,7 +232,7 @@ def _ignored_on_resume(config: RunConfig, ck: Checkpoint) -> list[str]:
 
 def _resume_config(config: RunConfig, ck: Checkpoint) -> RunConfig:
     explicit = config.to_dict()
-    for name in ("seed", "tdamp", "pdamp"):
+    for name in ("seed", "tdamp", "pdamp", "thermo_every"):  # None: the recorded value
         if explicit[name] is None:
             del explicit[name]
     merged = merge_for_resume(ck.config, explicit)
@@ -252,6 +261,13 @@ def _atoms_from_checkpoint(ck: Checkpoint, potential: Potential, config: RunConf
         numbers=ck.numbers, positions=ck.positions, cell=ck.cell, pbc=ck.pbc, masses=ck.masses
     )
     atoms.set_momenta(ck.momenta, apply_constraint=False)
+    if potential.spin is not None:
+        if ck.magmoms is None or ck.magmoms.shape != (n, 3):
+            raise CheckpointError(
+                f"checkpoint {config.checkpoint} has no (N, 3) magnetic moments, which the spin "
+                f"model {config.model} needs"
+            )
+        atoms.set_initial_magnetic_moments(ck.magmoms)
     return atoms
 
 
@@ -274,6 +290,16 @@ def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> A
         masses=src.get_masses(),
         info={k: src.info[k] for k in ("charge", "spin") if k in src.info},  # charge_spin_of_run
     )
+    if potential.spin is not None:  # held fixed for the whole run
+        try:
+            atoms.set_initial_magnetic_moments(magmoms_of(src, potential))
+        except SpinInputError as exc:
+            raise SpinInputError(f"structure {config.structure}: {exc}") from None
+        magnetic = potential.spin.magnetic_types(potential.type_map)
+        notes.append(
+            f"Magnetic moments: from {config.structure}, held fixed ({potential.spin.scheme} "
+            f"spin model; magnetic types {' '.join(magnetic) or 'none'})"
+        )
     if constraints:
         atoms.set_constraint(constraints)
         notes.append(describe(atoms))

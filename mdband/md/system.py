@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import vesin
 from ase import Atoms, units
 
 from mdband.errors import StructureError
@@ -29,14 +28,19 @@ def check_structure(atoms: Atoms, potential: Potential, min_distance: float) -> 
 
 
 def closest_pair(positions, cell, pbc, cutoff: float):
-    """The closest pair ``(i, j, distance)`` below ``cutoff``, or ``(None, None, None)``."""
-    box = cell if pbc.any() else np.zeros((3, 3))
-    nl = vesin.NeighborList(cutoff=float(cutoff), full_list=False)
-    i, j, d = nl.compute(points=positions, box=box, periodic=pbc, quantities="ijd")
-    if len(d) == 0:
+    """The closest pair ``(i, j, distance)`` below ``cutoff``, or ``(None, None, None)``
+    (the neighbour list of :func:`mdband.neighbours.host_edge_graph`: bounded work, and no
+    box vesin cannot search)."""
+    from mdband.neighbours import host_edge_graph
+
+    g = host_edge_graph(positions, cell, pbc, cutoff)
+    if g.n_edges == 0:
         return None, None, None
+    vec = positions[g.src] - positions[g.dst] + g.shifts @ np.asarray(cell, dtype=np.float64)
+    d = np.sqrt(np.einsum("ij,ij->i", vec, vec))
     k = int(np.argmin(d))
-    return int(i[k]), int(j[k]), float(d[k])
+    i, j = sorted((int(g.dst[k]), int(g.src[k])))
+    return i, j, float(d[k])
 
 
 def has_velocities(atoms: Atoms) -> bool:

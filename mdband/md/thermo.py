@@ -1,4 +1,5 @@
-"""Thermodynamic observables of a frame and the thermo table's text."""
+"""Thermodynamic observables of a frame and the thermo table's text (columns:
+:class:`mdband.io.thermo_table.ThermoTable`)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,25 @@ import math
 import numpy as np
 from ase import Atoms, units
 
-COLUMNS = (
-    ("step", "{:>10d}", 10),
-    ("time_ps", "{:>11.4f}", 11),
-    ("epot", "{:>15.6f}", 15),
-    ("ekin", "{:>12.6f}", 12),
-    ("etot", "{:>15.6f}", 15),
-    ("temperature", "{:>9.2f}", 9),
-    ("pressure", "{:>10.4f}", 10),
-    ("volume", "{:>12.3f}", 12),
-)
-_TITLES = {
-    "step": "Step",
-    "time_ps": "Time[ps]",
-    "epot": "Epot[eV]",
-    "ekin": "Ekin[eV]",
-    "etot": "Etot[eV]",
-    "temperature": "T[K]",
-    "pressure": "P[GPa]",
-    "volume": "V[A^3]",
-}
+from mdband.io.thermo_table import PRESSURE_UNITS, THERMO_EXTRAS, ThermoTable
+
+__all__ = [
+    "PRESSURE_UNITS",
+    "THERMO_EXTRAS",
+    "ThermoTable",
+    "drift_per_atom_ps",
+    "header",
+    "observables",
+    "row",
+]
+#: g/cm³ of 1 u per Å³
+_G_CM3 = 1e24 / units._Nav
 
 
 def observables(atoms: Atoms, conserved_energy: float = math.nan) -> dict:
-    """Energies (eV), temperature (K), pressure and stress (GPa, kinetic part included) and
-    volume (Å³) of ``atoms``; pressure, stress and volume are NaN unless fully periodic."""
+    """Energies (eV), temperature (K), pressure and stress (GPa, kinetic part included),
+    volume (Å³), density (g/cm³) and cell lengths (Å) of ``atoms``; pressure, stress, volume
+    and density are NaN unless fully periodic."""
     epot = float(atoms.get_potential_energy())
     ekin = float(atoms.get_kinetic_energy())
     out = {
@@ -42,9 +37,12 @@ def observables(atoms: Atoms, conserved_energy: float = math.nan) -> dict:
         "temperature": float(atoms.get_temperature()),
         "pressure": math.nan,
         "volume": math.nan,
+        "density": math.nan,
         "stress": np.full((3, 3), math.nan),
     }
-    if np.all(atoms.get_pbc()):
+    periodic = bool(np.all(atoms.get_pbc()))
+    out.update(cell_observables(atoms.get_masses(), atoms.cell.array, periodic))
+    if periodic:
         stress = atoms.get_stress(voigt=False, include_ideal_gas=True) / units.GPa
         out["stress"] = stress
         out["pressure"] = float(-np.trace(stress) / 3.0)
@@ -52,22 +50,26 @@ def observables(atoms: Atoms, conserved_energy: float = math.nan) -> dict:
     return out
 
 
+def cell_observables(masses, cell, periodic: bool = True) -> dict:
+    """``cell_lengths`` (3,) Å and ``density`` (g/cm³; NaN unless ``periodic``)."""
+    cell = np.asarray(cell, dtype=np.float64)
+    lengths = np.linalg.norm(cell, axis=1)
+    volume = abs(float(np.linalg.det(cell)))
+    density = float(np.sum(masses)) * _G_CM3 / volume if periodic and volume > 0 else math.nan
+    return {"cell_lengths": lengths, "density": density}
+
+
+_DEFAULT = ThermoTable()
+
+
 def header() -> str:
-    return " ".join(f"{_TITLES[name]:>{width}}" for name, _, width in COLUMNS)
+    """The default table's header (no extra columns, pressure in GPa)."""
+    return _DEFAULT.header()
 
 
 def row(step: int, time_ps: float, obs: dict) -> str:
-    values = {
-        "step": step,
-        "time_ps": time_ps,
-        "epot": obs["potential_energy"],
-        "ekin": obs["kinetic_energy"],
-        "etot": obs["total_energy"],
-        "temperature": obs["temperature"],
-        "pressure": obs["pressure"],
-        "volume": obs["volume"],
-    }
-    return " ".join(fmt.format(values[name]) for name, fmt, _ in COLUMNS)
+    """A row of the default table."""
+    return _DEFAULT.row(step, time_ps, obs)
 
 
 def drift_per_atom_ps(times_ps, energies, n_atoms: int) -> float:

@@ -39,6 +39,7 @@ from mdband.model.layers import EquivariantRMSNorm, ScalarRMSNorm
 from mdband.model.memory import MemoryEstimate
 from mdband.model.radial import RadialBasis, RadialMLP, cutoff_envelope
 from mdband.model.so2 import leading_rows
+from mdband.model.spin import SpinEmbedding
 from mdband.settings import EngineSettings
 from mdband.so3 import storage as st
 from mdband.so3.frames import unit_vectors
@@ -78,6 +79,9 @@ class EdgeCache:
     _src_csr: tuple | None = None
     rows: slice = field(default_factory=lambda: slice(None))
     n_src: int | None = None
+    #: (E,) zone-bridging source gate η[src] of each edge (mdband.model.bridging), None
+    #: without bridging: it scales what the edge carries to its centre, not the degree
+    gate: torch.Tensor | None = None
 
     def dst_csr(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, row_ptr) of the edges grouped by destination, built once per evaluation."""
@@ -159,8 +163,13 @@ class SeZMDescriptor(nn.Module):
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
         if cfg.add_chg_spin_ebd:
             self.charge_spin_embedding = ChargeSpinEmbedding(C)
+        native = cfg.spin.use_spin if cfg.spin is not None and cfg.spin.scheme == "native" else None
+        #: the native spin scheme's embedding of the moments (None: not such a model)
+        self.spin_embedding = None if native is None else SpinEmbedding(native, C)
         if cfg.use_env_seed:
-            self.env_seed_embedding = EnvironmentSeed(cfg.ntypes, cfg.n_radial, C, cfg.eps)
+            self.env_seed_embedding = EnvironmentSeed(
+                cfg.ntypes, cfg.n_radial, C, cfg.eps, use_spin=native
+            )
             norm = ScalarRMSNorm if cfg.film_norm else None
             if norm is not None:
                 self.film_scale_norm = norm(C)
@@ -198,14 +207,15 @@ class SeZMDescriptor(nn.Module):
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
 
     def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None,
-                   csr_pair=None) -> EdgeCache:  # fmt: skip
+                   csr_pair=None, gate=None) -> EdgeCache:  # fmt: skip
         """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
         tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``).
-        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them."""
+        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them; ``gate``:
+        their bridging source gate (E,) or None."""
         dst_csr, src_csr = csr_pair if csr_pair is not None else (None, None)
         return self.edge_cache_from(src, dst, edge_vec, *self.edge_geometry(edge_vec), n_nodes,
                                     rows=rows, n_src=n_src, dst_csr=dst_csr,
-                                    src_csr=src_csr)  # fmt: skip
+                                    src_csr=src_csr, gate=gate)  # fmt: skip
 
     def edge_geometry(self, edge_vec):
         """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
@@ -227,16 +237,18 @@ class SeZMDescriptor(nn.Module):
         return r, env, rbf, rot
 
     def edge_cache_from(self, src, dst, edge_vec, r, env, rbf, rot, n_nodes: int, rows=None,
-                        n_src=None, dst_csr=None, src_csr=None) -> EdgeCache:  # fmt: skip
+                        n_src=None, dst_csr=None, src_csr=None,
+                        gate=None) -> EdgeCache:  # fmt: skip
         """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``,
-        ``src_csr``: the destinations' and sources' CSR when known)."""
+        ``src_csr``: the destinations' and sources' CSR when known; ``gate``: the bridging
+        source gate (E,) or None)."""
         if dst_csr is None:
             dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
         deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
         inv_sqrt_deg = torch.rsqrt(deg + self.deg_floor)[:, None, None]
         rows = slice(None) if rows is None else rows
         return EdgeCache(src, dst, edge_vec, r, env, rbf, rot, inv_sqrt_deg, n_nodes, dst_csr,
-                         src_csr, rows=rows, n_src=n_src)  # fmt: skip
+                         src_csr, rows=rows, n_src=n_src, gate=gate)  # fmt: skip
 
     # ------------------------------------------------------------------ stages (also per chunk)
     def radial_features(self, ec) -> torch.Tensor:
@@ -263,14 +275,38 @@ class SeZMDescriptor(nn.Module):
         t_src, t_dst = take_rows(te, ec.src), take_rows(te[ec.rows], ec.dst)
         return radial + (t_src + t_dst)[:, None, :]
 
-    def initial_features(self, ec, radial, te, types) -> torch.Tensor:
+    def node_embedding(self, types, magmoms=None, charge_spin=None, systems=None) -> torch.Tensor:
+        """Type embedding of every node (N, C), plus for a charge/spin model
+        (``add_chg_spin_ebd``) the condition of each atom's system, then the l = 0 term of its
+        magnetic moment in native spin models (``magmoms`` (N, 3); None: zero moments), in
+        deepmd-kit's order. ``charge_spin``: int64 (S, 2) rows (charge, spin multiplicity);
+        ``systems``: the system of each atom (None: one system, S = 1)."""
+        te = self.type_embedding(types)
+        if not self.cfg.add_chg_spin_ebd:
+            if charge_spin is not None:
+                raise ValueError("this model has no charge/spin embedding")
+        elif charge_spin is None:
+            raise ValueError("a charge/spin model needs charge_spin")
+        else:
+            cond = self.charge_spin_embedding(charge_spin).to(te.dtype)  # (S, C)
+            if systems is None and cond.shape[0] != 1:
+                raise ValueError(f"{cond.shape[0]} charge/spin rows for one system")
+            # one system: broadcast over the atoms, as deepmd-kit's expand
+            te = te + (cond if systems is None else cond[systems])
+        if self.spin_embedding is not None and magmoms is not None:
+            te = te + self.spin_embedding.scalar(magmoms, types)
+        return te
+
+    def initial_features(self, ec, radial, te, types, magmoms=None) -> torch.Tensor:
         """Initial node state of the destination rows (n_nodes, (L+1)², C): type embedding with
-        the environment FiLM, plus the geometric initial embedding."""
+        the environment FiLM, plus the geometric initial embedding (and, in native spin models,
+        the l = 1 terms of the moments ``magmoms`` of every node)."""
         cfg = self.cfg
         N, C, L = ec.n_nodes, cfg.channels, cfg.lmax
         x0 = te[ec.rows]
         if cfg.use_env_seed:
-            film = self.env_seed_embedding(ec, types, fused=self.settings.ops_on(ec.edge_vec))
+            fused = self.settings.ops_on(ec.edge_vec)
+            film = self.env_seed_embedding(ec, types, fused=fused, magmoms=magmoms)
             sc, sh = film[:, :C], film[:, C:]
             if cfg.film_norm:
                 sc, sh = self.film_scale_norm(sc), self.film_shift_norm(sh)
@@ -279,6 +315,8 @@ class SeZMDescriptor(nn.Module):
         x = x0[:, None, :]
         if L > 0:
             if cfg.use_gie:
+                if ec.gate is not None:  # the bridging gate mutes what a source carries
+                    radial = radial * ec.gate[:, None, None]
                 if self.zonal_op and self.settings.ops_on(radial):
                     s = ec.inv_sqrt_deg.reshape(N)
                     gie = zonal_embed(ec.rotations, radial, ec.dst, s, csr=ec.dst_csr())
@@ -287,31 +325,18 @@ class SeZMDescriptor(nn.Module):
                 x = torch.cat([x + gie[:, :1], gie[:, 1:]], dim=1)
             else:
                 x = torch.cat([x, x.new_zeros(N, st.dim_of(L) - 1, C)], dim=1)
+        spin = self.spin_embedding
+        if spin is not None and magmoms is not None:
+            l1 = spin.on_site(magmoms[ec.rows], types[ec.rows])
+            if cfg.use_gie:
+                l1 = l1 + spin.from_neighbours(ec, magmoms, types)
+            x = torch.cat([x[:, :1], x[:, 1:4] + l1, x[:, 4:]], dim=1)
         return x
-
-    def node_types(self, types, charge_spin=None, systems=None) -> torch.Tensor:
-        """Type features (N, C) of the atoms: the type embedding, plus for a charge/spin model
-        (``add_chg_spin_ebd``) the condition of each atom's system. ``charge_spin``: int64
-        (S, 2) rows (charge, spin multiplicity); ``systems``: the system of each atom (None:
-        one system, S = 1)."""
-        te = self.type_embedding(types)
-        if not self.cfg.add_chg_spin_ebd:
-            if charge_spin is not None:
-                raise ValueError("this model has no charge/spin embedding")
-            return te
-        if charge_spin is None:
-            raise ValueError("a charge/spin model needs charge_spin")
-        cond = self.charge_spin_embedding(charge_spin).to(te.dtype)  # (S, C)
-        if systems is None:
-            if cond.shape[0] != 1:
-                raise ValueError(f"{cond.shape[0]} charge/spin rows for one system")
-            return te + cond  # broadcast over the atoms, as deepmd-kit's expand
-        return te + cond[systems]
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None, latent=False, charge_spin=None,
-                systems=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, latent=False, magmoms=None, gate=None,
+                charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
         ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
@@ -321,8 +346,10 @@ class SeZMDescriptor(nn.Module):
         is done in the forward for the sum of the first ``energy_rows`` atom energies (all when
         None; see :mod:`mdband.model.chunked`). ``csr_pair``: (dst CSR, src CSR) of the edges
         over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
-        unchunked evaluation then sorts no edges itself). ``charge_spin``, ``systems``: see
-        :meth:`node_types`."""
+        unchunked evaluation then sorts no edges itself). ``magmoms`` (N, 3): the atoms'
+        magnetic moments (μB) of a native spin model. ``gate`` (E,): the zone-bridging source
+        gate of each edge (:mod:`mdband.model.bridging`), None without bridging.
+        ``charge_spin``, ``systems``: see :meth:`node_embedding`."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -335,7 +362,7 @@ class SeZMDescriptor(nn.Module):
 
             return chunked_descriptor(
                 self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent,
-                charge_spin, systems,
+                magmoms, gate, charge_spin, systems,
             )  # fmt: skip
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
@@ -345,21 +372,23 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
             desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent,
-                                  charge_spin=charge_spin, systems=systems)  # fmt: skip
+                                  magmoms=magmoms, gate=gate, charge_spin=charge_spin,
+                                  systems=systems)  # fmt: skip
         else:
-            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent,
-                                   charge_spin, systems)  # fmt: skip
+            desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent, magmoms,
+                                   gate, charge_spin, systems)  # fmt: skip
         return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
-                   latent=False, charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
+                   latent=False, magmoms=None, gate=None, charge_spin=None,
+                   systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
         ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
-        ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair)
-        te = self.node_types(types, charge_spin, systems)  # (N, C)
+        ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair, gate=gate)
+        te = self.node_embedding(types, magmoms, charge_spin, systems)  # (N, C)
         radial = self.radial_features(ec)
-        x = self.initial_features(ec, radial, te, types)
+        x = self.initial_features(ec, radial, te, types, magmoms)
         radf = self.edge_features(ec, radial, te)
         for blk, lb in zip(self.blocks, cfg.l_schedule):
             x = x[:, : st.dim_of(lb)]

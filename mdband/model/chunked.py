@@ -106,6 +106,8 @@ class EdgeChunks:
             perm = torch.argsort(dst, stable=True)
             src, dst, edge_vec = src[perm], dst[perm], edge_vec.index_select(0, perm)
         self.desc, self.src, self.dst, self.vec = desc, src, dst, edge_vec
+        #: the edge input's 4th column is the bridging source gate (chunked_descriptor)
+        self.gated = edge_vec.shape[1] == 4
         self.n_nodes = n_nodes
         self.trainable = any(p.requires_grad for p in desc.parameters())  # training
         self.bounds = plan.chunks()
@@ -127,12 +129,13 @@ class EdgeChunks:
         a0, a1, e0, e1 = self.bounds[c]
         src, dst = self.src[e0:e1], self.dst[e0:e1] - a0
         if not (self.geo is not None if packed is None else packed):
-            vec, (r, env, rbf, rot) = edge, self.desc.edge_geometry(edge)
+            vec, gate = edge[:, :3], (edge[:, 3] if self.gated else None)
+            r, env, rbf, rot = self.desc.edge_geometry(vec)
         else:
-            vec, r, env, rbf, rot = self._unpack(edge)
+            vec, r, env, rbf, rot, gate = self._unpack(edge)
         ec = self.desc.edge_cache_from(src, dst, vec, r, env, rbf, rot, a1 - a0,
                                        rows=slice(a0, a1), n_src=self.n_nodes,
-                                       dst_csr=self._csr.get(c))  # fmt: skip
+                                       dst_csr=self._csr.get(c), gate=gate)  # fmt: skip
         self._csr[c] = ec._csr
         return ec
 
@@ -148,20 +151,21 @@ class EdgeChunks:
                 d = ec.rotations
                 self._rot = (d.layout, d.lmax, tuple(d.data.shape[1:]))
             self._n_rbf = ec.rbf.shape[1]
-            return torch.cat([vec, ec.r, ec.env, ec.rbf, *rot], dim=1)
+            gate = [] if ec.gate is None else [ec.gate[:, None]]
+            return torch.cat([ec.edge_vec, ec.r, ec.env, *gate, ec.rbf, *rot], dim=1)
 
         self.geo = self.stage(pack, None, name="geometry", per_edge=True)
 
     def _unpack(self, g: torch.Tensor):
-        n = self._n_rbf
+        n, k = self._n_rbf, 5 + int(self.gated)  # columns: vec, r, env, [gate], rbf, rotations
         rot = None
         if self._rot is not None:
             layout, lmax, shape = self._rot
-            data = g[:, 5 + n :].contiguous().reshape(g.shape[0], *shape)
+            data = g[:, k + n :].contiguous().reshape(g.shape[0], *shape)
             rot = st.RotationStorage(layout, lmax, data)
         # contiguous copies: the fused kernels index these by row (stride 1 columns)
-        vec, r, env, rbf = (g[:, a:b].contiguous() for a, b in ((0, 3), (3, 4), (4, 5), (5, 5 + n)))
-        return vec, r, env, rbf, rot
+        vec, r, env, rbf = (g[:, a:b].contiguous() for a, b in ((0, 3), (3, 4), (4, 5), (k, k + n)))
+        return vec, r, env, rbf, rot, (g[:, 5].contiguous() if self.gated else None)
 
     def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage",
               per_edge=False) -> torch.Tensor:  # fmt: skip
@@ -274,28 +278,33 @@ def _or_zeros(g, like):
 
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
-                       energy_rows=None, latent=False, charge_spin=None,
-                       systems=None) -> torch.Tensor:  # fmt: skip
+                       energy_rows=None, latent=False, magmoms=None, gate=None,
+                       charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
     """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
     ``latent`` (no head): also return the readout's input.
 
     ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
     descriptor; with frozen weights the last block, the readout and the head then run as one
     stage whose backward is done in its forward, for the cotangent of the sum of the first
-    ``energy_rows`` atom energies (all when None). ``charge_spin``, ``systems``: the systems'
-    charge/spin conditions (:meth:`SeZMDescriptor.node_types`)."""
+    ``energy_rows`` atom energies (all when None). ``magmoms``: the moments of a native spin
+    model (every chunk of the initial stage reads them whole). ``gate`` (E,), the bridging
+    source gate of each edge (from all edges), rides as a 4th column of the edge input.
+    ``charge_spin``, ``systems``: the systems' charge/spin conditions
+    (:meth:`SeZMDescriptor.node_embedding`)."""
     cfg = desc.cfg
     N = types.shape[0]
-    chunks = EdgeChunks(desc, src, dst, edge_vec, N, plan)
+    edge_in = edge_vec if gate is None else torch.cat([edge_vec, gate[:, None]], dim=1)
+    chunks = EdgeChunks(desc, src, dst, edge_in, N, plan)
     if CACHE_GEOMETRY and not chunks.trainable:
         chunks.cache_geometry()
-    te = desc.node_types(types, charge_spin, systems)
+    te = desc.node_embedding(types, magmoms, charge_spin, systems)
+    spin = () if magmoms is None else (magmoms,)
 
-    def initial(c, vec, _x, te):
+    def initial(c, vec, _x, te, *mm):
         ec = chunks.geometry(c, vec)
-        return desc.initial_features(ec, desc.radial_features(ec), te, types)
+        return desc.initial_features(ec, desc.radial_features(ec), te, types, *mm)
 
-    x = chunks.stage(initial, None, te, name="initial")
+    x = chunks.stage(initial, None, te, *spin, name="initial")
     ro = st.dim_of(cfg.readout_lmax)
     eager = EAGER_FINAL_STAGE and head is not None and not chunks.trainable
     n_blocks = len(desc.blocks)

@@ -67,24 +67,46 @@ def edge_dot(q, k, ec, fused: bool = False):
 
 
 def segment_softmax_weights(
-    logits: torch.Tensor, env: torch.Tensor, dst: torch.Tensor, n_nodes: int, null: torch.Tensor
+    logits: torch.Tensor,
+    env: torch.Tensor,
+    dst: torch.Tensor,
+    n_nodes: int,
+    null: torch.Tensor,
+    src_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """α (E, K) = env²·exp(logit) / (null + Σ_{e'→dst} env²·exp(logit)), max-shifted per node.
+    """α (E, K) = m / (null + Σ_{e'→dst} m), m = env²·exp(logit), max-shifted per node.
 
-    logits (E, K); env (E,); null (K,) > 0. Edges with env = 0 get α = 0.
+    logits (E, K); env (E,); null (K,) > 0. Edges with env = 0 get α = 0. ``src_weight`` (E,)
+    ≥ 0 (the bridging source gate) multiplies m, in the log domain as deepmd-kit does: its
+    value through log of a detached copy, its derivative through the ratio to that copy.
     """
     E, K = logits.shape
     pos = env > 0
     logw = 2.0 * torch.log(torch.where(pos, env, torch.ones_like(env)))
+    ratio = None
+    if src_weight is not None:
+        on = src_weight > 0
+        scale = torch.where(on, src_weight, torch.ones_like(src_weight)).detach()
+        logw = logw + torch.log(scale)
+        ratio = torch.where(on, src_weight / scale, torch.zeros_like(src_weight))
+        pos = pos & on
     eff = torch.where(pos[:, None], logits + logw[:, None], torch.full_like(logits, -math.inf))
     null_logit = torch.log(null).reshape(1, K)
     idx = dst[:, None].expand(E, K)
     gmax = null_logit.expand(n_nodes, K).clone()
     gmax = gmax.scatter_reduce(0, idx, eff, reduce="amax", include_self=True)
     ex = torch.exp(eff - gmax.index_select(0, dst))
+    if ratio is not None:
+        ex = ex * ratio[:, None]
     denom = torch.zeros(n_nodes, K, dtype=logits.dtype, device=logits.device)
     denom = denom.scatter_add(0, idx, ex) + torch.exp(null_logit - gmax)
     return ex / denom.index_select(0, dst)
+
+
+def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
+    """√x with a zero derivative (not an infinite one) where x = 0."""
+    on = x > 0
+    return torch.where(on, torch.sqrt(torch.where(on, x, torch.ones_like(x))), torch.zeros_like(x))
 
 
 class SO2Convolution(nn.Module):
@@ -285,11 +307,12 @@ class SO2Convolution(nn.Module):
             return self._fused_aggregate(msg, nodes, ec, rad_logits), nodes
         E, D = msg.shape[0], msg.shape[1]
         if self.H == 0:
+            w = ec.env if ec.gate is None else ec.env * ec.gate[:, None]
             out = x1.new_zeros(N, D, self.Cw)
-            return out.index_add_(0, ec.dst, msg * ec.env[:, :, None]) * ec.inv_sqrt_deg, nodes
+            return out.index_add_(0, ec.dst, msg * w[:, :, None]) * ec.inv_sqrt_deg, nodes
         FH, hd = self.F * self.H, self.head_dim
         logits, null = self._attention_logits(nodes, ec, rad_logits)
-        alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null)
+        alpha = segment_softmax_weights(logits, ec.env.reshape(E), ec.dst, N, null, ec.gate)
         wmsg = msg.reshape(E, D, FH, hd) * alpha[:, None, :, None]
         pre = msg.new_zeros(N, D, FH, hd).index_add_(0, ec.dst, wmsg)
         return pre.reshape(N, D, self.Cw), nodes
@@ -328,6 +351,8 @@ class SO2Convolution(nn.Module):
         N, L = ec.n_nodes, self.lmax
         rho = self._rho
         env = ec.env.reshape(-1)
+        if ec.gate is not None:  # bridging: the op's weight is env (plain) or its mass env²
+            env = env * (ec.gate if self.H == 0 else _safe_sqrt(ec.gate))
         if self.H == 0:
             s = ec.inv_sqrt_deg.reshape(N)
             return aggregate(xl, ec.rotations, L, rho, ec.dst, N, env, s=s, csr=ec.dst_csr())

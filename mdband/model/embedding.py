@@ -89,9 +89,21 @@ def env_seed_dims(channels: int) -> dict:
 
 
 class EnvironmentSeed(nn.Module):
-    """FiLM logits (N, 2C) from a rank-``axis`` contraction of each atom's environment matrix."""
+    """FiLM logits (N, 2C) from a rank-``axis`` contraction of each atom's environment matrix.
 
-    def __init__(self, ntypes: int, n_radial: int, channels: int, eps: float) -> None:
+    ``use_spin`` (native spin models): the environment matrix gains three channels, the
+    neighbours' moments ``env · s_src`` of magnetic types, whose own contraction is added to D
+    times ``spin_scale``.
+    """
+
+    def __init__(
+        self,
+        ntypes: int,
+        n_radial: int,
+        channels: int,
+        eps: float,
+        use_spin: tuple[bool, ...] | None = None,
+    ) -> None:
         super().__init__()
         d = env_seed_dims(channels)
         self.axis = d["axis"]
@@ -103,18 +115,32 @@ class EnvironmentSeed(nn.Module):
         self.g_layer1 = MLPLayer(d["rbf_out"] + 2 * d["type_dim"], d["hidden"], act=True)
         self.g_layer2 = MLPLayer(d["hidden"], d["embed"], act=False)
         self.output_proj = MLPLayer(d["embed"] * d["axis"], 2 * channels, act=False)
+        self.spin_scale = None
+        if use_spin is not None:
+            mask = torch.tensor([1.0 if on else 0.0 for on in use_spin], dtype=torch.float64)
+            self.register_buffer("spin_mask", mask, persistent=False)
+            self.spin_scale = nn.Parameter(torch.zeros(1))
 
-    def forward(self, ec, types: torch.Tensor, fused: bool = False) -> torch.Tensor:
+    def forward(self, ec, types: torch.Tensor, fused: bool = False, magmoms=None) -> torch.Tensor:
         """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
         the per-node sum of the edges' outer products by the Triton op (differentiable once:
         force evaluation), and the edge MLPs too where ``seed_mlp.KERNELS`` asks for its op,
-        else by torch (differentiable to any order: training)."""
+        else by torch (differentiable to any order: training). ``magmoms`` (every node's
+        moment, native spin models; None: zero moments)."""
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
+        if ec.gate is not None:  # bridging: the source gate scales the edge's outer product
+            s = s * ec.gate[:, None]
         r_tilde = torch.cat([s, s * v * inv_r], dim=-1)  # (E, 4)
         te = self.env_type_embed
         t_src, t_dst = take_rows(types, ec.src), take_rows(types[ec.rows], ec.dst)
+        if self.spin_scale is not None:  # the neighbours' moments: three more channels
+            if magmoms is None:
+                spin_ch = r_tilde.new_zeros(r_tilde.shape[0], 3)
+            else:
+                spin_ch = ec.env * take_rows(magmoms, ec.src) * self.spin_mask[t_src][:, None]
+            r_tilde = torch.cat([r_tilde, spin_ch], dim=-1)  # (E, 7)
         if fused and _seed_mlp.applies(ec.rbf.dtype):
             g = seed_mlp(ec.rbf, t_src, t_dst, te.adam_type_embedding,
                          self.rbf_proj_layer1.matrix, self.rbf_proj_layer2.matrix,
@@ -123,7 +149,11 @@ class EnvironmentSeed(nn.Module):
             rp = self.rbf_proj_layer2(self.rbf_proj_layer1(ec.rbf))
             g = self.g_layer2(self.g_layer1(torch.cat([rp, te(t_src), te(t_dst)], -1)))
         agg = segment_outer(r_tilde, g, ec.dst, ec.dst_csr(), fused) * ec.inv_sqrt_deg
-        dmat = torch.bmm(agg.transpose(1, 2), agg[:, :, : self.axis])  # (N, embed, axis)
+        geo = agg[:, :4]
+        dmat = torch.bmm(geo.transpose(1, 2), geo[:, :, : self.axis])  # (N, embed, axis)
+        if self.spin_scale is not None:
+            sp = agg[:, 4:]
+            dmat = dmat + self.spin_scale * torch.bmm(sp.transpose(1, 2), sp[:, :, : self.axis])
         return self.output_proj(dmat.reshape(ec.n_nodes, self.embed * self.axis))
 
 

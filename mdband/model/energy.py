@@ -4,7 +4,8 @@
 accumulated in float64; the fitting net (with a multi-task model's case embedding) is
 :mod:`mdband.model.fitting`, deepmd-kit's dens mode :mod:`mdband.model.dens`. Module names
 mirror deepmd-kit's ``atomic_model`` state dict, so an imported checkpoint loads with
-``load_state_dict(strict=True)``.
+``load_state_dict(strict=True)``. A zone-bridged model (``bridging: "zbl"``) feeds the network
+clamped, source-gated geometry and adds the ZBL pair energy (:mod:`mdband.model.bridging`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import nn
 from mdband.charge_spin import ChargeSpinInputs, ChargeSpinModel
 from mdband.config import SeZMConfig
 from mdband.model.block import SeZMDescriptor
+from mdband.model.bridging import ZBLBridging
 from mdband.model.chunking import describe_budget
 from mdband.model.fitting import FittingNet
 from mdband.settings import EngineSettings
@@ -52,6 +54,14 @@ class SeZMEnergyModel(nn.Module, ChargeSpinModel):
         self.charge_spin_inputs = (
             ChargeSpinInputs(cfg.default_chg_spin) if cfg.add_chg_spin_ebd else None
         )
+        self.bridging = None
+        if cfg.bridging == "zbl":
+            self.bridging = ZBLBridging(
+                cfg.type_map, cfg.bridging_r_inner, cfg.bridging_r_outer, cfg.rcut
+            )
+        #: the caller hands edge vectors in float64 whatever the network's dtype (the ZBL
+        #: term's forces at close range need them); the network gets them in its own dtype
+        self.float64_edges = self.bridging is not None
 
     def build_heads(self, cfg: SeZMConfig) -> None:
         """The fitting net(s) reading the descriptor (the dens mode has its own)."""
@@ -89,15 +99,18 @@ class SeZMEnergyModel(nn.Module, ChargeSpinModel):
         return charge_spin
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None, charge_spin=None,
+                energy_rows=None, csr_pair=None, magmoms=None, charge_spin=None,
                 systems=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
         a chunked evaluation then does its last stage's backward in the forward (any other
         derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
-        (dst CSR, src CSR) over the N atoms, when the caller built them. ``charge_spin``:
-        int64 (S, 2) rows (total charge, spin multiplicity) of a charge/spin model (None: its
+        (dst CSR, src CSR) over the N atoms, when the caller built them. ``magmoms`` (N, 3):
+        the atoms' magnetic moments (μB) of a native spin model (``cfg.spin``). ``edge_vec``
+        may be float64 for a network of lower precision (bridged models ask for it: the ZBL
+        term is evaluated from it, the network from its cast). ``charge_spin``: int64 (S, 2)
+        rows (total charge, spin multiplicity) of a charge/spin model (None: its
         default_chg_spin); ``systems``: each atom's row (None: one system)."""
         charge_spin = self.charge_spin_rows(charge_spin, types.device)
 
@@ -105,6 +118,19 @@ class SeZMEnergyModel(nn.Module, ChargeSpinModel):
             t = types[rows]
             return self.fitting_net(desc, t) + self.out_bias[0, t, 0]
 
-        return self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                               head=head, energy_rows=energy_rows, csr_pair=csr_pair,
-                               charge_spin=charge_spin, systems=systems)  # fmt: skip
+        dtype = self.net_dtype()
+        net_vec, gate = edge_vec.to(dtype), None
+        if self.bridging is not None:  # the network reads clamped, gated geometry
+            clamped, r_clamped = self.bridging.clamp_vectors(edge_vec, self.cfg.eps)
+            gate = self.bridging.source_gate(r_clamped, src, types.shape[0], exchange)
+            net_vec, gate = clamped.to(dtype), gate.to(dtype)
+        e = self.descriptor(types, src, dst, net_vec, exchange=exchange, plan=plan, head=head,
+                            energy_rows=energy_rows, csr_pair=csr_pair, magmoms=magmoms,
+                            gate=gate, charge_spin=charge_spin, systems=systems)  # fmt: skip
+        if self.bridging is not None:
+            e = e + self.bridging.pair_energy(types, src, dst, edge_vec, types.shape[0])
+        return e
+
+    def net_dtype(self) -> torch.dtype:
+        """The dtype the network's weights (and so its edge vectors) are in."""
+        return self.descriptor.type_embedding.adam_type_embedding.dtype

@@ -48,7 +48,8 @@ def kept_geometry_floats(descriptor) -> int:
     if descriptor.needs_rotations():
         band = descriptor.rotation_layout is st.RotationLayout.BAND
         rot = st.band_width(cfg.lmax) if band else st.dim_of(cfg.lmax) ** 2
-    return 2 * (5 + cfg.n_radial + rot)
+    gate = int(cfg.bridging != "none")  # the bridging source gate's column
+    return 2 * (5 + gate + cfg.n_radial + rot)
 
 
 def saved_tensor_bytes(fn, *args) -> int:

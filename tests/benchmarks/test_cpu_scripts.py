@@ -44,3 +44,18 @@ def test_cpu_comparison_without_deepmd(tmp_path, capsys):
     r = row["mdband"]
     assert r["atoms"] == 192 and r["median_ms"] > 0 and r["minor_faults_per_call"] >= 0
     assert "| water | data_0 | 192 | 1 |" in capsys.readouterr().out
+
+
+def test_contention_script_times_every_case(tmp_path):
+    """benchmarks/cpu_contention.py: one run per case (alone, beside a busy loop), the steady
+    time per step read from the run's summary, medians per case."""
+    import cpu_contention
+
+    out = tmp_path / "c.json"
+    medians = cpu_contention.main(["--steps", "7", "--repeat", "1", "--reps", "2",
+                                   "--threads", "1", "--policies", "default",
+                                   "--output", str(out)])  # fmt: skip
+    assert [(m["contended"], m["threads"]) for m in medians] == [(False, 1), (True, 1)]
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs) == 2 and all(r["ms_per_step"] > 0 and r["load_1min"] >= 0 for r in runs)
+    assert all(r["ms_per_step"] != r["ms_per_step_all"] for r in runs)  # the steady figure

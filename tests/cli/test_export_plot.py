@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from mdband.cli import main
 from mdband.io.h5md import H5MDReader
-from mdband.io.plot import DPI, FIGSIZE, plot_thermo, read_series
+from mdband.io.plot import DPI, FIGSIZE, default_panels, figure, plot_thermo, read_series
 from mdband.testing.lj import lennard_jones_potential
 
 
@@ -127,7 +127,7 @@ def test_plot_draws_four_panels(run_dir, tmp_path, source):
     assert again.exit_code == 2 and "exists; pass --overwrite" in again.stderr
 
 
-def test_plot_series_agree_and_missing_pressure_leaves_a_panel_empty(run_dir, tmp_path):
+def test_plot_series_agree_and_missing_pressure_drops_its_panel(run_dir, tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib not installed (plot)")
     h5, csv, log = (read_series(run_dir / f"t.{ext}") for ext in ("h5", "csv", "log"))
     np.testing.assert_allclose(csv["temperature"], h5["temperature"], rtol=1e-12)
@@ -137,8 +137,10 @@ def test_plot_series_agree_and_missing_pressure_leaves_a_panel_empty(run_dir, tm
     import matplotlib.image as mpimg
 
     plot_thermo(h5, tmp_path / "p.png")
-    counts = _quadrant_colour(mpimg.imread(tmp_path / "p.png"))
-    assert counts[2] == 0 and min(counts[0], counts[1], counts[3]) > 300, counts
+    png = mpimg.imread(tmp_path / "p.png")
+    counts = _quadrant_colour(png)
+    assert counts[3] == 0 and min(counts[:3]) > 300, counts  # energy, T, volume; no P panel
+    assert _pixels_of(png, 2, "C5") > 50 and _pixels_of(png, 2, "C4") == 0
 
 
 def test_plot_errors(run_dir, tmp_path, monkeypatch):
@@ -151,3 +153,59 @@ def test_plot_errors(run_dir, tmp_path, monkeypatch):
     assert res.exit_code == 2, res.output
     assert "mdband plot needs matplotlib: pip install 'mdband[plot]'" in res.stderr
     assert res.stderr.count("\n") == 1 and not (tmp_path / "x.png").exists()
+
+
+@pytest.fixture(scope="module")
+def nvt_dir(tmp_path_factory):
+    """An NVT argon run: trajectory and a CSV log with every extra column, pressures in bar,
+    a thermo line every step and a frame every 5."""
+    d = tmp_path_factory.mktemp("nvt")
+    atoms = bulk("Ar", "fcc", a=5.26, cubic=True).repeat(2)
+    atoms.rattle(0.05, seed=2)
+    ase.io.write(d / "ar.xyz", atoms)
+    lennard_jones_potential().save(d / "lj.mdband")
+    res = cli("run", "--structure", d / "ar.xyz", "--model", d / "lj.mdband", "--ensemble",
+              "nvt-bussi", "--temperature", 60, "--timestep", 5, "--steps", 20, "--traj-every",
+              5, "--thermo-every", 1, "--thermo-columns", "pressure_tensor,cell,density",
+              "--pressure-unit", "bar", "--seed", 3, "--no-progress", "--threads", 1,
+              "--trajectory", d / "t.h5", "--log", d / "t.csv")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return d
+
+
+def test_nvt_plot_leaves_out_the_flat_volume_and_draws_the_target(nvt_dir, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (plot)")
+    from mdband.io.plot import run_targets
+
+    h5, csv = read_series(nvt_dir / "t.h5"), read_series(nvt_dir / "t.csv")
+    assert len(h5["time_ps"]) == 5 and len(csv["time_ps"]) == 21  # frames every 5, rows every 1
+    assert default_panels(h5) == ["energy", "temperature", "pressure"]
+    np.testing.assert_allclose(csv["pressure"][::5], h5["pressure"], rtol=1e-6)  # bar -> GPa
+    np.testing.assert_allclose(csv["pxx"][::5], h5["pxx"], rtol=1e-6)
+    np.testing.assert_allclose(csv["density"][::5], h5["density"], rtol=1e-12)
+    np.testing.assert_allclose(csv["cell_a"], 10.52, rtol=1e-12)
+    assert run_targets(nvt_dir / "t.h5") == {"temperature": 60.0}
+    fig = figure(h5, targets=run_targets(nvt_dir / "t.h5"), equilibration_ps=0.05)
+    temperature = fig.axes[1]
+    assert temperature.get_ylabel() == "temperature [K]"
+    dotted = [ln for ln in temperature.lines if ln.get_linestyle() == ":"]
+    assert len(dotted) == 1 and dotted[0].get_ydata()[0] == 60.0
+    mean = [ln for ln in temperature.lines if ln.get_linestyle() == "--"][0].get_ydata()[0]
+    assert mean == pytest.approx(h5["temperature"][h5["time_ps"] >= 0.05].mean())
+    assert len([a for a in fig.axes if a.get_visible()]) == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--panels", "density,cell,pressure_tensor,volume"], "wrote"),
+        (["--equilibration", "0.05", "--target-temperature", "70"], "(after 0.05 ps: 11 samples)"),
+        (["--panels", "nope"], "--panels: unknown panel 'nope'"),
+        (["--equilibration", "1"], "leaves no sample to average"),
+    ],
+)
+def test_plot_panels_targets_and_cut(nvt_dir, tmp_path, args, message):
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (plot)")
+    res = cli("plot", nvt_dir / "t.csv", "-o", tmp_path / "x.png", *args)
+    assert message in res.output + res.stderr, res.output
+    assert (res.exit_code == 0) == (tmp_path / "x.png").exists()

@@ -102,7 +102,7 @@ BAD = {
     "model": (["--model", "none.pt"], "model file none.pt does not exist"),
     "device": (["--device", "gpu"], "unknown device 'gpu'"),
     "dtype": (["--dtype", "float16"], "'float16' is not one of"),
-    "frame": (["--frame", "5"], "cannot read structure rattled.xyz"),
+    "frame": (["--frame", "5"], "rattled.xyz has no frame 5"),
     "unknown flag": (["--fmaxx", "1"], "No such option '--fmaxx'"),
 }
 

@@ -241,7 +241,6 @@ def _existing_outputs(work):
         (["--resume", "--ensemble", "nve"], "ensemble 'nvt-bussi' -> 'nve'"),
         (["--resume", "--model", "other.mdband"], "was written with model"),
         (["--resume", "--steps", "10"], "steps 10 is below the checkpoint's step 20"),
-        (["--resume", "--overwrite"], "exclude each other"),
     ],
 )
 def test_refusals_with_existing_outputs(work, args, message):

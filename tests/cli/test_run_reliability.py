@@ -60,7 +60,10 @@ def test_refused_before_anything_is_written(work, args, message):
 
 def test_runaway_exits_3(work):
     res = invoke(*BASE, "--timestep", "200", "--allow-unusual-timestep", "--temperature", "3000")
-    one_line(res, 3, "exceeds max_temperature 30000 K")
+    # the temperature guard at the first sample, or before it the step whose atoms flew beyond
+    # the coordinates a neighbour list accepts
+    assert "exceeds max_temperature 30000 K" in res.stderr or "the atoms flew apart" in res.stderr
+    one_line(res, 3, "run stopped at step")
     assert "last good checkpoint: step 0 (c.ckpt)" in res.stderr
     with h5py.File(work / "t.h5", "r") as f:
         assert list(f["particles/all/position/step"][()]) == [0]

@@ -94,3 +94,15 @@ def test_refusals(lj_models):
         Committee([lj_models[0], kr]).evaluate(
             atoms.positions, atoms.cell.array, atoms.pbc, atoms.numbers
         )
+
+
+def test_committees_of_spin_models_are_refused():
+    """A committee's evaluations carry no magnetic moments: spin models are refused by name."""
+    from pathlib import Path
+
+    import mdband
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd_spin" / "spin_native.pt"
+    pot = mdband.load_model(fix, device="cpu", dtype="float64")
+    with pytest.raises(CommitteeError, match="member 0 is a spin model"):
+        Committee([pot, pot])

@@ -17,13 +17,17 @@ from mdband.errors import UnsupportedModelError
 from mdband.io.deepmd_params import KEYS, config_from_deepmd
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
+SPIN_FIX = FIX.parent / "deepmd_spin"  # the spin models' parity fixtures
 ARGCHECK = json.loads((FIX / "argcheck_keys.json").read_text())["sections"]
 _META = json.loads((FIX / "configs.json").read_text())
 _HEADS = json.loads((FIX / "heads.json").read_text())  # make_heads_fixtures.py
 #: multi-task parity fixtures -> the head whose model_params stand for them
 HEAD_OF = {name: next(iter(m["heads"])) for name, m in _HEADS["multitask"].items()}
+_SPIN = json.loads((SPIN_FIX / "configs.json").read_text())["configs"]
+#: ZBL-bridged parity fixtures (make_zbl_fixtures.py): their npz meta holds the model_params
+ZBL = {name: None for name in ("zbl", "zbl_scatter")}
 CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"],
-           **_META["chgspin_configs"]}  # fmt: skip
+           **_SPIN, **ZBL, **_META["chgspin_configs"]}  # fmt: skip
 
 
 def normalized(name: str = "s2ffn") -> dict:
@@ -32,7 +36,8 @@ def normalized(name: str = "s2ffn") -> dict:
     if name in HEAD_OF:
         meta = json.loads(str(np.load(FIX / f"{name}.{HEAD_OF[name]}.npz")["meta"]))
         return meta["model_params"]["model_dict"][HEAD_OF[name]]
-    return json.loads(str(np.load(FIX / f"{name}.npz")["meta"]))["model_params"]
+    path = FIX / f"{name}.npz" if name not in _SPIN else SPIN_FIX / f"{name}.npz"
+    return json.loads(str(np.load(path)["meta"]))["model_params"]
 
 
 def with_key(section: str, key: str, value) -> dict:

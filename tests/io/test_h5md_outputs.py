@@ -17,13 +17,14 @@ from ase.build import bulk
 
 from mdband.io import ase_h5md
 from mdband.io.h5md import Frame, H5MDReader, H5MDWriter, TrajectoryHeader, rewrite_trajectory
-from mdband.io.h5md_format import wrap_positions
+from mdband.io.h5md_format import FORCE_UNITS, wrap_positions
 
 REPO = Path(__file__).resolve().parents[2]
 N = 6
 
 
-def frames_and_file(path, pbc=(True, True, True), precision="float64", n=4):
+def frames_and_file(path, pbc=(True, True, True), precision="float64", n=4,
+                    force_unit="kJ mol-1 Angstrom-1"):  # fmt: skip
     """``n`` frames of 6 atoms that wander several cells away (tilted, growing cell)."""
     rng = np.random.default_rng(3)
     header = TrajectoryHeader(
@@ -32,7 +33,7 @@ def frames_and_file(path, pbc=(True, True, True), precision="float64", n=4):
         pbc=np.array(pbc),
         variable_cell=True,
         precision=precision,
-        force_unit="kJ mol-1 Angstrom-1",
+        force_unit=force_unit,
         author="tester",
     )
     frames = []
@@ -239,6 +240,13 @@ def test_run_trajectory_read_back_by_ase(tmp_path):
     np.testing.assert_allclose(last.get_forces(), final.get_forces(), rtol=1e-12, atol=1e-14)
     assert last.get_potential_energy() == pytest.approx(final.get_potential_energy(), rel=1e-14)
     np.testing.assert_array_equal(last.cell.array, final.cell.array)
+    # the stress of the potential (the file records it with the kinetic part)
+    want = final.get_stress()
+    assert np.abs(want).max() > 1e-4
+    np.testing.assert_allclose(last.get_stress(), want, rtol=0, atol=1e-12)
+    total = final.get_stress(include_ideal_gas=True)
+    np.testing.assert_allclose(last.get_stress(include_ideal_gas=True), total, atol=1e-12)
+    assert all(a.calc.results["stress"].shape == (6,) for a in images)
     assert [s[0] for s in res.samples] == [0, 10, 20, 30]
     # the default final structure beside the trajectory holds the same state
     end = ase.io.read(tmp_path / "t.final.xyz")
@@ -246,19 +254,23 @@ def test_run_trajectory_read_back_by_ase(tmp_path):
     np.testing.assert_allclose(end.get_velocities(), final.get_velocities(), rtol=1e-6)
 
 
-def test_mdanalysis_opens_the_trajectory(tmp_path):
+@pytest.mark.parametrize("force_unit", list(FORCE_UNITS))
+def test_mdanalysis_opens_the_trajectory(tmp_path, force_unit):
+    """Every force unit a run may write: MDAnalysis gives its own kJ/(mol Å); eV Å⁻¹, which
+    its H5MD reader does not know, through mdband.io.mdanalysis."""
     mda = pytest.importorskip("MDAnalysis", reason="MDAnalysis not installed (dev extra)")
-    from mdband.io.mdanalysis import universe
+    from mdband.io.mdanalysis import reader_class, universe
 
     path = tmp_path / "run.h5"
-    frames = frames_and_file(path, precision="float32")
+    frames = frames_and_file(path, precision="float32", force_unit=force_unit)
     top = tmp_path / "run.final.xyz"
     ase_h5md.register()
     ase.io.write(top, ase.io.read(path))  # what a run leaves as run.final.xyz
+    fmt = reader_class() if force_unit == "eV Angstrom-1" else "H5MD"
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no "dt set to 1.0 ps"
         u = universe(path)
-        plain = mda.Universe(str(top), str(path), format="H5MD", dt=0.01)
+        plain = mda.Universe(str(top), str(path), format=fmt, dt=0.01)
         for uni in (u, plain):
             assert uni.trajectory.n_frames == 4 and uni.trajectory.dt == pytest.approx(0.01)
             assert list(uni.atoms.elements) == ["Cu", "Cu", "Ni", "Ni", "O", "H"]

@@ -29,11 +29,11 @@ def _close(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("E,n,P,Q", [(0, 3, 4, 8), (1, 2, 4, 8), (70, 5, 4, 32), (150, 9, 3, 20),
-                                     (97, 4, 4, 64)])  # fmt: skip
+                                     (97, 4, 4, 64), (60, 5, 7, 8)])  # fmt: skip
 def test_sums_and_gradients_match_float64(kdev, dtype, E, n, P, Q):
     """out, ga and gb against the float64 reference: segments of many edges (several loop steps
     of BLOCK_EDGES), one edge, none (a node without edges sums to zero), and widths that are
-    not powers of two."""
+    not powers of two (P = 7: a native spin model's environment matrix)."""
     a, b, index = _case(E, n, P, Q, seed=E + Q)
     perm, ptr = cm.csr(index, n)
     want = so.segment_outer_reference(a, b, index, perm, ptr)

@@ -77,6 +77,28 @@ def make_frame(
     return Frame(positions=frac @ cell, cell=cell, types=types)
 
 
+def ghost_layout(positions, cell, cutoff):
+    """Local atoms + one ghost per periodic image a local atom sees, as LAMMPS lays them out on
+    one rank: edges centred on local atoms, neighbours local or ghost, owner index per row."""
+    from mdband.graph import build_edge_graph
+
+    g = build_edge_graph(positions, cell, True, cutoff)
+    n = len(positions)
+    owner = list(range(n))
+    rows = [p for p in positions]
+    index = {}
+    src = g.src.copy()
+    for e in np.nonzero(np.any(g.shifts != 0, axis=1))[0]:
+        key = (int(g.src[e]), tuple(int(s) for s in g.shifts[e]))
+        if key not in index:
+            index[key] = len(rows)
+            rows.append(positions[g.src[e]] + g.shifts[e] @ cell)
+            owner.append(int(g.src[e]))
+        src[e] = index[key]
+    x = np.array(rows)
+    return x, np.array(owner), src, g.dst.copy()
+
+
 def _f(x) -> str:
     return repr(float(x))
 

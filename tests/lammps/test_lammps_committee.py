@@ -134,12 +134,74 @@ def test_existing_file_append_and_overwrite(frames, committee_files, tmp_path):
     run_lmp(_script(data, committee_files, "md.out", extra="overwrite"), tmp_path)
     first = out.read_text()
     assert first.startswith("#") and len(first.splitlines()) == 2
-    # append continues after the current step: the step-0 row is not repeated
+    # append keeps every row and writes the current step again, as an appended dump does
     tail = "velocity all create 60 7\nfix 1 all nve\nrun 5"
     run_lmp(_script(data, committee_files, "md.out", extra="append", tail=tail), tmp_path)
     rows = read_model_devi(out)
-    assert rows[:, 0].tolist() == [0, 5]
+    assert rows[:, 0].tolist() == [0, 0, 5]
     assert out.read_text().startswith(first)
+    # restart_rows continue: rows after the current step dropped, none repeated
+    extra = "append restart_rows continue"
+    run_lmp(_script(data, committee_files, "md.out", extra=extra, tail=tail), tmp_path)
+    assert read_model_devi(out)[:, 0].tolist() == [0, 0, 5]  # step 0's rows kept, 5 redone
+    np.testing.assert_array_equal(read_model_devi(out), rows)
+
+
+def test_model_devi_in_real_units(frames, committee_files, tmp_path):
+    """units real: the rows are in kcal/mol and kcal/mol/A, as pair_style deepmd converts them
+    (virial deviations x boltz/8.617343e-5, force deviations x that / angstrom)."""
+    data = frames["tri"][1]
+    metal = _script(data, committee_files, "metal.out", extra="atomic")
+    real = _script(data, committee_files, "real.out", extra="atomic").replace(
+        "units metal", "units real"
+    )
+    run_lmp(metal + real, tmp_path)
+    a, b = read_model_devi(tmp_path / "metal.out"), read_model_devi(tmp_path / "real.out")
+    energy = 0.0019872067 / 8.617343e-5  # LAMMPS' real and metal Boltzmann constants
+    assert a[0, 0] == b[0, 0] == 0
+    np.testing.assert_allclose(b[0, 1:], a[0, 1:] * energy, rtol=1e-5)  # %18.6e rows
+
+
+@pytest.mark.parametrize(
+    "rows_mode, expected", [("", [0, 4, 8, 8, 12]), ("restart_rows continue", [0, 4, 8, 12])]
+)
+def test_rows_after_read_restart_follow_appended_dumps(
+    rows_mode, expected, frames, committee_files, tmp_path
+):
+    """deepmd-kit's input pattern: a run writes a restart file; a second process reads it,
+    gives the same pair_style line (no append keyword) and appends to its dump. LAMMPS
+    writes the restart step's frame again and so does the model deviation (pair_style
+    deepmd's behaviour): row k is dump frame k. restart_rows continue keeps one row per step."""
+    data = frames["tri"][1]
+    style = f"pair_style mdband {' '.join(committee_files)} dtype float64 device {DEVICE} "
+    style += f"out_freq 4 out_file md.out {rows_mode}\npair_coeff * * {' '.join(ELEMENTS)}\n"
+    dump = "dump d all custom 4 traj.dump id x y z\n"
+    first = f"""
+units metal
+atom_style atomic
+read_data {data}
+{style}neighbor 1.0 bin
+velocity all create 60 7
+fix 1 all nve
+{dump}run 8
+write_restart state.restart
+"""
+    second = f"""
+read_restart state.restart
+{style}neighbor 1.0 bin
+fix 1 all nve
+{dump}dump_modify d append yes
+run 4
+"""
+    run_lmp(first, tmp_path)
+    run_lmp(second, tmp_path)
+    steps = read_model_devi(tmp_path / "md.out")[:, 0].astype(int).tolist()
+    assert steps == expected
+    lines = (tmp_path / "traj.dump").read_text().splitlines()
+    dumped = [int(lines[i + 1]) for i, line in enumerate(lines) if line == "ITEM: TIMESTEP"]
+    assert dumped == [0, 4, 8, 8, 12]
+    if not rows_mode:
+        assert steps == dumped  # row k is frame k
 
 
 @pytest.mark.parametrize(
@@ -150,6 +212,7 @@ def test_existing_file_append_and_overwrite(frames, committee_files, tmp_path):
         ("{lj} {lj} append overwrite", "exclude each other"),
         ("{lj} dtype float64 {lj}", "unknown keyword"),
         ("{lj} {kr}", "committee model 2"),
+        ("{lj} {lj} restart_rows again", "restart_rows must be repeat or continue"),
     ],
 )
 def test_committee_errors(style, expected, frames, committee_files, tmp_path):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from lammps_harness import DEVICE, ELEMENTS, make_frame, requires_lammps, run_lmp, write_data
 
 pytestmark = requires_lammps
+SPIN_NATIVE = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd_spin" / "spin_native.pt"
 
 
 def _script(data, units="metal", pair_style=None, coeff=None):
@@ -30,10 +33,11 @@ def data(tmp_path_factory):
     [
         ("unknown-element", 1, "element(s) Xe not in the model's type map ['Ar', 'Kr']"),
         ("unknown-element", 2, "element(s) Xe not in the model's type map ['Ar', 'Kr']"),
-        ("units-real", 1, "pair_style mdband requires 'units metal'"),
+        ("units-lj", 1, "pair_style mdband does not support 'units lj'"),
         ("missing-model", 1, "does-not-exist.pt does not exist"),
         ("coeff-count", 1, "one element per atom type"),
         ("bad-dtype", 1, "dtype must be float32 or float64"),
+        ("spin-model", 1, "is a native spin model"),
     ],
 )
 def test_errors(case, nprocs, expected, data, models, tmp_path):
@@ -41,14 +45,17 @@ def test_errors(case, nprocs, expected, data, models, tmp_path):
     kw = {"pair_style": style}
     if case == "unknown-element":
         kw["coeff"] = "pair_coeff * * Ar Xe"
-    elif case == "units-real":
-        kw["units"] = "real"
+    elif case == "units-lj":
+        kw["units"] = "lj"
     elif case == "missing-model":
         kw["pair_style"] = "pair_style mdband does-not-exist.pt"
     elif case == "coeff-count":
         kw["coeff"] = "pair_coeff * * Ar"
     elif case == "bad-dtype":
         kw["pair_style"] = f"pair_style mdband {models['lj']} dtype float16"
+    elif case == "spin-model":
+        kw["pair_style"] = f"pair_style mdband {SPIN_NATIVE} dtype float64 device {DEVICE}"
+        kw["coeff"] = "pair_coeff * * Fe Ni"
     proc = run_lmp(_script(data, **kw), tmp_path, nprocs=nprocs, timeout=180, check=False)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0, text[-2000:]

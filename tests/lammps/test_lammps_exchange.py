@@ -6,36 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from lammps_harness import make_frame
+from lammps_harness import ghost_layout, make_frame
 
+from mdband.atom_virial import lammps_order
 from mdband.errors import MdbandError
-from mdband.graph import build_edge_graph
 from mdband.lammps import bridge
 from mdband.lammps.exchange import GhostExchange, owner_backend
 from mdband.testing.lj import lennard_jones_potential
 from mdband.testing.mp import message_passing_potential
 
 ELEMENTS = ("Ar", "Kr")
-
-
-def ghost_layout(positions, cell, cutoff):
-    """Local atoms + one ghost per periodic image a local atom sees, as LAMMPS lays them out on
-    one rank: edges centred on local atoms, neighbours local or ghost, owner index per row."""
-    g = build_edge_graph(positions, cell, True, cutoff)
-    n = len(positions)
-    owner = list(range(n))
-    rows = [p for p in positions]
-    index = {}
-    src = g.src.copy()
-    for e in np.nonzero(np.any(g.shifts != 0, axis=1))[0]:
-        key = (int(g.src[e]), tuple(int(s) for s in g.shifts[e]))
-        if key not in index:
-            index[key] = len(rows)
-            rows.append(positions[g.src[e]] + g.shifts[e] @ cell)
-            owner.append(int(g.src[e]))
-        src[e] = index[key]
-    x = np.array(rows)
-    return x, np.array(owner), src, g.dst.copy()
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +29,12 @@ def _compute(model, frame, x, owner, src, dst):
     vec = np.ascontiguousarray(x[src] - x[dst])
     forces = np.zeros((n_all, 3))
     eatom = np.zeros(n)
-    vatom = np.zeros((n_all, 6))
+    vatom = np.zeros((n_all, 9))  # LAMMPS' centroid columns
     out = np.zeros(7)
     model.compute(n, n_all - n, ltypes, src, dst, vec, forces, eatom, vatom, out)
     folded = np.zeros((n, 3))
     np.add.at(folded, owner, forces)
-    vfold = np.zeros((n, 6))
+    vfold = np.zeros((n, 9))
     np.add.at(vfold, owner, vatom)
     return out, folded, eatom, vfold
 
@@ -65,7 +45,7 @@ def test_compute_buffers_match_evaluate(kind, frame):
         pot = lennard_jones_potential(type_map=ELEMENTS, cutoff=6.5, r_on=5.5)
     else:
         pot = message_passing_potential(type_map=ELEMENTS, cutoff=6.0, r_on=5.0)
-    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species)
+    ref = pot.evaluate(frame.positions, frame.cell, True, frame.species, atom_virial=True)
     x, owner, src, dst = ghost_layout(frame.positions, frame.cell, pot.cutoff)
     assert len(x) > len(frame.positions)  # there are ghost atoms
     model = bridge.LammpsModel(pot, pot.types_of(ELEMENTS), backend=owner_backend(owner))
@@ -76,7 +56,10 @@ def test_compute_buffers_match_evaluate(kind, frame):
     voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
     w = np.array([ref.virial[a, b] for a, b in voigt])
     np.testing.assert_allclose(out[1:], w, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(vatom.sum(0), w, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(vatom[:, :6].sum(0), w, rtol=0, atol=1e-10)
+    # per atom (ghost rows folded onto their owners): the potential's deepmd-kit partition
+    want = lammps_order(torch.as_tensor(ref.atom_virial)).numpy()
+    np.testing.assert_allclose(vatom, want, rtol=0, atol=1e-11)
     # mp2: 2 forward exchanges, 1 backward (the embedding does not depend on positions)
     assert model.last_exchange_calls == (3 if kind == "mp2" else 0)
 
@@ -144,7 +127,7 @@ def _raw_compute(model, frame, x, owner, src, dst):
     n, n_all = len(frame.positions), len(x)
     ltypes = frame.types[owner].astype(np.int32)
     vec = np.ascontiguousarray(x[src] - x[dst])
-    buffers = dict(forces=np.zeros((n_all, 3)), eatom=np.zeros(n), vatom=np.zeros((n_all, 6)))
+    buffers = dict(forces=np.zeros((n_all, 3)), eatom=np.zeros(n), vatom=np.zeros((n_all, 9)))
     out = np.zeros(7)
     model.compute(n, n_all - n, ltypes, src, dst, vec, buffers["forces"], buffers["eatom"],
                   buffers["vatom"], out)  # fmt: skip
@@ -185,7 +168,7 @@ def test_one_rank_maps_ghosts_to_owners(kind, frame):
     two = bridge.LammpsModel(pot, types, {"nprocs": 2}, backend=owner_backend(owner))
     out2, buf2 = _raw_compute(two, frame, x, owner, src, dst)
     assert two.last_path == "exchange"
-    folded = np.zeros((n, 6))
+    folded = np.zeros((n, 9))
     np.add.at(folded, owner, buf2["vatom"])
     np.testing.assert_allclose(buf["vatom"][:n], folded, rtol=0, atol=1e-11)
     np.testing.assert_allclose(out[1:], out2[1:], rtol=0, atol=1e-10)

@@ -35,7 +35,7 @@ def _listed(model, frame, x, owner, src, dst, per_atom=True):
     n, n_all = len(frame.positions), len(x)
     ltypes = frame.types[owner].astype(np.int32)
     forces, eatom, out = np.zeros((n_all, 3)), np.zeros(n), np.zeros(7)
-    vatom = np.zeros((n_all, 6)) if per_atom else None
+    vatom = np.zeros((n_all, 9)) if per_atom else None
     model.compute_listed(n, n_all - n, ltypes, np.ascontiguousarray(x), src, dst, forces, eatom,
                          vatom, out)  # fmt: skip
     return out, forces, eatom

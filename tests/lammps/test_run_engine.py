@@ -100,7 +100,7 @@ def work(tmp_path_factory, models):
     ar.rotate(20, "z", rotate_cell=True)
     ase.io.write(d / "ar.xyz", ar)
     for name, path in models.items():
-        (d / f"{name}.pt").write_bytes(path.read_bytes())
+        (d / f"{name}.mdband").write_bytes(path.read_bytes())
     return d
 
 

@@ -24,7 +24,11 @@ def test_long_timestep_is_stopped(tmp_path, argon_xyz, lj_file, lj):
     with pytest.raises(SimulationDivergedError) as info:
         run(c, potential=lj, console=quiet(tmp_path))
     msg = str(info.value)
-    assert "run stopped at step 5:" in msg and "exceeds max_temperature 30000 K" in msg
+    # stopped by the temperature guard at the first sample (step 5), or before it, at a step
+    # whose atoms flew beyond the coordinate range the neighbour list accepts
+    step = int(msg.split("run stopped at step ")[1].split(":")[0])
+    assert 0 < step <= 5
+    assert "exceeds max_temperature 30000 K" in msg or "the atoms flew apart" in msg
     assert "last good checkpoint: step 0" in msg
     assert read_checkpoint(tmp_path / "c.ckpt").step == 0
     with h5py.File(tmp_path / "t.h5", "r") as f:  # closed, holding only the good frame

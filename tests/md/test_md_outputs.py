@@ -5,6 +5,7 @@ import os
 import shutil
 
 import h5py
+import numpy as np
 import pytest
 from rich.console import Console
 from run_helpers import argon_config, quiet
@@ -211,3 +212,44 @@ def test_corrupt_checkpoint_record_is_refused(tmp_path, argon_xyz, lj_file, lj):
         f.attrs["outputs_json"] = "{}"
     with pytest.raises(CheckpointError, match="checksum"):
         run(config(tmp_path, argon_xyz, lj_file, resume=True), potential=lj)
+
+
+def test_thermo_every_step_frames_every_five_and_resume(tmp_path, argon_xyz, lj_file, lj):
+    """thermo_every apart from traj_every: a CSV row and a table line every step, a frame every
+    5; extra columns and pressures in bar; a resumed run keeps the recorded thermo_every."""
+    import csv
+
+    from mdband.io.run_files import read_csv_log
+
+    extra = dict(thermo_every=1, thermo_columns=["pressure_tensor", "cell", "density"],
+                 pressure_unit="bar", log=str(tmp_path / "r.csv"))  # fmt: skip
+    res = run(config(tmp_path, argon_xyz, lj_file, steps=10, **extra), potential=lj,
+              console=quiet(tmp_path))  # fmt: skip
+    assert [s[0] for s in res.samples] == list(range(11))
+    with H5MDReader(tmp_path / "r.h5") as r:
+        assert list(r.steps) == [0, 5, 10]
+        pressure = r.observable("pressure")
+    cols = read_csv_log(tmp_path / "r.csv")
+    assert list(cols["step"]) == list(range(11))
+    with open(tmp_path / "r.csv") as fh:
+        names = next(csv.reader(fh))
+    assert names[7:] == ["pressure_bar", "volume_A3", "pxx_bar", "pyy_bar", "pzz_bar", "pyz_bar",
+                         "pxz_bar", "pxy_bar", "a_A", "b_A", "c_A", "density_g_cm3"]  # fmt: skip
+    assert cols["pressure_bar"][::5] == pytest.approx(pressure * 1e4, rel=1e-12)
+    trace = (cols["pxx_bar"] + cols["pyy_bar"] + cols["pzz_bar"]) / 3
+    assert trace == pytest.approx(cols["pressure_bar"], rel=1e-12)
+    density = 32 * 39.948 * 1.66053906660 / cols["volume_A3"]  # 32 argon atoms, g/cm^3
+    assert cols["density_g_cm3"] == pytest.approx(density, rel=1e-6)
+    table = (tmp_path / "console.txt").read_text()
+    assert "P[bar]" in table and "Pxy[bar]" in table and "rho[g/cm3]" in table
+    # resumed from the checkpoint at step 10 with only steps changed: still a row per step
+    again = dict(extra, thermo_every=None, thermo_columns=["density"], pressure_unit="GPa")
+    run(config(tmp_path, argon_xyz, lj_file, steps=13, resume=True, **again), potential=lj,
+        console=quiet(tmp_path))  # fmt: skip
+    cols = read_csv_log(tmp_path / "r.csv")
+    assert list(cols["step"]) == list(range(14))
+    assert read_checkpoint(tmp_path / "r.ckpt").config["thermo_every"] == 1
+    # the file keeps its columns and units, whatever the resumed run prints
+    for name in ("pxx_bar", "pressure_bar", "density_g_cm3", "c_A"):
+        assert np.isfinite(cols[name]).all(), name
+    assert "P[GPa]" in (tmp_path / "console.txt").read_text()

@@ -28,7 +28,7 @@ def test_read_structure_frames_and_errors(tmp_path):
     bad.write_text("this is not\nan xyz file\n")
     with pytest.raises(StructureError, match="cannot read structure"):
         read_structure(bad)
-    with pytest.raises(StructureError, match="cannot read structure"):
+    with pytest.raises(StructureError, match="has no frame 7"):
         read_structure(path, 7)
 
 

@@ -41,7 +41,6 @@ def test_defaults_and_resolution():
         ({"steps": 2.5}, "steps must be an integer"),
         ({"progress": "yes"}, "progress must be true or false"),
         ({"model": 3}, "model must be a string"),
-        ({"resume": True, "overwrite": True, "checkpoint": "c"}, "exclude each other"),
         ({"resume": True}, "resume needs a checkpoint"),
         ({"model": None}, "no model"),
         ({"structure": None}, "no structure"),

@@ -1,0 +1,400 @@
+"""Many structures in few model calls: what :meth:`mdband.Potential.evaluate_many` runs.
+
+Systems of any size, cell, periodicity and species are evaluated together as one disjoint
+graph. Every system gets its own neighbour list (vesin on the host for CPU models, the cell
+list on the device for CUDA models, as :attr:`Potential.neighbour_backend` says); the lists
+are concatenated with atom offsets and one model call gives every atom's energy and
+``g = ∂E/∂edge_vec`` of every edge. A system's energy is the sum of its atoms' energies, its
+forces are its atoms' rows, and its virial ``W = −Σ_e g_e ⊗ v_e`` sums over its own edges
+(each edge's term is booked to its centre atom, and the atoms' terms are summed per system).
+The model is local (no term couples atoms that share no path of edges), so these are the
+numbers of one-by-one :meth:`~mdband.Potential.evaluate` to rounding.
+
+**Batches.** Systems are taken in order and packed into model calls of at most ``batch_size``
+systems and ``batch_atoms`` atoms (:data:`DEFAULT_BATCH_ATOMS` when None), and never larger
+than the memory budget lets run unchunked (the ``memory_budget`` setting, through
+:meth:`Potential.would_chunk`): a budget splits a batch. A system that alone exceeds the budget
+is evaluated alone, in chunks, as :meth:`~mdband.Potential.evaluate` would. A batch that runs
+out of GPU memory all the same is split in two and retried.
+
+**CUDA graphs.** Where the potential replays CUDA graphs (``cuda_graphs`` on), a batch's atoms
+are padded to an atom bucket (:func:`atom_capacity`) with isolated atoms and its edges to an
+edge bucket (:func:`mdband.step_graph.edge_capacity`) with the padding edges of
+:mod:`mdband.step_graph` (beyond the cutoff: exactly zero weight); each bucket is replayed
+from a graph captured at its second use (:class:`BatchGraphs`, its own buckets and memory
+pool). Elsewhere the batch runs eagerly, unpadded.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from ase import Atoms
+
+from mdband.cell_list import cell_list_edges
+from mdband.errors import MdbandError
+from mdband.graph import build_edge_graph, validate_structure
+from mdband.io.frames import Frame
+from mdband.result import Result
+from mdband.step_graph import DeviceStep, StepGraphs, edge_capacity
+from mdband.validate import check_frame_input
+
+#: most atoms one model call takes when ``batch_atoms`` is None, per device type; the memory
+#: budget may cut a batch shorter (CPU: ``benchmarks/batch_throughput.py``)
+DEFAULT_BATCH_ATOMS = {"cpu": 1024, "cuda": 32768}
+#: smallest atom bucket step (atoms) of a CUDA-graph batch
+MIN_ATOM_GRANULE = 16
+
+
+class BatchSystem(NamedTuple):
+    """One structure of :meth:`~mdband.Potential.evaluate_many` given as a record.
+
+    ``positions`` (N, 3) Å; ``cell`` (3, 3) rows are the cell vectors, or None for open
+    boundaries; ``pbc`` one bool or three; ``species`` chemical symbols or atomic numbers.
+    Plain tuples ``(positions, cell, pbc, species)`` are read the same way.
+    """
+
+    positions: object
+    cell: object = None
+    pbc: object = False
+    species: object = None
+
+
+def atom_capacity(n_atoms: int) -> int:
+    """Padded atom count of a CUDA-graph batch: the next multiple of ``next_pow2(n) / 16``
+    (at least :data:`MIN_ATOM_GRANULE`): at most 16 buckets per doubling, under 12.5 % of the
+    atoms or 16 atoms of padding (isolated atoms: no edge work). A pure function of the atom
+    count (0 for 0)."""
+    if n_atoms <= 0:
+        return 0
+    granule = max(MIN_ATOM_GRANULE, (1 << (int(n_atoms) - 1).bit_length()) // 16)
+    return -(-int(n_atoms) // granule) * granule
+
+
+def batch_forward(pot, types, src, dst, vectors):
+    """(atom energies (N,), forces (N, 3), per-atom virials (N, 9)), float64 device tensors,
+    of one model call over concatenated systems; ``vectors`` (E, 3) float64 on the device.
+
+    An edge's virial term ``−g_e ⊗ v_e`` is booked to its centre atom ``dst``; a system's
+    virial is the sum over its atoms (rows xx, xy, xz, yx, … of ``W``). A direct-force model
+    (deepmd-kit's dens mode) gives its own forces and NaN virials."""
+    n = int(types.shape[0])
+    out = pot.evaluate_edges(types, src, dst, vectors)
+    if out.forces is not None:  # a direct-force model: no virial (NaN, as evaluate gives it)
+        nan = torch.full((n, 9), float("nan"), dtype=torch.float64, device=out.forces.device)
+        return out.atom_energy, out.forces.to(torch.float64), nan
+    g = out.edge_grad.to(torch.float64)
+    forces, _ = pot.assemble(g, vectors, src, dst, n, out.extra.get("csr_pair"))
+    w = -(g[:, :, None] * vectors[:, None, :]).reshape(-1, 9)
+    atom_w = torch.zeros(n, 9, dtype=torch.float64, device=g.device).index_add_(0, dst, w)
+    return out.atom_energy, forces, atom_w
+
+
+class BatchStep(DeviceStep):
+    """A :class:`~mdband.step_graph.DeviceStep` of concatenated systems: its outputs are
+    :func:`batch_forward`'s (per-atom virials instead of one virial)."""
+
+    def compute(self, pot):
+        return batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors())
+
+
+class BatchGraphs(StepGraphs):
+    """CUDA-graph replay of batches (``capture=False``: padded, eager; how the CPU tests see
+    the padding). Buckets are keyed by the padded atom count and the edge capacity."""
+
+    step_class = BatchStep
+
+    def run_batch(self, types, src, dst, vectors):
+        """:func:`batch_forward`'s outputs for a batch whose ``types`` are already padded to
+        :func:`atom_capacity` (padding atoms isolated); edges unpadded."""
+        return self._evaluate("vectors", (types, src, dst, vectors))
+
+
+@dataclass
+class _Prepared:
+    """One system ready for a batch: types and its own edge list (local atom indices)."""
+
+    index: int
+    types: np.ndarray
+    src: np.ndarray | torch.Tensor
+    dst: np.ndarray | torch.Tensor
+    vectors: np.ndarray | torch.Tensor
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.types.shape[0])
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.src.shape[0])
+
+
+def _host(x):
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+
+
+def as_record(item) -> BatchSystem:
+    """``item`` (ASE ``Atoms``, an mdband :class:`~mdband.io.frames.Frame`, a
+    :class:`BatchSystem` or a 4-tuple) as a :class:`BatchSystem`."""
+    if isinstance(item, Atoms):
+        return BatchSystem(item.positions, item.cell.array, item.pbc, item.numbers)
+    if isinstance(item, Frame):
+        return BatchSystem(item.positions, item.cell, item.pbc, item.species)
+    if isinstance(item, BatchSystem):
+        return item
+    if isinstance(item, (tuple, list)) and len(item) == 4:
+        return BatchSystem(*item)
+    raise MdbandError(
+        "expected ase.Atoms, an mdband Frame or a (positions, cell, pbc, species) record, "
+        f"got {type(item).__name__}"
+    )
+
+
+class BatchEvaluator:
+    """Packs systems into batches and evaluates them for one potential.
+
+    Parameters
+    ----------
+    potential : Potential
+    batch_size : int, optional
+        Most systems per model call (None: no limit besides atoms and memory).
+    batch_atoms : int, optional
+        Most atoms per model call (None: :data:`DEFAULT_BATCH_ATOMS` of the device).
+    graphs : BatchGraphs, optional
+        The potential's CUDA-graph replay of batches (None: eager).
+    compute_virial : bool
+        False gives zero virials.
+    """
+
+    def __init__(self, potential, *, batch_size=None, batch_atoms=None, graphs=None,
+                 compute_virial: bool = True) -> None:  # fmt: skip
+        self.pot = potential
+        if potential.spin is not None:
+            raise MdbandError(
+                "evaluate_many does not batch spin models (every atom's magnetic moment); "
+                "evaluate them one by one: Potential.evaluate(..., magmoms=...)"
+            )
+        for name, value in (("batch_size", batch_size), ("batch_atoms", batch_atoms)):
+            if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
+                raise MdbandError(f"{name} must be a positive integer, got {value!r}")
+        self.batch_size = None if batch_size is None else int(batch_size)
+        dev = potential.device.type
+        self.batch_atoms = DEFAULT_BATCH_ATOMS[dev] if batch_atoms is None else int(batch_atoms)
+        self.graphs = graphs
+        self.compute_virial = bool(compute_virial)
+        self.on_device = potential.neighbour_backend == "cell_list"
+        #: model calls made so far
+        self.calls = 0
+
+    # ------------------------------------------------------------------ preparation
+    def prepare(self, index: int, item) -> _Prepared:
+        """Checked types and neighbour list of system ``index``; errors name the system."""
+        try:
+            return self._prepare(index, as_record(item))
+        except MdbandError as exc:
+            exc.args = (f"system {index}: {exc}",)
+            raise
+
+    def _prepare(self, index: int, rec: BatchSystem) -> _Prepared:
+        check_frame_input(rec.positions, rec.cell, rec.pbc)
+        pos = np.ascontiguousarray(_host(rec.positions), dtype=np.float64)
+        cell = np.zeros((3, 3)) if rec.cell is None else np.asarray(_host(rec.cell), np.float64)
+        pbc = np.broadcast_to(np.asarray(_host(rec.pbc), dtype=bool), (3,)).copy()
+        if rec.species is None:
+            raise MdbandError("no species given")
+        types = self.pot.types_of(_host(rec.species))
+        if types.shape[0] != pos.shape[0]:
+            raise MdbandError(f"{pos.shape[0]} positions but {types.shape[0]} species")
+        validate_structure(pos, cell, pbc)
+        if self.on_device:  # the cell list on the potential's device
+            dev = self.pot.device
+            pos_t = torch.as_tensor(pos, device=dev)
+            cell_t = torch.as_tensor(cell, device=dev)
+            src, dst, shifts = cell_list_edges(pos_t, cell_t, tuple(pbc), self.pot.cutoff,
+                                               host_cell=cell)  # fmt: skip
+            vec = pos_t[src] - pos_t[dst] + shifts.to(torch.float64) @ cell_t
+            return _Prepared(index, types, src, dst, vec)
+        g = build_edge_graph(pos, cell, pbc, self.pot.cutoff)
+        vec = pos[g.src] - pos[g.dst] + g.shifts @ cell
+        return _Prepared(index, types, g.src, g.dst, vec)
+
+    # ------------------------------------------------------------------ packing
+    def _fits(self, n_systems: int, n_atoms: int, n_edges: int) -> bool:
+        """Whether a batch of this size may run as one unchunked model call."""
+        if self.batch_size is not None and n_systems > self.batch_size:
+            return False
+        if n_atoms > self.batch_atoms:
+            return False
+        if self.graphs is not None:  # the padded sizes are what runs
+            n_atoms, n_edges = atom_capacity(n_atoms), edge_capacity(n_edges)
+        return not self.pot.would_chunk(n_atoms, n_edges)
+
+    def run(self, systems: Iterable) -> Iterator[list[tuple[int, Result]]]:
+        """``(index, Result)`` of every system, in order: one list per model call."""
+        pending: list[_Prepared] = []
+        atoms = edges = 0
+        for index, item in enumerate(systems):
+            p = self.prepare(index, item)
+            if pending and not self._fits(len(pending) + 1, atoms + p.n_atoms, edges + p.n_edges):
+                yield from self._flush(pending)
+                pending, atoms, edges = [], 0, 0
+            pending.append(p)
+            atoms += p.n_atoms
+            edges += p.n_edges
+        if pending:
+            yield from self._flush(pending)
+
+    def _flush(self, batch: list[_Prepared]) -> Iterator[list[tuple[int, Result]]]:
+        """The results of ``batch``: one model call, or two halves after running out of GPU
+        memory (recursively, down to single systems, whose error is raised)."""
+        try:
+            out = self._evaluate(batch)
+        except torch.OutOfMemoryError:
+            if len(batch) < 2:
+                raise
+            out = None  # outside the handler: the failed call's tensors went with it
+        if out is None:
+            if self.pot.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = len(batch) // 2
+            yield from self._flush(batch[:half])
+            yield from self._flush(batch[half:])
+            return
+        yield [(p.index, r) for p, r in zip(batch, out)]
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, batch: list[_Prepared]) -> list[Result]:
+        """One model call over the systems of ``batch`` (systems without atoms take no part:
+        zeros)."""
+        full = [p for p in batch if p.n_atoms > 0]
+        if not full:
+            return [_empty() for _ in batch]
+        results = iter(self._call(full))
+        return [next(results) if p.n_atoms > 0 else _empty() for p in batch]
+
+    def _call(self, batch: list[_Prepared]) -> list[Result]:
+        """The model call over ``batch`` (systems of at least one atom)."""
+        dev = self.pot.device
+        counts = [p.n_atoms for p in batch]
+        n = sum(counts)
+        offsets = np.cumsum([0, *counts[:-1]])
+        types = torch.as_tensor(np.concatenate([p.types for p in batch]), device=dev)
+        if self.on_device:
+            src = torch.cat([p.src + int(o) for p, o in zip(batch, offsets)])
+            dst = torch.cat([p.dst + int(o) for p, o in zip(batch, offsets)])
+            vec = torch.cat([p.vectors for p in batch])
+        else:
+            src = torch.as_tensor(np.concatenate([p.src + o for p, o in zip(batch, offsets)]),
+                                  device=dev)  # fmt: skip
+            dst = torch.as_tensor(np.concatenate([p.dst + o for p, o in zip(batch, offsets)]),
+                                  device=dev)  # fmt: skip
+            vec = torch.as_tensor(np.concatenate([p.vectors for p in batch]), device=dev)
+        self.calls += 1
+        if self.graphs is not None and src.shape[0] > 0:
+            pad = atom_capacity(n) - n
+            padded = torch.cat([types, types.new_zeros(pad)])  # isolated atoms of type 0
+            atom_e, forces, atom_w = self.graphs.run_batch(padded, src, dst, vec)
+            atom_e, forces, atom_w = atom_e[:n], forces[:n], atom_w[:n]
+        else:
+            atom_e, forces, atom_w = batch_forward(self.pot, types, src, dst, vec)
+        system = torch.repeat_interleave(  # output_size: no device sync
+            torch.arange(len(batch), device=dev),
+            torch.as_tensor(counts, device=dev),
+            output_size=n,
+        )
+        f64 = dict(dtype=torch.float64, device=dev)
+        energy = torch.zeros(len(batch), **f64).index_add_(0, system, atom_e)
+        virial = torch.zeros(len(batch), 9, **f64)
+        if self.compute_virial:
+            virial.index_add_(0, system, atom_w)
+        # one device → host copy for the whole batch
+        host = torch.cat([energy, virial.reshape(-1), atom_e, forces.reshape(-1)]).cpu().numpy()
+        s = len(batch)
+        e_host, v_host = host[:s], host[s : 10 * s].reshape(s, 3, 3)
+        a_host = host[10 * s : 10 * s + n]
+        f_host = host[10 * s + n :].reshape(n, 3)
+        chunks = self.pot.last_chunks
+        out = []
+        for k, (o, c) in enumerate(zip(offsets, counts)):
+            out.append(Result(float(e_host[k]), f_host[o : o + c], v_host[k],
+                              a_host[o : o + c], chunks=chunks))  # fmt: skip
+        return out
+
+
+def _empty() -> Result:
+    return Result(0.0, np.zeros((0, 3)), np.zeros((3, 3)), np.zeros(0), chunks=1)
+
+
+#: each potential's CUDA-graph replay of batches (made at its first batched call)
+_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def batch_graphs(potential) -> BatchGraphs | None:
+    """The :class:`BatchGraphs` of ``potential`` where it replays CUDA graphs, else None."""
+    if potential.cuda_graphs != "on":
+        return None
+    graphs = _GRAPHS.get(potential)
+    if graphs is None:
+        graphs = _GRAPHS[potential] = BatchGraphs(potential)
+    return graphs
+
+
+def evaluate_many(potential, systems, *, batch_size: int | None = None,
+                  batch_atoms: int | None = None, compute_virial: bool = True,
+                  progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
+    """:meth:`BatchEvaluation.evaluate_many` of ``potential`` (see there)."""
+    ev = BatchEvaluator(potential, batch_size=batch_size, batch_atoms=batch_atoms,
+                        graphs=batch_graphs(potential),
+                        compute_virial=compute_virial)  # fmt: skip
+    out: list[Result] = []
+    for done in ev.run(systems):
+        out.extend(r for _, r in done)
+        if progress is not None:
+            progress(len(out))
+    return out
+
+
+class BatchEvaluation:
+    """:meth:`evaluate_many`, which :class:`~mdband.potential.Potential` inherits."""
+
+    def evaluate_many(self, systems, *, batch_size: int | None = None,
+                      batch_atoms: int | None = None, compute_virial: bool = True,
+                      progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
+        """Energy, forces, virial and per-atom energies of many frames, in few model calls.
+
+        Parameters
+        ----------
+        systems : iterable
+            ASE ``Atoms``, mdband :class:`~mdband.io.frames.Frame` objects,
+            :class:`BatchSystem` records or ``(positions, cell, pbc, species)`` tuples; any
+            sizes (zero atoms too), cells, boundary conditions and species.
+        batch_size : int, optional
+            Most systems per model call (None: no limit of its own).
+        batch_atoms : int, optional
+            Most atoms per model call (None: :data:`DEFAULT_BATCH_ATOMS` of the device); the
+            memory budget (``memory_budget`` setting) may cut a call shorter, never longer. A
+            larger system runs alone (chunked if the budget says so).
+        compute_virial : bool
+            False gives zero virials.
+        progress : callable, optional
+            Called with the number of systems done after every model call.
+
+        Returns
+        -------
+        list of Result
+            One numpy :class:`~mdband.result.Result` per system, in input order: the numbers
+            of :meth:`evaluate` to rounding (see :mod:`mdband.batch`; zeros for no atoms).
+
+        Raises
+        ------
+        MdbandError
+            A system is not a structure or is unusable (the message starts ``system K:``), or
+            the model is a spin model (not batched).
+        """
+        return evaluate_many(self, systems, batch_size=batch_size, batch_atoms=batch_atoms,
+                             compute_virial=compute_virial, progress=progress)  # fmt: skip
