@@ -139,7 +139,7 @@ class DeviceStep:
         if self.mode == "positions":
             _put(self.positions, positions)
             _put(self.cell, cell)
-        if self.charge_spin is not None:
+        if self.charge_spin is not None and charge_spin is not None:  # (StepGraphs._cs)
             _put(self.charge_spin, charge_spin)
 
     def edge_vectors(self) -> torch.Tensor:
