@@ -98,8 +98,9 @@ class MissingChargeSpinError(ChargeSpinError):
         keys = " ".join(f"{m} N" for m in missing)
         super().__init__(
             f"this model needs the system's {what} and has no default_chg_spin; give "
-            f"Potential.evaluate({api}), {info} (ASE), {flags} (mdband run, relax) or "
-            f"'pair_style mdband ... {keys}'"
+            f"Potential.evaluate({api}), {info} (ASE), {flags} (mdband run, relax, "
+            f"model-devi), 'pair_style mdband ... {keys}' or, in deepmd-kit data, "
+            "set.*/charge_spin.npy"
         )
 
 

@@ -330,7 +330,9 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
     )
     check_structure(atoms, potential, config.min_distance)
     magmoms_of(atoms, potential)  # a spin model's moments, checked before anything is written
-    _charge_spin(config, potential, atoms, paths[0])
+    row = _charge_spin(config, potential, atoms, paths[0])
+    if row is not None:
+        logger.info("relax: total charge %d, spin multiplicity %d", *row)
     if config.cell and not np.all(atoms.get_pbc()):
         raise StructureError("--cell needs a structure periodic in all three directions")
     atoms.calc = Calculator(potential)
@@ -359,23 +361,25 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
     return result
 
 
-def _charge_spin(config: RelaxConfig, potential, atoms: Atoms, where: str) -> None:
+def _charge_spin(config: RelaxConfig, potential, atoms: Atoms, where: str | None = None):
     """``--charge`` / ``--spin`` into ``atoms.info`` (over the structure file's values, which
     a charge/spin model reads otherwise); checked against the model before any step (a model
-    without the embedding refuses the flags and ignores the file's values)."""
+    without the embedding refuses the flags and ignores the file's values). The (charge, spin)
+    row evaluated, None for other models; a bad value is a :class:`ConfigError` (prefixed
+    ``where:``)."""
     for k in ("charge", "spin"):
         if getattr(config, k) is not None:
             atoms.info[k] = getattr(config, k)
     if potential.charge_spin is None:
         potential.charge_spin_of(config.charge, config.spin)
-        return
+        return None
     try:
         row = potential.charge_spin_of(atoms.info.get("charge"), atoms.info.get("spin"))
     except ChargeSpinError as exc:
         if isinstance(exc, MissingChargeSpinError):
             raise
-        raise ConfigError(f"{where}: {exc}") from None
-    logger.info("relax: total charge %d, spin multiplicity %d", *row.tolist()[0])
+        raise ConfigError(str(exc) if where is None else f"{where}: {exc}") from None
+    return tuple(row.tolist()[0])
 
 
 def _result(atoms: Atoms, converged: bool, steps: int) -> RelaxResult:

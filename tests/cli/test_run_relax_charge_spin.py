@@ -151,3 +151,36 @@ def test_relax_refusals_are_one_line(work):
     one_line_error(invoke(*RELAX, "--structure", "mol.xyz", "--model", "s2ffn.pt", "--spin", 1),
                    "takes no total charge")  # fmt: skip
     assert not (work / "out.traj").exists()
+
+
+def test_relax_several_structures_each_with_its_own(work, pot):
+    """Batched relaxation (several structures in lockstep, one model call per step): each
+    structure relaxes under its own file's charge and spin, exactly as it does alone; the
+    output keeps them; --charge/--spin set all; one lacking a value is named."""
+    mol = ase.io.read(work / "mol_info.extxyz")
+    mol.info.update(charge=1, spin=1)
+    mol.rattle(0.02, seed=4)
+    ase.io.write(work / "mol_cation.extxyz", mol, format="extxyz")
+    files = ("mol_info.extxyz", "mol_cation.extxyz")
+    args = ("--steps", 3, "--fmax", 1e-9, "--device", "cpu", "--model", "chgspin.pt")
+    res = invoke("relax", "--structure", files[0], "--structure", files[1],
+                 "--output", "many.traj", *args)  # fmt: skip
+    assert res.exit_code == 1, res.output  # not converged in 3 steps
+    many = ase.io.read(work / "many.traj", ":")
+    for k, (name, cs) in enumerate(zip(files, [(-1, 2), (1, 1)])):
+        assert (many[k].info["charge"], many[k].info["spin"]) == cs
+        alone = invoke("relax", "--structure", name, "--output", f"alone{k}.traj", *args)
+        assert alone.exit_code == 1, alone.output
+        one = ase.io.read(work / f"alone{k}.traj")
+        np.testing.assert_allclose(many[k].positions, one.positions, rtol=0, atol=1e-8)
+        ref = pot.evaluate(many[k].positions, None, False, many[k].get_chemical_symbols(),
+                           charge=cs[0], spin=cs[1])  # fmt: skip
+        np.testing.assert_allclose(many[k].get_forces(), ref.forces, rtol=0, atol=1e-8)
+    res = invoke("relax", "--structure", files[0], "--structure", files[1], "--charge", 0,
+                 "--output", "zero.traj", *args)  # fmt: skip
+    assert res.exit_code == 1, res.output
+    assert [a.info["charge"] for a in ase.io.read(work / "zero.traj", ":")] == [0, 0]
+    res = invoke("relax", "--structure", files[0], "--structure", "mol.xyz",
+                 "--output", "bad.traj", *args)  # fmt: skip
+    one_line_error(res, "mol.xyz[-1]:", "--charge --spin")
+    assert not (work / "bad.traj").exists()
