@@ -184,3 +184,28 @@ def test_relax_several_structures_each_with_its_own(work, pot):
                  "--output", "bad.traj", *args)  # fmt: skip
     one_line_error(res, "mol.xyz[-1]:", "--charge --spin")
     assert not (work / "bad.traj").exists()
+
+
+def test_run_spin_model_with_charge_and_spin(work):
+    """mdband run of a spin model that also takes charge and spin (deepmd-kit allows both):
+    the moments held fixed from the structure file, --charge/--spin reach every step."""
+    spin_fix = FIX.parent / "deepmd_spin"
+    shutil.copy(spin_fix / "chgspin_spin_native.pt", work / "cs_spin.pt")
+    cluster = ase.io.read(spin_fix / "spin_structures.extxyz", 3)
+    ase.io.write(work / "cluster.extxyz", cluster, format="extxyz")
+    res = run("--structure", "cluster.extxyz", "--steps", 2, "--charge", 2, "--spin", 3,
+              model="cs_spin.pt")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "Total charge 2 (given), spin multiplicity 3 (given)" in res.stdout
+    assert "held fixed" in res.stdout
+    spin_pot = mdband.load_model(work / "cs_spin.pt", device="cpu", dtype="float64")
+    moments = cluster.get_initial_magnetic_moments()
+    with H5MDReader(work / "t.h5") as r:
+        atoms = r.to_atoms(slice(0, None))
+    assert len(atoms) == 3
+    for a in atoms:
+        ref = spin_pot.evaluate(a.positions, None, False, a.get_chemical_symbols(), charge=2,
+                                spin=3, magmoms=moments)  # fmt: skip
+        np.testing.assert_allclose(a.get_forces(), ref.forces, rtol=0, atol=1e-10)
+    res = run("--structure", "cluster.extxyz", "--steps", 1, "--overwrite", model="cs_spin.pt")
+    one_line_error(res, "--charge --spin")

@@ -28,7 +28,7 @@ from mdband.testing.lj import lennard_jones_potential
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "deepmd"
 CONFIGS = ["s2ffn", "gated_pyramid", "gated_pyramid_v10", "grid_mini", "grid_neo", "zbl",
-           "chgspin", "chgspin_default"]  # fmt: skip
+           "chgspin", "chgspin_default", "chgspin_zbl"]  # fmt: skip
 STRUCTURES = FIX / "structures.extxyz"
 TOOL = REPO.parent / "shared" / "tools" / "deepmd-reference"
 
