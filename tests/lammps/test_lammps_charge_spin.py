@@ -141,3 +141,37 @@ def test_run_engine_lammps_passes_charge_spin(tmp_path):
                                charge=-1, spin=2)  # fmt: skip
             np.testing.assert_allclose(a.get_forces(), ref.forces, rtol=0, atol=1e-8)
             assert e == pytest.approx(ref.energy, rel=1e-10)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_bridged_charge_spin_model_and_atom_virials(tmp_path, nprocs):
+    """A ZBL-bridged charge/spin model (chgspin_zbl, make_chgspin_combo_fixtures.py) on the
+    compact cube (a 0.42 Å O-H pair across x = 3 Å, the two-rank cut): energy, forces and
+    per-atom virials (``compute stress/atom``) are deepmd-kit's for ``charge 2 spin 3``."""
+    ref = np.load(FIX / "chgspin_zbl.npz")
+    k = [tuple(c) for c in ref["cases"]].index((2.0, 3.0))
+    tm = [str(t) for t in ref["type_map"]]
+    from ase import Atoms
+
+    atoms = Atoms([tm[t] for t in ref["atype_0"]], positions=ref["coord_0"], cell=ref["cell_0"],
+                  pbc=True)  # fmt: skip
+    data = write_data(tmp_path / "z.data", atoms)
+    procs = "2 1 1" if nprocs == 2 else "1 1 1"
+    sa = " ".join(f"c_sa[{c}]" for c in range(1, 7))
+    script = _case("z", data, FIX / "chgspin_zbl.pt", "charge 2 spin 3")
+    script = script.replace("read_data", f"processors {procs}\nread_data")
+    script = script.replace("compute pe all pe/atom", "compute pe all pe/atom\n"
+                            "compute sa all stress/atom NULL virial")  # fmt: skip
+    script = script.replace("fx fy fz c_pe", f"fx fy fz c_pe {sa}")
+    proc = run_lmp(script, tmp_path, nprocs=nprocs, timeout=600)
+    pe, *_ = results(proc.stdout)["z"]
+    assert pe == pytest.approx(float(ref[f"energy_{k}_0"]), rel=1e-10)
+    dump = read_dump(tmp_path / "z.dump")
+    f = np.stack([dump["fx"], dump["fy"], dump["fz"]], axis=1)
+    np.testing.assert_allclose(f, ref[f"forces_{k}_0"], rtol=0, atol=1e-8)
+    assert np.abs(f).max() > 100.0  # the close pairs' ZBL forces
+    av = ref[f"atom_virial_{k}_0"].reshape(-1, 3, 3)
+    voigt = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2)]
+    want = np.stack([av[:, b, a] for a, b in voigt], axis=1)  # LAMMPS' −r ⊗ g order
+    got = -np.stack([dump[f"c_sa[{c}]"] for c in range(1, 7)], axis=1) / NKTV2P_METAL
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
