@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from ase.data import atomic_numbers, chemical_symbols
 
+from mdband import charge_spin as _cs
 from mdband import host_memory as _host_memory
 from mdband.atom_virial import evaluate_atom_virial
 from mdband.batch import BatchEvaluation
-from mdband.errors import MdbandError, UnknownElementError
+from mdband.errors import MdbandError
 from mdband.graph import EdgeGraph, validate_structure
 from mdband.neighbours import HostNeighbourList
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
@@ -22,11 +22,13 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
     EdgeResult,
     Result,
     _result,
+    assemble_forces,
     resolve_device,
     resolve_dtype,
     weights_hash,
 )
 from mdband.settings import EngineSettings
+from mdband.species import TypeLookup
 from mdband.spin import evaluate_spin, leaf_gradients, spin_config
 from mdband.validate import check_frame_input
 
@@ -82,15 +84,14 @@ class Potential(BatchEvaluation):
             p.requires_grad_(False)
         #: forces from the network, no virial (deepmd-kit's dens mode; see DirectForceModel)
         self.direct_forces = isinstance(self.model, DirectForceModel)
-        self._znum = {
-            atomic_numbers[s]: i for i, s in enumerate(self.type_map) if s in atomic_numbers
-        }
-        self._tindex = {s: i for i, s in enumerate(self.type_map)}
+        self._types = TypeLookup(self.type_map)
         self.spin = spin_config(config)  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
         #: dtype of the edge vectors handed to the model: float64 if it declares float64_edges
         self.edge_dtype = torch.float64 if getattr(model, "float64_edges", False) else self.dtype
         self._steps = None
+        cs_model = isinstance(model, _cs.ChargeSpinModel)  # charge_spin: what it takes of them
+        self.charge_spin = model.charge_spin_inputs if cs_model else None
         settings = getattr(self.model, "settings", None)
         if settings is None:  # model kinds without engine settings (test potentials)
             settings = EngineSettings.resolve(
@@ -162,30 +163,15 @@ class Potential(BatchEvaluation):
 
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
-        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised."""
-        arr = np.asarray(species).reshape(-1)
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        uniq, inverse = np.unique(arr, return_inverse=True)
-        lookup = np.empty(len(uniq), dtype=np.int64)
-        unknown: list[str] = []
-        for k, s in enumerate(uniq):
-            if np.issubdtype(uniq.dtype, np.integer):
-                z = int(s)
-                t = self._znum.get(z)
-                name = chemical_symbols[z] if 0 <= z < len(chemical_symbols) else str(z)
-            else:
-                name = str(s)
-                t = self._tindex.get(name)
-            if t is None:
-                unknown.append(name)
-            else:
-                lookup[k] = t
-        if unknown:
-            raise UnknownElementError(unknown, self.type_map)
-        return lookup[inverse.reshape(-1)]
+        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised
+        (:class:`~mdband.errors.UnknownElementError` for elements the type map lacks)."""
+        return self._types(species)
 
     # ------------------------------------------------------------------ evaluation
+    def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
+        """``charge_spin`` of a system (:func:`mdband.charge_spin.charge_spin_tensor`)."""
+        return _cs.charge_spin_tensor(self.charge_spin, charge, spin, self.device)
+
     def evaluate_edges(
         self,
         types: torch.Tensor,
@@ -198,6 +184,8 @@ class Potential(BatchEvaluation):
         n_local: int | None = None,
         plan=None,
         magmoms: torch.Tensor | None = None,
+        charge_spin: torch.Tensor | None = None,
+        systems: torch.Tensor | None = None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
@@ -206,12 +194,13 @@ class Potential(BatchEvaluation):
         chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
         budget planned that runs out of GPU memory is run again in chunks of half the edges
         (up to :data:`OOM_RETRIES` times) before the error is raised. ``magmoms``: mdband.spin.
-        """
+        ``charge_spin``: from :meth:`charge_spin_of` (None: the model's defaults), or (S, 2)
+        rows of S systems with ``systems`` the row of each atom (mdband.batch)."""
         retries = 0
         while True:
             try:
                 return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
-                                            plan, magmoms)  # fmt: skip
+                                            plan, magmoms, charge_spin, systems)  # fmt: skip
             except torch.OutOfMemoryError:
                 if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
                     raise
@@ -236,10 +225,11 @@ class Potential(BatchEvaluation):
         return shrink is not None and shrink(self.device, n_atoms)
 
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
-                        magmoms=None):  # fmt: skip
+                        magmoms=None, cs=None, systems=None):  # fmt: skip
         grad = grad and not self.direct_forces
         ev = edge_vec.detach().to(self.edge_dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
+        model_kw.update(_cs.model_kwargs(self.charge_spin, cs, self.device, systems))
         if magmoms is not None:  # a native spin model's moments: a second autograd leaf
             model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
         if n_local is not None and getattr(self.model, "accepts_energy_rows", False):
@@ -297,6 +287,8 @@ class Potential(BatchEvaluation):
         compute_virial: bool = True,
         magmoms=None,
         atom_virial: bool = False,
+        charge=None,
+        spin=None,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -318,17 +310,22 @@ class Potential(BatchEvaluation):
             Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
         atom_virial : bool
             Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
+        charge, spin : int, optional
+            Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``,
+            :mod:`mdband.charge_spin`); other models refuse them.
         """
         check_frame_input(positions, cell, pbc)
         tensors = isinstance(positions, torch.Tensor)
+        cs = self.charge_spin_of(charge, spin)
         if atom_virial:
-            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
+            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours, cs)
             return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
         if self.spin is not None or magmoms is not None:
-            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
+            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms,
+                                cs)  # fmt: skip
             return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
         if tensors:
-            args = (positions, cell, pbc, species, graph, neighbours, compute_virial)
+            args = (positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin)
             return self._evaluate_tensor(*args)
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
@@ -336,18 +333,18 @@ class Potential(BatchEvaluation):
         types = self._types_for(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
             pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
-            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
+            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
             return _result(*out, compute_virial, True, self.last_chunks)
         if graph is None:  # vesin's numpy edges (the cell list returned above)
             graph = self.edges(pos, cell_np, pbc, neighbours)
-        out = self._run_graph(types, graph, pos, cell_np)
+        out = self._run_graph(types, graph, pos, cell_np, cs)
         return _result(*out, compute_virial, True, self.last_chunks)
 
-    def _run_graph(self, types, graph: EdgeGraph, positions, cell):
+    def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
         if self._steps is not None and graph.n_edges > 0:
-            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+            return self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
         dev = self.device
         if graph.n_atoms == 0:  # no atoms: no energy, no forces, no virial
             zero = torch.zeros(0, dtype=torch.float64, device=dev)
@@ -357,7 +354,7 @@ class Potential(BatchEvaluation):
         edge_vec = graph.edge_vectors(pos_t, cell_t)
         src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
         types_t = torch.as_tensor(types, device=dev)
-        return self.forces_from_vectors(types_t, src, dst, edge_vec)
+        return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
@@ -389,7 +386,8 @@ class Potential(BatchEvaluation):
             raise MdbandError(f"{n_atoms} positions but {types.shape[0]} species")
         return types
 
-    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
+    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
+                         spin):  # fmt: skip
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
         if positions.device != self.device and positions.device.type != "cpu":
@@ -400,7 +398,8 @@ class Potential(BatchEvaluation):
             cell_np = None if cell is None else torch.as_tensor(cell).detach().cpu().numpy()
             res = self.evaluate(
                 positions.detach().cpu().numpy(), cell_np, pbc, species,
-                graph=graph, neighbours=neighbours, compute_virial=virial,
+                graph=graph, neighbours=neighbours, compute_virial=virial, charge=charge,
+                spin=spin,
             )  # fmt: skip
             dev = positions.device
             return Result(
@@ -417,27 +416,29 @@ class Potential(BatchEvaluation):
             cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
         types = self._types_for(species, pos_t.shape[0])
-        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
+        cs = self.charge_spin_of(charge, spin)
+        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np,
+                                cs)  # fmt: skip
         return _result(*out, virial, False, self.last_chunks)
 
-    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
+    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
         """(atom energies, forces, virial) from positions on the potential's device; the neighbour
         list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
             graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
-        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t)
+        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t, cs)
 
-    def evaluate_vectors(self, types, src, dst, vectors):
+    def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
         from edge arrays (numpy, or tensors on any device) whose atoms are all local
-        (N = len(types); ``vectors`` (E, 3) Å).
+        (N = len(types); ``vectors`` (E, 3) Å); ``charge_spin`` from :meth:`charge_spin_of`.
 
         On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
         if self._steps is not None and len(src) > 0:
-            return self._steps.run_vectors(types, src, dst, vectors)
+            return self._steps.run_vectors(types, src, dst, vectors, charge_spin)
         dev = self.device
 
         def t(a):
@@ -445,12 +446,12 @@ class Potential(BatchEvaluation):
                 return a.to(dev)
             return torch.as_tensor(np.ascontiguousarray(a), device=dev)
 
-        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
+        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors), charge_spin)
 
-    def forces_from_vectors(self, types, src, dst, edge_vec):
+    def forces_from_vectors(self, types, src, dst, edge_vec, charge_spin=None):
         """(atom energies, forces, virial), float64, of one evaluation from device tensors
-        (the virial NaN for a direct-force model, as deepmd-kit gives it)."""
-        out = self.evaluate_edges(types, src, dst, edge_vec)
+        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin``)."""
+        out = self.evaluate_edges(types, src, dst, edge_vec, charge_spin=charge_spin)
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan
@@ -458,21 +459,8 @@ class Potential(BatchEvaluation):
                                        int(types.shape[0]), out.extra.get("csr_pair"))  # fmt: skip
         return out.atom_energy, forces, virial
 
-    @staticmethod
-    def assemble(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
-        """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
-        ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
-        if edge_grad.is_cuda:
-            # deterministic CSR reduction with float64 accumulation (no atomics)
-            from mdband.kernels.force_assembly import force_assembly
-
-            d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
-            return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
-        g = edge_grad.to(torch.float64)
-        forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
-        forces.index_add_(0, dst, g)
-        forces.index_add_(0, src, -g)
-        return forces, -(g.T @ edge_vec.to(torch.float64))
+    #: forces and virial from ``∂E/∂edge_vec`` (:func:`mdband.result.assemble_forces`)
+    assemble = staticmethod(assemble_forces)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

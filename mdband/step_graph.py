@@ -39,6 +39,8 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
+from mdband.errors import ChargeSpinError
+
 #: unit direction of the padding edges (generic: no axis, no special frame)
 PAD_DIRECTION = (0.36, 0.48, 0.8)
 #: padding edges sit at this multiple of the cutoff
@@ -100,6 +102,8 @@ class DeviceStep:
         if mode == "positions":
             self.positions = torch.zeros(n_atoms, 3, **f64)
             self.cell = torch.zeros(3, 3, **f64)
+        #: (1, 2) total charge and spin multiplicity of a charge/spin model (None: none taken)
+        self.charge_spin = None if potential.charge_spin is None else torch.zeros(1, 2, **i64)
         pad = torch.tensor(PAD_DIRECTION, **f64)
         self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
         #: a bucket the memory budget evaluates in chunks runs eagerly: its chunk plan is
@@ -112,11 +116,12 @@ class DeviceStep:
         self.outputs: tuple[torch.Tensor, ...] | None = None
         self.calls = 0
 
-    def load(self, types, src, dst, rows, positions=None, cell=None) -> None:
+    def load(self, types, src, dst, rows, positions=None, cell=None, charge_spin=None) -> None:
         """Copy one frame into the static buffers, padding the edges on the device.
 
         Inputs are numpy arrays or tensors (any device); edges unpadded. The padding equals
         :func:`pad_edges`: edges ``k → k`` (k = 0, 1, … mod N) with zero rows.
+        ``charge_spin``: (1, 2) from :meth:`Potential.charge_spin_of` (a charge/spin model).
         """
         n = int(src.shape[0])
         extra = self.capacity - n
@@ -134,6 +139,8 @@ class DeviceStep:
         if self.mode == "positions":
             _put(self.positions, positions)
             _put(self.cell, cell)
+        if self.charge_spin is not None and charge_spin is not None:  # (StepGraphs._cs)
+            _put(self.charge_spin, charge_spin)
 
     def edge_vectors(self) -> torch.Tensor:
         """(capacity, 3) float64 edge vectors, padding edges at ``pad_vector``."""
@@ -146,7 +153,9 @@ class DeviceStep:
 
     def compute(self, pot) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers."""
-        return pot.forces_from_vectors(self.types, self.src, self.dst, self.edge_vectors())
+        return pot.forces_from_vectors(
+            self.types, self.src, self.dst, self.edge_vectors(), self.charge_spin
+        )
 
 
 def _put(buf: torch.Tensor, arr) -> None:
@@ -258,21 +267,34 @@ class StepGraphs:
             torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ evaluation
-    def run(self, types, src, dst, shifts, positions, cell):
+    def run(self, types, src, dst, shifts, positions, cell, charge_spin=None):
         """Device (atom energies, forces, virial) of one frame from numpy arrays or tensors
         (unpadded edges).
 
         Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
         call runs outside it): every graph is dropped, garbage collected, and the call runs
         once more eagerly, so a large system near the memory limit still runs; a second
-        out-of-memory error is raised.
+        out-of-memory error is raised. ``charge_spin``: :meth:`Potential.charge_spin_of`'s
+        (None: the model's defaults), in a static buffer of the bucket.
         """
-        return self._evaluate("positions", (types, src, dst, shifts, positions, cell))
+        frame = (types, src, dst, shifts, positions, cell, self._cs(charge_spin))
+        return self._evaluate("positions", frame)
 
-    def run_vectors(self, types, src, dst, vectors):
+    def run_vectors(self, types, src, dst, vectors, charge_spin=None):
         """As :meth:`run` for edge vectors (E, 3) given directly (LAMMPS, one rank: ghost
         neighbours already mapped to their owners)."""
-        return self._evaluate("vectors", (types, src, dst, vectors))
+        return self._evaluate("vectors", (types, src, dst, vectors, None, None,
+                                          self._cs(charge_spin)))  # fmt: skip
+
+    def _cs(self, charge_spin):
+        """``charge_spin`` for the buffers: the model's defaults when None (resolved here, so
+        a missing input raises before any buffer is touched)."""
+        pot = self.potential
+        if pot.charge_spin is None:
+            if charge_spin is not None:
+                raise ChargeSpinError("this model takes no total charge or spin multiplicity")
+            return None
+        return pot.charge_spin_of() if charge_spin is None else charge_spin
 
     def _evaluate(self, mode, frame):
         # one call at a time: the buckets' static buffers are shared by every caller (threads)
