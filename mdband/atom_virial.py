@@ -65,12 +65,14 @@ def ase_stresses(atom_virial, volume: float):
     )
 
 
-def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbours=None):
+def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbours=None,
+                         charge_spin=None):  # fmt: skip
     """What :meth:`Potential.evaluate` computes with ``atom_virial=True``, as float64 tensors:
     (atom energies, forces, virial, per-atom virials (N, 3, 3)), from one eager evaluation (no
     CUDA-graph replay) on the neighbour list ``pot.edges`` gives (or ``graph``), on the device
     of ``positions`` when a tensor, else on the potential's. A direct-force model's virials are
-    NaN, as its virial is; spin models are refused."""
+    NaN, as its virial is; spin models are refused. ``charge_spin``: a charge/spin model's
+    (:meth:`Potential.charge_spin_of`; None: its defaults)."""
     import numpy as np
 
     from mdband.errors import MdbandError
@@ -93,7 +95,8 @@ def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbo
     dev = pot.device
     vec = graph.edge_vectors(torch.as_tensor(pos, device=dev), torch.as_tensor(cell_np, device=dev))
     src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
-    out = pot.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, vec)
+    out = pot.evaluate_edges(torch.as_tensor(types, device=dev), src, dst, vec,
+                             charge_spin=charge_spin)  # fmt: skip
     if out.forces is not None:  # a direct-force (dens) model: no virial
         forces = out.forces
         virial = torch.full((3, 3), float("nan"), dtype=torch.float64, device=forces.device)

@@ -23,6 +23,15 @@ edge bucket (:func:`mdband.step_graph.edge_capacity`) with the padding edges of
 :mod:`mdband.step_graph` (beyond the cutoff: exactly zero weight); each bucket is replayed
 from a graph captured at its second use (:class:`BatchGraphs`, its own buckets and memory
 pool). Elsewhere the batch runs eagerly, unpadded.
+
+**Charge/spin models** (``add_chg_spin_ebd``): every system has its own total charge and spin
+multiplicity: ``atoms.info["charge"]`` / ``["spin"]`` of ASE atoms (as
+:class:`mdband.Calculator` reads them), a :class:`~mdband.io.frames.Frame`'s ``charge`` /
+``spin`` (deepmd-kit data's ``charge_spin.npy``), the ``charge`` / ``spin`` fields of a
+:class:`BatchSystem`; what a system lacks is the model's ``default_chg_spin``
+(:mod:`mdband.charge_spin`). One model call takes one (charge, spin) row per system and the
+system of every atom. A model that takes neither ignores the values of atoms and frames (common
+metadata) and refuses those of a :class:`BatchSystem`, as ``evaluate(charge=...)`` does.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import torch
 from ase import Atoms
 
 from mdband.cell_list import cell_list_edges
+from mdband.charge_spin import refuse_unused
 from mdband.errors import MdbandError
 from mdband.graph import build_edge_graph, validate_structure
 from mdband.io.frames import Frame
@@ -55,14 +65,17 @@ class BatchSystem(NamedTuple):
     """One structure of :meth:`~mdband.Potential.evaluate_many` given as a record.
 
     ``positions`` (N, 3) Å; ``cell`` (3, 3) rows are the cell vectors, or None for open
-    boundaries; ``pbc`` one bool or three; ``species`` chemical symbols or atomic numbers.
-    Plain tuples ``(positions, cell, pbc, species)`` are read the same way.
+    boundaries; ``pbc`` one bool or three; ``species`` chemical symbols or atomic numbers;
+    ``charge`` (e) and ``spin`` (2S+1) for a charge/spin model (None: its default). Plain
+    tuples ``(positions, cell, pbc, species)`` (or with charge and spin) are read the same way.
     """
 
     positions: object
     cell: object = None
     pbc: object = False
     species: object = None
+    charge: object = None
+    spin: object = None
 
 
 def atom_capacity(n_atoms: int) -> int:
@@ -76,15 +89,16 @@ def atom_capacity(n_atoms: int) -> int:
     return -(-int(n_atoms) // granule) * granule
 
 
-def batch_forward(pot, types, src, dst, vectors):
+def batch_forward(pot, types, src, dst, vectors, charge_spin=None, systems=None):
     """(atom energies (N,), forces (N, 3), per-atom virials (N, 9)), float64 device tensors,
-    of one model call over concatenated systems; ``vectors`` (E, 3) float64 on the device.
+    of one model call over concatenated systems; ``vectors`` (E, 3) float64 on the device;
+    ``charge_spin`` (S, 2) and ``systems`` (N,): a charge/spin model's rows and each atom's.
 
     An edge's virial term ``−g_e ⊗ v_e`` is booked to its centre atom ``dst``; a system's
     virial is the sum over its atoms (rows xx, xy, xz, yx, … of ``W``). A direct-force model
     (deepmd-kit's dens mode) gives its own forces and NaN virials."""
     n = int(types.shape[0])
-    out = pot.evaluate_edges(types, src, dst, vectors)
+    out = pot.evaluate_edges(types, src, dst, vectors, charge_spin=charge_spin, systems=systems)
     if out.forces is not None:  # a direct-force model: no virial (NaN, as evaluate gives it)
         nan = torch.full((n, 9), float("nan"), dtype=torch.float64, device=out.forces.device)
         return out.atom_energy, out.forces.to(torch.float64), nan
@@ -97,10 +111,31 @@ def batch_forward(pot, types, src, dst, vectors):
 
 class BatchStep(DeviceStep):
     """A :class:`~mdband.step_graph.DeviceStep` of concatenated systems: its outputs are
-    :func:`batch_forward`'s (per-atom virials instead of one virial)."""
+    :func:`batch_forward`'s (per-atom virials instead of one virial). A charge/spin model's
+    buffers hold a row per atom at most (a system has at least one atom) and each atom's row;
+    the rows past the batch's systems repeat its first, and the padding atoms take it."""
+
+    def __init__(self, potential, mode: str, n_atoms: int, capacity: int) -> None:
+        super().__init__(potential, mode, n_atoms, capacity)
+        self.systems = None
+        if self.charge_spin is not None:
+            i64 = dict(dtype=torch.int64, device=potential.device)
+            self.charge_spin = torch.zeros(n_atoms, 2, **i64)
+            self.systems = torch.zeros(n_atoms, **i64)
+
+    def load(self, types, src, dst, rows, positions=None, cell=None, charge_spin=None,
+             systems=None) -> None:  # fmt: skip
+        super().load(types, src, dst, rows, positions, cell)
+        if self.charge_spin is not None:
+            s, n = int(charge_spin.shape[0]), int(systems.shape[0])
+            self.charge_spin[:s].copy_(charge_spin)
+            self.charge_spin[s:].copy_(charge_spin[:1].expand(self.n_atoms - s, 2))
+            self.systems[:n].copy_(systems)
+            self.systems[n:].zero_()
 
     def compute(self, pot):
-        out = batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors())
+        out = batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors(),
+                            self.charge_spin, self.systems)  # fmt: skip
         self.chunks = pot.last_chunks
         return out
 
@@ -111,10 +146,12 @@ class BatchGraphs(StepGraphs):
 
     step_class = BatchStep
 
-    def run_batch(self, types, src, dst, vectors):
+    def run_batch(self, types, src, dst, vectors, charge_spin=None, systems=None):
         """:func:`batch_forward`'s outputs for a batch whose ``types`` are already padded to
-        :func:`atom_capacity` (padding atoms isolated); edges unpadded."""
-        return self._evaluate("vectors", (types, src, dst, vectors))
+        :func:`atom_capacity` (padding atoms isolated); edges unpadded; ``charge_spin`` (S, 2)
+        and ``systems`` (the real atoms') of a charge/spin model."""
+        frame = (types, src, dst, vectors, None, None, charge_spin, systems)
+        return self._evaluate("vectors", frame)
 
 
 @dataclass
@@ -126,6 +163,7 @@ class _Prepared:
     src: np.ndarray | torch.Tensor
     dst: np.ndarray | torch.Tensor
     vectors: np.ndarray | torch.Tensor
+    charge_spin: tuple[int, int] | None = None  # a charge/spin model's (charge, spin)
 
     @property
     def n_atoms(self) -> int:
@@ -140,20 +178,23 @@ def _host(x):
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
 
 
-def as_record(item) -> BatchSystem:
+def as_record(item, charge_spin: bool = True) -> BatchSystem:
     """``item`` (ASE ``Atoms``, an mdband :class:`~mdband.io.frames.Frame`, a
-    :class:`BatchSystem` or a 4-tuple) as a :class:`BatchSystem`."""
+    :class:`BatchSystem` or a 4- or 6-tuple) as a :class:`BatchSystem`; the charge and spin of
+    atoms (``info``) and frames only with ``charge_spin`` (a model that takes them)."""
     if isinstance(item, Atoms):
-        return BatchSystem(item.positions, item.cell.array, item.pbc, item.numbers)
+        cs = (item.info.get("charge"), item.info.get("spin")) if charge_spin else ()
+        return BatchSystem(item.positions, item.cell.array, item.pbc, item.numbers, *cs)
     if isinstance(item, Frame):
-        return BatchSystem(item.positions, item.cell, item.pbc, item.species)
+        cs = (item.charge, item.spin) if charge_spin else ()
+        return BatchSystem(item.positions, item.cell, item.pbc, item.species, *cs)
     if isinstance(item, BatchSystem):
         return item
-    if isinstance(item, (tuple, list)) and len(item) == 4:
+    if isinstance(item, (tuple, list)) and len(item) in (4, 6):
         return BatchSystem(*item)
     raise MdbandError(
-        "expected ase.Atoms, an mdband Frame or a (positions, cell, pbc, species) record, "
-        f"got {type(item).__name__}"
+        "expected ase.Atoms, an mdband Frame or a (positions, cell, pbc, species[, charge, "
+        f"spin]) record, got {type(item).__name__}"
     )
 
 
@@ -197,7 +238,7 @@ class BatchEvaluator:
     def prepare(self, index: int, item) -> _Prepared:
         """Checked types and neighbour list of system ``index``; errors name the system."""
         try:
-            return self._prepare(index, as_record(item))
+            return self._prepare(index, as_record(item, self.pot.charge_spin is not None))
         except MdbandError as exc:
             exc.args = (f"system {index}: {exc}",)
             raise
@@ -213,6 +254,7 @@ class BatchEvaluator:
         if types.shape[0] != pos.shape[0]:
             raise MdbandError(f"{pos.shape[0]} positions but {types.shape[0]} species")
         validate_structure(pos, cell, pbc)
+        cs = self._charge_spin(rec)
         if self.on_device:  # the cell list on the potential's device
             dev = self.pot.device
             pos_t = torch.as_tensor(pos, device=dev)
@@ -220,10 +262,20 @@ class BatchEvaluator:
             src, dst, shifts = cell_list_edges(pos_t, cell_t, tuple(pbc), self.pot.cutoff,
                                                host_cell=cell)  # fmt: skip
             vec = pos_t[src] - pos_t[dst] + shifts.to(torch.float64) @ cell_t
-            return _Prepared(index, types, src, dst, vec)
+            return _Prepared(index, types, src, dst, vec, cs)
         g = build_edge_graph(pos, cell, pbc, self.pot.cutoff)
         vec = pos[g.src] - pos[g.dst] + g.shifts @ cell
-        return _Prepared(index, types, g.src, g.dst, vec)
+        return _Prepared(index, types, g.src, g.dst, vec, cs)
+
+    def _charge_spin(self, rec: BatchSystem) -> tuple[int, int] | None:
+        """The (charge, spin) row of a charge/spin model's system (its values, else the
+        model's defaults; :class:`~mdband.charge_spin.MissingChargeSpinError` without), None
+        for other models (which refuse given values: :func:`mdband.charge_spin.refuse_unused`)."""
+        inputs = self.pot.charge_spin
+        if inputs is None:
+            refuse_unused(rec.charge, rec.spin)
+            return None
+        return inputs.resolve(rec.charge, rec.spin)
 
     # ------------------------------------------------------------------ packing
     def _fits(self, n_systems: int, n_atoms: int, n_edges: int) -> bool:
@@ -297,20 +349,24 @@ class BatchEvaluator:
                                   device=dev)  # fmt: skip
             vec = torch.as_tensor(np.concatenate([p.vectors for p in batch]), device=dev)
         self.calls += 1
-        if self.graphs is not None and src.shape[0] > 0:
-            pad = atom_capacity(n) - n
-            padded = torch.cat([types, types.new_zeros(pad)])  # isolated atoms of type 0
-            out = self.graphs.run_batch(padded, src, dst, vec)
-            atom_e, forces, atom_w = (t[:n] for t in out)
-            chunks = out.chunks
-        else:
-            atom_e, forces, atom_w = batch_forward(self.pot, types, src, dst, vec)
-            chunks = self.pot.last_chunks
         system = torch.repeat_interleave(  # output_size: no device sync
             torch.arange(len(batch), device=dev),
             torch.as_tensor(counts, device=dev),
             output_size=n,
         )
+        cs = {}
+        if self.pot.charge_spin is not None:  # one row per system, and each atom's system
+            rows = torch.tensor([p.charge_spin for p in batch], dtype=torch.int64, device=dev)
+            cs = {"charge_spin": rows, "systems": system}
+        if self.graphs is not None and src.shape[0] > 0:
+            pad = atom_capacity(n) - n
+            padded = torch.cat([types, types.new_zeros(pad)])  # isolated atoms of type 0
+            out = self.graphs.run_batch(padded, src, dst, vec, **cs)
+            atom_e, forces, atom_w = (t[:n] for t in out)
+            chunks = out.chunks
+        else:
+            atom_e, forces, atom_w = batch_forward(self.pot, types, src, dst, vec, **cs)
+            chunks = self.pot.last_chunks
         f64 = dict(dtype=torch.float64, device=dev)
         energy = torch.zeros(len(batch), **f64).index_add_(0, system, atom_e)
         virial = torch.zeros(len(batch), 9, **f64)
@@ -374,8 +430,11 @@ class BatchEvaluation:
         ----------
         systems : iterable
             ASE ``Atoms``, mdband :class:`~mdband.io.frames.Frame` objects,
-            :class:`BatchSystem` records or ``(positions, cell, pbc, species)`` tuples; any
-            sizes (zero atoms too), cells, boundary conditions and species.
+            :class:`BatchSystem` records or ``(positions, cell, pbc, species[, charge, spin])``
+            tuples; any sizes (zero atoms too), cells, boundary conditions and species. A
+            charge/spin model reads each system's total charge and spin multiplicity
+            (``atoms.info["charge"]`` / ``["spin"]``, the frame's or record's; see
+            :mod:`mdband.batch`).
         batch_size : int, optional
             Most systems per model call (None: no limit of its own).
         batch_atoms : int, optional
@@ -396,8 +455,9 @@ class BatchEvaluation:
         Raises
         ------
         MdbandError
-            A system is not a structure or is unusable (the message starts ``system K:``), or
-            the model is a spin model (not batched).
+            A system is not a structure or is unusable, or its charge or spin is missing or
+            bad (the message starts ``system K:``), or the model is a spin model (not
+            batched).
         """
         return evaluate_many(self, systems, batch_size=batch_size, batch_atoms=batch_atoms,
                              compute_virial=compute_virial, progress=progress)  # fmt: skip

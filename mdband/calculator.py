@@ -69,6 +69,14 @@ class Calculator(_AseCalculator):
 
     Notes
     -----
+    A model trained with deepmd-kit's ``add_chg_spin_ebd`` (the DPA4-OMol25 models) reads the
+    system's total charge (e) and spin multiplicity (2S+1) from ``atoms.info["charge"]`` and
+    ``atoms.info["spin"]`` (fairchem's convention); what is absent comes from the model's
+    ``default_chg_spin``, and a model without one raises
+    :class:`~mdband.charge_spin.MissingChargeSpinError` naming what is missing. Changing either
+    value makes the next property call recompute. Other models ignore these keys, which many
+    files carry as metadata (``Potential.evaluate`` refuses a charge or spin given to them).
+
     Stress is the Cauchy stress in ASE's sign convention,
 
     .. math:: \sigma = -W / V, \qquad W = -\sum_e \frac{\partial E}{\partial \mathbf{r}_e}
@@ -148,11 +156,30 @@ class Calculator(_AseCalculator):
         """Rebuild the reusable list exactly as it was built from ``reference``."""
         self._neighbours.restore(reference)
 
-    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False):
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
+                  charge=None, spin=None):  # fmt: skip
         """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook;
-        ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom virials)."""
+        ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom virials;
+        ``charge``, ``spin``: a charge/spin model's, :meth:`charge_spin`)."""
         return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours,
-                                       magmoms=magmoms, atom_virial=atom_virial)  # fmt: skip
+                                       magmoms=magmoms, atom_virial=atom_virial, charge=charge,
+                                       spin=spin)  # fmt: skip
+
+    def charge_spin(self, atoms) -> dict:
+        """``{"charge": ..., "spin": ...}`` of ``atoms`` for the potential: its
+        ``atoms.info`` values for a charge/spin model (None where absent: the model's
+        default), nothing for other models."""
+        if self.potential.charge_spin is None:
+            return {}
+        return {"charge": atoms.info.get("charge"), "spin": atoms.info.get("spin")}
+
+    def check_state(self, atoms, tol: float = 1e-15) -> list[str]:
+        """ASE's changes since the last calculation, plus ``"info"`` when the total charge or
+        spin multiplicity a charge/spin model reads changed (ASE compares no ``info``)."""
+        changes = super().check_state(atoms, tol)
+        if self.atoms is not None and self.charge_spin(atoms) != self.charge_spin(self.atoms):
+            changes.append("info")
+        return changes
 
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
@@ -165,7 +192,8 @@ class Calculator(_AseCalculator):
         magmoms = magmoms_of(atoms, self.potential)
         t0 = time.perf_counter()
         per_atom = "stresses" in properties
-        res = self._evaluate(positions, cell, pbc, numbers, magmoms, per_atom)  # numpy out
+        cs = self.charge_spin(atoms)
+        res = self._evaluate(positions, cell, pbc, numbers, magmoms, per_atom, **cs)  # numpy
         self.model_seconds += time.perf_counter() - t0
         self.model_calls += 1
         self.results = {

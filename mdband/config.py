@@ -22,6 +22,8 @@ _OMITTED_AT_DEFAULT = {
     "case_film_embd": False,
     "active_mode": "ener",
     "sel": 0,
+    "add_chg_spin_ebd": False,
+    "default_chg_spin": None,
     "bridging": "none",
     "bridging_r_inner": 0.5,
     "bridging_r_outer": 0.8,
@@ -107,6 +109,10 @@ class SeZMConfig:
     case_film_embd: bool = False
     active_mode: str = "ener"
     sel: int = 0
+    #: deepmd-kit's frame-level charge/spin embedding and its [charge, spin] default
+    #: (:mod:`mdband.charge_spin`); left out of :meth:`to_dict` at their defaults
+    add_chg_spin_ebd: bool = False
+    default_chg_spin: tuple[float, float] | None = None
     spin: SpinConfig | None = None
     #: zone bridging (deepmd-kit's model-level ``bridging_method``): "none" or "zbl", with the
     #: clamp / switching window [bridging_r_inner, bridging_r_outer] in Å (mdband.model.bridging)
@@ -240,6 +246,7 @@ class SeZMConfig:
             "grid_mlp",
             "grid_branch",
             "fitting_neuron",
+            "default_chg_spin",
             "lebedev_quadrature",
             "edge_norm",
         ):
@@ -316,6 +323,7 @@ class SeZMConfig:
         if sp is not None and self.active_mode != "ener":
             bad("spin", sp.to_dict(), f"deepmd-kit's spin models have no {self.active_mode} mode")
         self._validate_bridging()
+        self._validate_charge_spin(bad)
 
     def _validate_bridging(self) -> None:
         def bad(opt, val, why=""):
@@ -338,3 +346,15 @@ class SeZMConfig:
             bad("bridging_method", self.bridging, f"not with the {self.active_mode} mode")
         if self.spin is not None:
             bad("bridging_method", self.bridging, "ZBL bridging of spin models is not implemented")
+
+    def _validate_charge_spin(self, bad) -> None:
+        d = self.default_chg_spin
+        if d is None:
+            return
+        if not self.add_chg_spin_ebd:
+            bad("default_chg_spin", list(d), "set without add_chg_spin_ebd")
+        ok = len(d) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in d
+        )
+        if not ok:
+            bad("default_chg_spin", list(d), "expected [charge, spin], two numbers")

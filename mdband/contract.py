@@ -17,8 +17,9 @@ model calls ``x = exchange(x)`` on its node features before every layer that rea
 features, so ghost rows (≥ n_local) hold their owners' values; a model without node features
 ignores it. ``options`` are only those the model declares it takes: ``plan`` (a chunked model,
 :attr:`~ModelContract.chunking`), ``energy_rows`` (:attr:`~ModelContract.accepts_energy_rows`),
-``csr_pair`` (:attr:`~ModelContract.accepts_edge_csr`) and ``magmoms`` (a native spin model,
-:attr:`~ModelContract.spin`).
+``csr_pair`` (:attr:`~ModelContract.accepts_edge_csr`), ``magmoms`` (a native spin model,
+:attr:`~ModelContract.spin`) and ``charge_spin`` with ``systems`` (a charge/spin model,
+:attr:`~ModelContract.charge_spin_inputs`).
 
 The model file's ``kind``, ``type_map`` and ``cutoff`` are the Potential's (read from the file),
 not the network's.
@@ -33,6 +34,7 @@ import torch
 from mdband.errors import ModelContractError
 
 if TYPE_CHECKING:
+    from mdband.charge_spin import ChargeSpinInputs
     from mdband.config import SpinConfig
     from mdband.settings import EngineSettings
     from mdband.so3.storage import RotationLayout
@@ -69,7 +71,7 @@ class DirectForceModel(Protocol):
     replaces the forward plus autograd, and there is no virial (NaN, as deepmd-kit gives it)."""
 
     def energies_and_forces(
-        self, types, src, dst, edge_vec, exchange=None, plan=None, csr_pair=None
+        self, types, src, dst, edge_vec, exchange=None, plan=None, csr_pair=None, **options
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Atom energies (N,) and forces (N, 3), float64, of an edge list (no autograd)."""
         ...
@@ -87,6 +89,9 @@ class ModelContract(Protocol):
     rotation_layout_reason: str
     #: a spin model's scheme and magnetic types (None: no spin; :mod:`mdband.spin`)
     spin: SpinConfig | None
+    #: what it takes of a system's total charge and spin multiplicity (None: nothing; else its
+    #: forward takes ``charge_spin`` and ``systems``: :mod:`mdband.charge_spin`)
+    charge_spin_inputs: ChargeSpinInputs | None
     #: forces from the network, no virial: then it is a :class:`DirectForceModel`
     direct_forces: bool
     #: wants its edge vectors in float64 whatever its own dtype (else in its dtype)

@@ -90,6 +90,32 @@ class ResourceExhaustedError(MdbandError):
     kept; ``mdband run`` exits with code 4)."""
 
 
+class ChargeSpinError(MdbandError, ValueError):
+    """A total charge or spin multiplicity that is not a whole number in the model's table,
+    or one given to a model that takes none."""
+
+
+class MissingChargeSpinError(ChargeSpinError):
+    """A charge/spin model got no total charge or spin multiplicity and has no default."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = list(missing)
+        what = " and ".join(
+            {"charge": "total charge (charge)", "spin": "spin multiplicity (spin)"}[m]
+            for m in missing
+        )
+        api = ", ".join(f"{m}=" for m in missing)
+        info = ", ".join(f"atoms.info[{m!r}]" for m in missing)
+        flags = " ".join(f"--{m}" for m in missing)
+        keys = " ".join(f"{m} N" for m in missing)
+        super().__init__(
+            f"this model needs the system's {what} and has no default_chg_spin; give "
+            f"Potential.evaluate({api}), {info} (ASE), {flags} (mdband run, relax, "
+            f"model-devi), 'pair_style mdband ... {keys}' or, in deepmd-kit data, "
+            "set.*/charge_spin.npy"
+        )
+
+
 # what allocators say when memory runs out: torch's CPU allocator, vesin (std::bad_alloc), CUDA
 _OUT_OF_MEMORY = (
     "can't allocate memory",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mdband import charge_spin as _cs
 from mdband import host_memory as _host_memory
 from mdband.atom_virial import evaluate_atom_virial
 from mdband.batch import BatchEvaluation
@@ -27,8 +28,9 @@ from mdband.result import (  # noqa: F401  (re-exported: front ends import them 
     weights_hash,
 )
 from mdband.settings import EngineSettings
+from mdband.species import TypeLookup
 from mdband.spin import evaluate_spin, leaf_gradients
-from mdband.validate import SpeciesTypes, check_frame_input
+from mdband.validate import check_frame_input
 
 #: runs again in smaller chunks after an out-of-memory error, per evaluation
 OOM_RETRIES = 3
@@ -83,11 +85,13 @@ class Potential(BatchEvaluation):
             p.requires_grad_(False)
         #: forces from the network, no virial (deepmd-kit's dens mode: mdband.contract)
         self.direct_forces = bool(self.model.direct_forces)
-        self._species = SpeciesTypes(self.type_map)
+        self._types = TypeLookup(self.type_map)
         self.spin = self.model.spin  #: a spin model's SpinConfig (else None): mdband.spin
         self._hash: str | None = self.metadata.get("model_hash")
         #: dtype of the edge vectors handed to the model: float64 if it declares float64_edges
         self.edge_dtype = torch.float64 if self.model.float64_edges else self.dtype
+        #: what the model takes of a system's charge and spin (None: nothing; charge_spin_of)
+        self.charge_spin = self.model.charge_spin_inputs
         #: the network's engine settings (None: a kind without them, e.g. the test potentials)
         self.settings: EngineSettings | None = self.model.settings
         #: doubles per atom moved by one LAMMPS call of a per-layer ghost exchange (lammps/)
@@ -166,10 +170,15 @@ class Potential(BatchEvaluation):
 
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
-        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised."""
-        return self._species(species)
+        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised
+        (:class:`~mdband.errors.UnknownElementError` for elements the type map lacks)."""
+        return self._types(species)
 
     # ------------------------------------------------------------------ evaluation
+    def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
+        """``charge_spin`` of a system (:func:`mdband.charge_spin.charge_spin_tensor`)."""
+        return _cs.charge_spin_tensor(self.charge_spin, charge, spin, self.device)
+
     def evaluate_edges(
         self,
         types: torch.Tensor,
@@ -182,6 +191,8 @@ class Potential(BatchEvaluation):
         n_local: int | None = None,
         plan=None,
         magmoms: torch.Tensor | None = None,
+        charge_spin: torch.Tensor | None = None,
+        systems: torch.Tensor | None = None,
     ) -> EdgeResult:
         """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
 
@@ -190,12 +201,13 @@ class Potential(BatchEvaluation):
         chunks (SeZM), fixes the chunks instead of the memory budget. An evaluation the
         budget planned that runs out of GPU memory is run again in chunks of half the edges
         (up to :data:`OOM_RETRIES` times) before the error is raised. ``magmoms``: mdband.spin.
-        """
+        ``charge_spin``: from :meth:`charge_spin_of` (None: the model's defaults), or (S, 2)
+        rows of S systems with ``systems`` the row of each atom (mdband.batch)."""
         retries = 0
         while True:
             try:
                 return self._evaluate_edges(types, src, dst, edge_vec, grad, exchange, n_local,
-                                            plan, magmoms)  # fmt: skip
+                                            plan, magmoms, charge_spin, systems)  # fmt: skip
             except torch.OutOfMemoryError:
                 if not self._retry_in_chunks(plan, exchange, retries, int(types.shape[0])):
                     raise
@@ -219,11 +231,12 @@ class Potential(BatchEvaluation):
         return bool(chunking.shrink_chunks(self.device, n_atoms))
 
     def _evaluate_edges(self, types, src, dst, edge_vec, grad, exchange, n_local, plan,
-                        magmoms=None):  # fmt: skip
+                        magmoms=None, cs=None, systems=None):  # fmt: skip
         grad = grad and not self.direct_forces
         self._step_chunks = None  # the model's own count from here on
         ev = edge_vec.detach().to(self.edge_dtype).requires_grad_(grad)
         model_kw = {} if plan is None else {"plan": plan}
+        model_kw.update(_cs.model_kwargs(self.charge_spin, cs, self.device, systems))
         if magmoms is not None:  # a native spin model's moments: a second autograd leaf
             model_kw["magmoms"] = magmoms.detach().to(self.dtype).requires_grad_(grad)
         if n_local is not None and self.model.accepts_energy_rows:
@@ -281,6 +294,8 @@ class Potential(BatchEvaluation):
         compute_virial: bool = True,
         magmoms=None,
         atom_virial: bool = False,
+        charge=None,
+        spin=None,
     ) -> Result:
         """Energy, forces, virial and per-atom energies of one frame.
 
@@ -302,36 +317,41 @@ class Potential(BatchEvaluation):
             Every atom's magnetic moment: needed by spin models (:attr:`spin`, mdband.spin).
         atom_virial : bool
             Also ``Result.atom_virial``: deepmd-kit's per-atom virials (mdband.atom_virial).
+        charge, spin : int, optional
+            Total charge (e), spin multiplicity (2S+1) of a charge/spin model (``add_chg_spin_ebd``,
+            :mod:`mdband.charge_spin`); other models refuse them.
         """
         check_frame_input(positions, cell, pbc)
         tensors = isinstance(positions, torch.Tensor)
+        cs = self.charge_spin_of(charge, spin)
         if atom_virial:
-            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours)
+            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours, cs)
             return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
         if self.spin is not None or magmoms is not None:
-            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms)
+            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms,
+                                cs)  # fmt: skip
             return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
         if tensors:
-            args = (positions, cell, pbc, species, graph, neighbours, compute_virial)
+            args = (positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin)
             return self._evaluate_tensor(*args)
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         cell_np = cell_np.reshape(3, 3)
-        types = self._species.of_frame(species, pos.shape[0])
+        types = self._types.of_frame(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
             pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
-            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np)
+            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
             return _result(*out, compute_virial, True, self.last_chunks)
         if graph is None:  # vesin's numpy edges (the cell list returned above)
             graph = self.edges(pos, cell_np, pbc, neighbours)
-        out = self._run_graph(types, graph, pos, cell_np)
+        out = self._run_graph(types, graph, pos, cell_np, cs)
         return _result(*out, compute_virial, True, self.last_chunks)
 
-    def _run_graph(self, types, graph: EdgeGraph, positions, cell):
+    def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
         """(atom energies, forces, virial) float64 tensors on the device for one frame and its
         edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
         if self._steps is not None and graph.n_edges > 0:
-            out = self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell)
+            out = self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
             self._step_chunks = out.chunks
             return out
         dev = self.device
@@ -343,7 +363,7 @@ class Potential(BatchEvaluation):
         edge_vec = graph.edge_vectors(pos_t, cell_t)
         src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
         types_t = torch.as_tensor(types, device=dev)
-        return self.forces_from_vectors(types_t, src, dst, edge_vec)
+        return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
@@ -367,7 +387,8 @@ class Potential(BatchEvaluation):
             return nl.edges(pos_t, cell_t, pbc, host_cell=cell_np)
         return nl.edges(pos_t, cell_t, pbc)
 
-    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial):
+    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
+                         spin):  # fmt: skip
         """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
         same numbers), tensors on the potential's CUDA device stay there."""
         if positions.device != self.device and positions.device.type != "cpu":
@@ -378,7 +399,8 @@ class Potential(BatchEvaluation):
             cell_np = None if cell is None else torch.as_tensor(cell).detach().cpu().numpy()
             res = self.evaluate(
                 positions.detach().cpu().numpy(), cell_np, pbc, species,
-                graph=graph, neighbours=neighbours, compute_virial=virial,
+                graph=graph, neighbours=neighbours, compute_virial=virial, charge=charge,
+                spin=spin,
             )  # fmt: skip
             dev = positions.device
             return Result(
@@ -394,28 +416,30 @@ class Potential(BatchEvaluation):
         else:
             cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
         cell_np = cell_t.cpu().numpy().reshape(3, 3)
-        types = self._species.of_frame(species, pos_t.shape[0])
-        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np)
+        types = self._types.of_frame(species, pos_t.shape[0])
+        cs = self.charge_spin_of(charge, spin)
+        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np,
+                                cs)  # fmt: skip
         return _result(*out, virial, False, self.last_chunks)
 
-    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np):
+    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
         """(atom energies, forces, virial) from positions on the potential's device; the neighbour
         list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
             graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
-        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t)
+        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t, cs)
 
-    def evaluate_vectors(self, types, src, dst, vectors):
+    def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
         """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
         from edge arrays (numpy, or tensors on any device) whose atoms are all local
-        (N = len(types); ``vectors`` (E, 3) Å).
+        (N = len(types); ``vectors`` (E, 3) Å); ``charge_spin`` from :meth:`charge_spin_of`.
 
         On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
         if self._steps is not None and len(src) > 0:
-            out = self._steps.run_vectors(types, src, dst, vectors)
+            out = self._steps.run_vectors(types, src, dst, vectors, charge_spin)
             self._step_chunks = out.chunks
             return out
         dev = self.device
@@ -425,17 +449,18 @@ class Potential(BatchEvaluation):
                 return a.to(dev)
             return torch.as_tensor(np.ascontiguousarray(a), device=dev)
 
-        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors))
+        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors), charge_spin)
 
-    def graph_step(self, types, src, dst, edge_vec):
+    def graph_step(self, types, src, dst, edge_vec, charge_spin=None):
         """:meth:`forces_from_vectors` and the chunks its forward used: the step that
         :class:`~mdband.step_graph.StepGraphs` runs eagerly or captures."""
-        return (*self.forces_from_vectors(types, src, dst, edge_vec), self.last_chunks)
+        out = self.forces_from_vectors(types, src, dst, edge_vec, charge_spin)
+        return (*out, self.last_chunks)
 
-    def forces_from_vectors(self, types, src, dst, edge_vec):
+    def forces_from_vectors(self, types, src, dst, edge_vec, charge_spin=None):
         """(atom energies, forces, virial), float64, of one evaluation from device tensors
-        (the virial NaN for a direct-force model, as deepmd-kit gives it)."""
-        out = self.evaluate_edges(types, src, dst, edge_vec)
+        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin``)."""
+        out = self.evaluate_edges(types, src, dst, edge_vec, charge_spin=charge_spin)
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
             return out.atom_energy, out.forces, nan

@@ -116,6 +116,22 @@ def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def assemble_forces(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
+    """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
+    ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
+    if edge_grad.is_cuda:
+        # deterministic CSR reduction with float64 accumulation (no atomics)
+        from mdband.kernels.force_assembly import force_assembly
+
+        d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
+        return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
+    g = edge_grad.to(torch.float64)
+    forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
+    forces.index_add_(0, dst, g)
+    forces.index_add_(0, src, -g)
+    return forces, -(g.T @ edge_vec.to(torch.float64))
+
+
 def verified_hash(
     config: dict,
     state_dict: dict[str, torch.Tensor],
@@ -144,19 +160,3 @@ def verified_hash(
         if narrowed and weights_hash(config, narrow) == claimed:
             return claimed
     return own
-
-
-def assemble_forces(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
-    """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
-    ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
-    if edge_grad.is_cuda:
-        # deterministic CSR reduction with float64 accumulation (no atomics)
-        from mdband.kernels.force_assembly import force_assembly
-
-        d_csr, s_csr = csr_pair if csr_pair is not None else (None, None)
-        return force_assembly(edge_grad, edge_vec, src, dst, n_atoms, d_csr, s_csr)
-    g = edge_grad.to(torch.float64)
-    forces = torch.zeros(n_atoms, 3, dtype=torch.float64, device=g.device)
-    forces.index_add_(0, dst, g)
-    forces.index_add_(0, src, -g)
-    return forces, -(g.T @ edge_vec.to(torch.float64))

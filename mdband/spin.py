@@ -67,10 +67,13 @@ def leaf_gradients(energy, edge_vec, magmoms, extra: dict) -> torch.Tensor:
     return g
 
 
-def evaluate_spin(pot, positions, cell, pbc, species, graph, neighbours, magmoms):
+def evaluate_spin(pot, positions, cell, pbc, species, graph, neighbours, magmoms,
+                  charge_spin=None):  # fmt: skip
     """What :meth:`Potential.evaluate` returns for a spin model (``pot.spin``), as float64
     tensors: (atom energies, forces, virial, magnetic forces), on the device of ``positions``
-    when a tensor, else on the potential's."""
+    when a tensor, else on the potential's. ``charge_spin``: a charge/spin model's
+    (:meth:`Potential.charge_spin_of`; None: its defaults), one row for the real and virtual
+    atoms alike (deepmd-kit's spin model conditions the whole extended frame)."""
 
     def host(a):
         return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
@@ -94,20 +97,20 @@ def evaluate_spin(pot, positions, cell, pbc, species, graph, neighbours, magmoms
     types_t = torch.as_tensor(types, device=dev)
     m = torch.as_tensor(host(magmoms), dtype=torch.float64, device=dev)
     scheme = _native if pot.spin.scheme == "native" else _deepspin
-    out = scheme(pot, types_t, src, dst, vec, m)
+    out = scheme(pot, types_t, src, dst, vec, m, charge_spin)
     if isinstance(positions, torch.Tensor):  # tensors in: tensors out on their device
         out = tuple(t.to(positions.device) for t in out)
     return out
 
 
-def _native(pot, types, src, dst, vec, m):
-    out = pot.evaluate_edges(types, src, dst, vec, magmoms=m)
+def _native(pot, types, src, dst, vec, m, cs=None):
+    out = pot.evaluate_edges(types, src, dst, vec, magmoms=m, charge_spin=cs)
     forces, virial = pot.assemble(out.edge_grad, vec, src, dst, int(types.shape[0]),
                                   out.extra.get("csr_pair"))  # fmt: skip
     return out.atom_energy, forces, virial, -out.extra["magmom_grad"]
 
 
-def _deepspin(pot, types, src, dst, vec, m):
+def _deepspin(pot, types, src, dst, vec, m, cs=None):
     spin = pot.spin
     n = int(types.shape[0])
     scale = torch.tensor(spin.virtual_scale, dtype=torch.float64, device=types.device)[types]
@@ -116,7 +119,7 @@ def _deepspin(pot, types, src, dst, vec, m):
     d = m * scale[:, None]  # (N, 3)
     types2, src2, dst2, vec2, disp = deepspin_edges(types, src, dst, vec, d, mag, spin.sel,
                                                     len(spin.use_spin), pot.cutoff)  # fmt: skip
-    out = pot.evaluate_edges(types2, src2, dst2, vec2, n_local=n)
+    out = pot.evaluate_edges(types2, src2, dst2, vec2, n_local=n, charge_spin=cs)
     f2, w2 = pot.assemble(out.edge_grad, vec2, src2, dst2, int(types2.shape[0]),
                           out.extra.get("csr_pair"))  # fmt: skip
     f_virtual = f2[n:]

@@ -28,7 +28,8 @@ Calls from several threads are serialised (the static buffers are shared) and ge
 graph's outputs.
 
 ``StepGraphs`` uses its potential through :class:`StepSource` alone (held weakly): one step
-function, the size check of the memory budget, the module whose weights a graph bakes in. It
+function, the size check of the memory budget, the module whose weights a graph bakes in, the
+charge/spin inputs a bucket buffers. It
 reads nothing of the model's contract and writes nothing into the potential or its model:
 every call returns :class:`StepOutputs`, which carry the chunks the step used.
 """
@@ -44,6 +45,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
+
+from mdband.errors import ChargeSpinError
 
 #: unit direction of the padding edges (generic: no axis, no special frame)
 PAD_DIRECTION = (0.36, 0.48, 0.8)
@@ -63,12 +66,18 @@ class StepSource(Protocol):
     cutoff: float
     #: the module whose parameters and buffers a captured graph bakes in (edits drop graphs)
     model: torch.nn.Module
+    #: what the model takes of a system's charge and spin (None: nothing; then no buffer)
+    charge_spin: object
 
     def would_chunk(self, n_atoms: int, n_edges: int) -> bool:
         """Whether the memory budget evaluates this size in chunks (then never captured)."""
         ...
 
-    def graph_step(self, types, src, dst, edge_vec) -> tuple:
+    def charge_spin_of(self) -> torch.Tensor | None:
+        """The (1, 2) charge/spin row of the model's defaults (None: it takes none)."""
+        ...
+
+    def graph_step(self, types, src, dst, edge_vec, charge_spin=None) -> tuple:
         """(atom energies (N,), forces (N, 3), virial (3, 3), chunks used) of device tensors."""
         ...
 
@@ -137,6 +146,8 @@ class DeviceStep:
         if mode == "positions":
             self.positions = torch.zeros(n_atoms, 3, **f64)
             self.cell = torch.zeros(3, 3, **f64)
+        #: (1, 2) total charge and spin multiplicity of a charge/spin model (None: none taken)
+        self.charge_spin = None if potential.charge_spin is None else torch.zeros(1, 2, **i64)
         pad = torch.tensor(PAD_DIRECTION, **f64)
         self.pad_vector = pad / pad.norm() * (PAD_DISTANCE * potential.cutoff)
         #: a bucket the memory budget evaluates in chunks runs eagerly: its chunk plan is
@@ -150,11 +161,12 @@ class DeviceStep:
         self.calls = 0
         self.chunks = 1  # chunks the last eager compute used
 
-    def load(self, types, src, dst, rows, positions=None, cell=None) -> None:
+    def load(self, types, src, dst, rows, positions=None, cell=None, charge_spin=None) -> None:
         """Copy one frame into the static buffers, padding the edges on the device.
 
         Inputs are numpy arrays or tensors (any device); edges unpadded. The padding equals
         :func:`pad_edges`: edges ``k → k`` (k = 0, 1, … mod N) with zero rows.
+        ``charge_spin``: (1, 2) from :meth:`Potential.charge_spin_of` (a charge/spin model).
         """
         n = int(src.shape[0])
         extra = self.capacity - n
@@ -172,6 +184,8 @@ class DeviceStep:
         if self.mode == "positions":
             _put(self.positions, positions)
             _put(self.cell, cell)
+        if self.charge_spin is not None and charge_spin is not None:  # (StepGraphs._cs)
+            _put(self.charge_spin, charge_spin)
 
     def edge_vectors(self) -> torch.Tensor:
         """(capacity, 3) float64 edge vectors, padding edges at ``pad_vector``."""
@@ -186,7 +200,7 @@ class DeviceStep:
         """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers (the
         chunks the step used in :attr:`chunks`)."""
         *outputs, self.chunks = source.graph_step(
-            self.types, self.src, self.dst, self.edge_vectors()
+            self.types, self.src, self.dst, self.edge_vectors(), self.charge_spin
         )
         return tuple(outputs)
 
@@ -300,21 +314,34 @@ class StepGraphs:
             torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ evaluation
-    def run(self, types, src, dst, shifts, positions, cell) -> StepOutputs:
+    def run(self, types, src, dst, shifts, positions, cell, charge_spin=None) -> StepOutputs:
         """Device (atom energies, forces, virial) of one frame from numpy arrays or tensors
         (unpadded edges), with the chunks the step used.
 
         Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
         call runs outside it): every graph is dropped, garbage collected, and the call runs
         once more eagerly, so a large system near the memory limit still runs; a second
-        out-of-memory error is raised.
+        out-of-memory error is raised. ``charge_spin``: :meth:`Potential.charge_spin_of`'s
+        (None: the model's defaults), in a static buffer of the bucket.
         """
-        return self._evaluate("positions", (types, src, dst, shifts, positions, cell))
+        frame = (types, src, dst, shifts, positions, cell, self._cs(charge_spin))
+        return self._evaluate("positions", frame)
 
-    def run_vectors(self, types, src, dst, vectors) -> StepOutputs:
+    def run_vectors(self, types, src, dst, vectors, charge_spin=None) -> StepOutputs:
         """As :meth:`run` for edge vectors (E, 3) given directly (LAMMPS, one rank: ghost
         neighbours already mapped to their owners)."""
-        return self._evaluate("vectors", (types, src, dst, vectors))
+        return self._evaluate("vectors", (types, src, dst, vectors, None, None,
+                                          self._cs(charge_spin)))  # fmt: skip
+
+    def _cs(self, charge_spin):
+        """``charge_spin`` for the buffers: the model's defaults when None (resolved here, so
+        a missing input raises before any buffer is touched)."""
+        pot = self.potential
+        if pot.charge_spin is None:
+            if charge_spin is not None:
+                raise ChargeSpinError("this model takes no total charge or spin multiplicity")
+            return None
+        return pot.charge_spin_of() if charge_spin is None else charge_spin
 
     def _evaluate(self, mode, frame):
         # one call at a time: the buckets' static buffers are shared by every caller (threads)

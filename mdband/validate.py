@@ -1,15 +1,13 @@
 """Checks of what callers hand to :meth:`mdband.Potential.evaluate` and ``device=``: one-line
 typed errors instead of silent reshapes (positions of shape (6, 2) read as (4, 3)), surprises
-(``pbc="False"`` read as periodic) or torch tracebacks (``device="tpu"``); species to a type
-map's indices (:class:`SpeciesTypes`)."""
+(``pbc="False"`` read as periodic) or torch tracebacks (``device="tpu"``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from ase.data import atomic_numbers, chemical_symbols
 
-from mdband.errors import MdbandError, StructureError, UnknownElementError
+from mdband.errors import MdbandError, StructureError
 
 
 def _shape(x) -> tuple:
@@ -81,46 +79,3 @@ def check_device(device) -> torch.device:
         if dev.index >= count:
             raise MdbandError(f"device {device!r} does not exist: {count} CUDA device(s)")
     return dev
-
-
-class SpeciesTypes:
-    """Type indices of species (chemical symbols or atomic numbers) in ``type_map``."""
-
-    def __init__(self, type_map: list[str]) -> None:
-        self.type_map = list(type_map)
-        self._znum = {atomic_numbers[s]: i for i, s in enumerate(type_map) if s in atomic_numbers}
-        self._tindex = {s: i for i, s in enumerate(type_map)}
-
-    def __call__(self, species) -> np.ndarray:
-        """Type indices of ``species``, vectorised (:class:`UnknownElementError` for the
-        elements the type map lacks)."""
-        arr = np.asarray(species).reshape(-1)
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        uniq, inverse = np.unique(arr, return_inverse=True)
-        lookup = np.empty(len(uniq), dtype=np.int64)
-        unknown: list[str] = []
-        for k, s in enumerate(uniq):
-            if np.issubdtype(uniq.dtype, np.integer):
-                z = int(s)
-                t = self._znum.get(z)
-                name = chemical_symbols[z] if 0 <= z < len(chemical_symbols) else str(z)
-            else:
-                name = str(s)
-                t = self._tindex.get(name)
-            if t is None:
-                unknown.append(name)
-            else:
-                lookup[k] = t
-        if unknown:
-            raise UnknownElementError(unknown, self.type_map)
-        return lookup[inverse.reshape(-1)]
-
-    def of_frame(self, species, n_atoms: int) -> np.ndarray:
-        """Type indices of a frame's ``species`` (a tensor too), one per position."""
-        if isinstance(species, torch.Tensor):
-            species = species.detach().cpu().numpy()
-        types = self(species)
-        if types.shape[0] != n_atoms:
-            raise MdbandError(f"{n_atoms} positions but {types.shape[0]} species")
-        return types

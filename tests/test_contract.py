@@ -12,6 +12,7 @@ from ase.build import bulk
 
 from mdband import kinds
 from mdband import step_graph as sg
+from mdband.charge_spin import ChargeSpinInputs
 from mdband.config import SpinConfig
 from mdband.contract import (
     CHUNKING,
@@ -42,6 +43,7 @@ KINDS = {
     "sezm-dens": lambda: load_model(FIX / "deepmd" / "dens.pt", **F64),
     "sezm-spin-native": lambda: load_model(FIX / "deepmd_spin" / "spin_native.pt", **F64),
     "sezm-spin-deepspin": lambda: load_model(FIX / "deepmd_spin" / "spin_deepspin.pt", **F64),
+    "sezm-charge-spin": lambda: load_model(FIX / "deepmd" / "chgspin.pt", **F64),
     "lj": lennard_jones_potential,
     "mp2": message_passing_potential,
 }
@@ -52,10 +54,13 @@ EXPECTED = {
     "sezm-dens": dict(direct_forces=True, float64_edges=False, zero_beyond_cutoff=True),
     "sezm-spin-native": dict(direct_forces=False, zero_beyond_cutoff=True),
     "sezm-spin-deepspin": dict(direct_forces=False, zero_beyond_cutoff=True),
+    "sezm-charge-spin": dict(direct_forces=False, zero_beyond_cutoff=True, spin=None),
     "lj": dict(settings=None, rotation_layout=None, spin=None, chunking=None, direct_forces=False,
-               zero_beyond_cutoff=False, accepts_energy_rows=False, accepts_edge_csr=False),
+               zero_beyond_cutoff=False, accepts_energy_rows=False, accepts_edge_csr=False,
+               charge_spin_inputs=None),
     "mp2": dict(settings=None, rotation_layout=None, spin=None, chunking=None, exchange_width=4,
-                zero_beyond_cutoff=False, accepts_energy_rows=False, accepts_edge_csr=False),
+                zero_beyond_cutoff=False, accepts_energy_rows=False, accepts_edge_csr=False,
+                charge_spin_inputs=None),
 }  # fmt: skip
 SPIN_SCHEME = {"sezm-spin-native": "native", "sezm-spin-deepspin": "deepspin"}
 
@@ -79,6 +84,9 @@ def test_every_model_kind_declares_the_contract(name):
     assert model.rotation_layout is None or isinstance(model.rotation_layout, RotationLayout)
     assert isinstance(model.rotation_layout_reason, str)
     assert model.spin is None or isinstance(model.spin, SpinConfig)
+    takes = model.charge_spin_inputs
+    assert takes is None or isinstance(takes, ChargeSpinInputs)
+    assert (takes is not None) == (name == "sezm-charge-spin")
     flags = ("direct_forces", "float64_edges", "zero_beyond_cutoff", "accepts_energy_rows",
              "accepts_edge_csr")  # fmt: skip
     assert all(type(getattr(model, f)) is bool for f in flags)
@@ -95,6 +103,7 @@ def test_every_model_kind_declares_the_contract(name):
         assert pot.rotation_layout in ("band", "dense") and pot.memory_budget != "n/a"
     # the Potential's own attributes are the contract's, read once
     assert pot.direct_forces is model.direct_forces and pot.spin is model.spin
+    assert pot.charge_spin is model.charge_spin_inputs
     assert pot.settings is model.settings and pot.exchange_width == model.exchange_width
     assert pot.edge_dtype == (torch.float64 if model.float64_edges else pot.dtype)
 

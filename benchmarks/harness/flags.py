@@ -29,7 +29,7 @@ import os
 import re
 
 #: model configs ``--configs`` offers (see :mod:`benchmarks.harness.models`)
-CONFIG_CHOICES = ("default", "mini")
+CONFIG_CHOICES = ("default", "mini", "neo", "plus")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
@@ -67,7 +67,7 @@ HELP = {
     "threads": "torch CPU threads",
     "sizes": "diamond cells of 8·n³ atoms",
     "size": "diamond cell of 8·n³ atoms",
-    "configs": "model configs (deepmd-kit's default DPA4, DPA4-Mini)",
+    "configs": "model configs (deepmd-kit's default DPA4, DPA4-Mini, the Neo and Plus grades)",
     "tiny": "a tiny model (8 channels, lmax 1): a CPU smoke run",
 }
 

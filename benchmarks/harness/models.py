@@ -47,8 +47,18 @@ DEEPMD_MINI = {
     "use_compile": False,
     "enable_tf32": True,
 }  # fmt: skip
+#: DPA4-Neo and DPA4-Plus (the grades of the OMat24 releases) as changes to DPA4-Mini's
+#: descriptor, with all 118 element types. No config of them is published: these are inferred
+#: from the model card's parameter counts (deepmd-kit 3.2.0 counts Mini 654,988 against the card's
+#: 655,504; Neo 1,124,686 against 1,125,372; Plus 8,848,518 against 8.85 M).
+PRESETS = {
+    "neo": {"lmax": 3, "n_focus": 2},
+    "plus": {"channels": 64, "lmax": 4, "n_blocks": 4, "mixing_layers": 4, "radial_so2_rank": 2},
+}
 #: the configs the comparisons run (``tiny`` is a smoke-test model, not a comparison)
 CONFIGS = ("default", "mini")
+#: every deepmd-kit section :func:`deepmd_sections` knows
+SECTIONS = (*CONFIGS, *PRESETS)
 #: the descriptor version deepmd-kit 3.2.0 writes into a checkpoint
 DEEPMD_VERSION = 1.2
 
@@ -56,10 +66,17 @@ DEEPMD_VERSION = 1.2
 def deepmd_sections(names=CONFIGS, mini_json: Path | None = MINI_JSON) -> dict[str, dict]:
     """deepmd-kit model sections of ``names`` (copies); when ``mini_json`` exists, DPA4-Mini's
     section must equal its model section (type map aside), or SystemExit."""
+    from ase.data import chemical_symbols
+
     sections = {"default": DEEPMD_DEFAULT, "mini": DEEPMD_MINI}
+    for name, changes in PRESETS.items():
+        preset = copy.deepcopy(DEEPMD_MINI)
+        preset["type_map"] = list(chemical_symbols[1:119])
+        preset["descriptor"].update(changes)
+        sections[name] = preset
     unknown = set(names) - set(sections)
     if unknown:
-        raise ValueError(f"deepmd-kit sections: unknown {sorted(unknown)}; known {CONFIGS}")
+        raise ValueError(f"deepmd-kit sections: unknown {sorted(unknown)}; known {SECTIONS}")
     if "mini" in names and mini_json is not None and Path(mini_json).is_file():
         shipped = json.loads(Path(mini_json).read_text())["model"]
         shipped["type_map"] = ["C"]

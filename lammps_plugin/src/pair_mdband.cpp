@@ -283,15 +283,17 @@ void PairMdband::allocate()
 }
 
 // pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
-//                   [head NAME] [out_freq N] [out_file FILE] [atomic] [append|overwrite]
-//                   [restart_rows repeat|continue]
+//                   [head NAME] [charge Q] [spin S] [out_freq N] [out_file FILE] [atomic]
+//                   [append|overwrite] [restart_rows repeat|continue]
+// (charge_spin Q S, deepmd-kit's keyword, is the same as charge Q spin S)
 void PairMdband::settings(int narg, char **arg)
 {
   static const char *usage = "expected 'pair_style mdband MODEL [MODEL2 ...] [dtype "
-                             "float32|float64] [device cpu|cuda|auto] [head NAME] [out_freq N] "
-                             "[out_file FILE] [atomic] [append|overwrite] [restart_rows "
-                             "repeat|continue]'";
-  const std::vector<std::string> valued = {"dtype", "device", "head", "out_freq", "out_file",
+                             "float32|float64] [device cpu|cuda|auto] [head NAME] [charge Q] "
+                             "[spin S] [out_freq N] [out_file FILE] [atomic] [append|overwrite] "
+                             "[restart_rows repeat|continue]'";
+  const std::vector<std::string> valued = {"dtype",    "device",   "head",        "charge",
+                                           "spin",     "out_freq", "out_file",    "charge_spin",
                                            "restart_rows"};
   const std::vector<std::string> flags = {"atomic", "append", "overwrite"};
   auto is_key = [&](const std::string &w) {
@@ -306,6 +308,8 @@ void PairMdband::settings(int narg, char **arg)
   dtype = "float32";
   device = "auto";
   head.clear();
+  charge.clear();
+  spin.clear();
   out_freq = 100;
   out_file = "model_devi.out";
   out_atomic = 0;
@@ -329,11 +333,21 @@ void PairMdband::settings(int narg, char **arg)
     }
     if (!is_key(key))
       error->all(FLERR, "pair_style mdband: unknown keyword '{}' (model files come first; "
-                 "keywords: dtype device head out_freq out_file atomic append overwrite "
-                 "restart_rows)", key);
+                 "keywords: dtype device head charge spin out_freq out_file atomic append "
+                 "overwrite restart_rows)", key);
     if (k + 1 >= narg) error->all(FLERR, "pair_style mdband: keyword '{}' needs a value", key);
     const std::string value = arg[k + 1];
-    if (key == "out_freq") {
+    if (key == "charge_spin") {    // deepmd-kit's form: two values
+      if (k + 2 >= narg)
+        error->all(FLERR, "pair_style mdband: charge_spin needs two values (charge, spin)");
+      charge = value;
+      spin = arg[k + 2];
+      k += 1;
+    } else if (key == "charge") {
+      charge = value;
+    } else if (key == "spin") {
+      spin = value;
+    } else if (key == "out_freq") {
       out_freq = utils::inumeric(FLERR, value, false, lmp);
       if (out_freq < 0) error->all(FLERR, "pair_style mdband: out_freq must be >= 0, not {}", value);
       committee_keys = true;
@@ -390,6 +404,7 @@ void PairMdband::coeff(int narg, char **arg)
   MPI_Comm_free(&node);
 
   std::string why;
+  std::string charge_spin_text;    // what the model takes of charge and spin ("" if nothing)
   int ok = start_python(why) ? 1 : 0;
   if (ok) {
     PyGILState_STATE gil = PyGILState_Ensure();
@@ -405,11 +420,12 @@ void PairMdband::coeff(int narg, char **arg)
       for (Py_ssize_t i = 0; i < nel; i++)
         PyList_SET_ITEM(elist, i, PyUnicode_FromString(elements[i].c_str()));
       PyObject *opts = Py_BuildValue(
-          "{s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s,s:L,s:i,s:i,s:s}", "dtype", dtype.c_str(),
-          "device", device.c_str(), "head", head.c_str(), "rank", comm->me, "nprocs",
-          comm->nprocs, "local_rank", local_rank, "local_size", local_size, "out_file",
-          out_file.c_str(), "out_freq", out_freq, "atomic", out_atomic, "mode", out_mode.c_str(),
-          "step", static_cast<long long>(update->ntimestep), "ntypes", ntypes, "restart",
+          "{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:s,s:i,s:i,s:s,s:L,s:i,s:i,s:s}", "dtype",
+          dtype.c_str(), "device", device.c_str(), "head", head.c_str(), "charge", charge.c_str(),
+          "spin", spin.c_str(), "rank", comm->me, "nprocs", comm->nprocs, "local_rank",
+          local_rank, "local_size", local_size, "out_file", out_file.c_str(), "out_freq",
+          out_freq, "atomic", out_atomic, "mode", out_mode.c_str(), "step",
+          static_cast<long long>(update->ntimestep), "ntypes", ntypes, "restart",
           is_restart ? 1 : 0, "restart_rows", restart_rows.c_str());
       PyObject *models;
       if (model_files.size() == 1) {
@@ -446,6 +462,9 @@ void PairMdband::coeff(int narg, char **arg)
       PyObject *dev = PyObject_GetAttrString(made, "device_name");
       if (dev && PyUnicode_Check(dev)) device_used = PyUnicode_AsUTF8(dev);
       Py_XDECREF(dev);
+      PyObject *cs = PyObject_GetAttrString(made, "charge_spin_text");
+      if (cs && PyUnicode_Check(cs)) charge_spin_text = PyUnicode_AsUTF8(cs);
+      Py_XDECREF(cs);
       PyErr_Clear();
       if (!install_module()) {
         why = "cannot create the _mdband_lammps module: " + python_error();
@@ -509,6 +528,7 @@ void PairMdband::coeff(int narg, char **arg)
   if (comm->me == 0) {
     utils::logmesg(lmp, "mdband: model {} ({}, device {} on rank 0), cutoff {} A, {} rank(s)\n",
                    model_file, dtype, device_used, cutoff / dist_cvt, comm->nprocs);
+    if (!charge_spin_text.empty()) utils::logmesg(lmp, "mdband: {}\n", charge_spin_text);
     if (!type_note.empty()) utils::logmesg(lmp, "mdband: {}\n", type_note);
     if (!type_warning.empty()) error->warning(FLERR, "pair_coeff mdband: {}", type_warning);
     if (ener_cvt != 1.0 || dist_cvt != 1.0)

@@ -2,8 +2,8 @@
 // evaluated by the Python package `mdband` in an interpreter embedded in (or hosting) LAMMPS.
 //
 //   pair_style mdband MODEL [MODEL2 ...] [dtype float32|float64] [device cpu|cuda|auto]
-//                     [head NAME] [out_freq N] [out_file FILE] [atomic] [append|overwrite]
-//                     [restart_rows repeat|continue]
+//                     [head NAME] [charge Q] [spin S] [out_freq N] [out_file FILE] [atomic]
+//                     [append|overwrite] [restart_rows repeat|continue]
 //   pair_coeff * * [El1 El2 ...]      (element of each LAMMPS atom type; none: the model's
 //                                      type map in order, as pair_style deepmd)
 //
@@ -63,6 +63,7 @@ class PairMdband : public Pair {
 
  protected:
   std::string model_file, dtype, device, head;
+  std::string charge, spin;    // total charge and spin multiplicity as given ("": not given)
   std::vector<std::string> model_files;    // the committee (model_file = the first)
   std::string device_used;    // torch device the model runs on (this rank)
   std::vector<std::string> elements;    // element of each LAMMPS type (index type-1); empty:

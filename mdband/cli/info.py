@@ -48,6 +48,9 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         "memory_budget": pot.memory_budget,
         "host_memory": pot.host_memory,
         "stack_precision_accuracy": PRECISION_ACCURACY[settings.stack_precision],
+        "charge_spin": None
+        if pot.charge_spin is None
+        else {"inputs": ["charge", "spin"], "default": pot.charge_spin.default},
         "model_hash": pot.model_hash,
         "mode": "dens" if pot.direct_forces else "ener",
         "head": pot.metadata.get("head"),
@@ -72,6 +75,10 @@ def command(model, head, device, dtype, rotation_layout, as_json):
         click.echo(f"spin model       {_spin_line(pot)}")
     for line in _head_lines(pot):
         click.echo(line)
+    if pot.charge_spin is None:
+        click.echo("charge / spin    not used (no add_chg_spin_ebd)")
+    else:
+        click.echo(f"charge / spin    {pot.charge_spin.describe()}")
     click.echo(f"parameters       {info['parameters']:,}")
     click.echo(f"device / dtype   {info['device']} / {info['dtype']}")
     click.echo(

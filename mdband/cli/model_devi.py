@@ -79,6 +79,22 @@ from mdband.cli.common import fail_on_user_error, user_error
     metavar="N",
     help="Most atoms per model call  [1024 on CPU, 32768 on CUDA]",
 )
+@click.option(
+    "--charge",
+    type=int,
+    default=None,
+    metavar="E",
+    help="Total charge (e) of every frame, for models trained with deepmd-kit's "
+    "add_chg_spin_ebd  [each frame's own (info charge, deepmd-kit data's charge_spin.npy), "
+    "else the model's default_chg_spin]",
+)
+@click.option(
+    "--spin",
+    type=int,
+    default=None,
+    metavar="2S+1",
+    help="Spin multiplicity of every frame, like --charge.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace the output file if it exists.")
 @fail_on_user_error
 def command(
@@ -94,12 +110,15 @@ def command(
     head,
     batch_size,
     batch_atoms,
+    charge,
+    spin,
     overwrite,
 ):
     """Evaluate a committee of MODELS (at least two; deepmd-kit SeZM checkpoints, mdband files or
     builtin:NAME) on every frame of --structure and write the model deviations in the layout of
     pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable). Every model
-    evaluates the frames in batches."""
+    evaluates the frames in batches; charge/spin models each frame under its own total charge
+    and spin multiplicity (--charge, --spin, else the frame's, else the model's default)."""
     from mdband.committee import Committee, model_devi_frames
     from mdband.committee.frames import read_frames
     from mdband.io.files import claim_outputs
@@ -124,6 +143,7 @@ def command(
         )
         for note in notes:
             click.echo(note, err=True)
+        _set_charge_spin(committee, frames, charge, spin)
         rows = model_devi_frames(
             committee,
             frames,
@@ -140,3 +160,18 @@ def command(
         f"wrote {out}: {len(rows)} frame(s), {len(models)} models; largest max_devi_f "
         f"{worst.max_devi_f:.4g} eV/A at step {step}"
     )
+
+
+def _set_charge_spin(committee, frames, charge, spin) -> None:
+    """``--charge`` / ``--spin`` into every frame's ``info`` (over the file's values); refused
+    when no model of the committee takes them."""
+    given = {k: v for k, v in (("charge", charge), ("spin", spin)) if v is not None}
+    if not given:
+        return
+    if all(p.charge_spin is None for p in committee.potentials):
+        user_error(
+            "no model of the committee takes a total charge or spin multiplicity (none was "
+            f"trained with add_chg_spin_ebd); remove {' and '.join(f'--{k}' for k in given)}"
+        )
+    for atoms in frames:
+        atoms.info.update(given)

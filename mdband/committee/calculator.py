@@ -64,18 +64,28 @@ class CommitteeCalculator(Calculator):
         self.committee = Committee(pots)
         super().__init__(pots[0], device, dtype, skin=skin, **kwargs)
         self.deviations = bool(deviations)
-        self._frame = None  # (first model's Result, its graph, positions, cell, pbc, numbers)
+        self._frame = None  # (first model's Result, graph, positions, cell, pbc, numbers, charge,
+        # spin)
         self.n_committee_evaluations = 0
 
-    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False):
+    def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
+                  charge=None, spin=None):  # fmt: skip
         # the list Calculator.calculate would use (same edges, so the same bits); magmoms is
         # always None: a committee refuses spin models (Committee)
         graph = self.potential.edges(positions, cell, pbc, self._neighbours)
+        cs = {"charge": charge, "spin": spin} if self.potential.charge_spin is not None else {}
         res = self.potential.evaluate(
-            positions, cell, pbc, numbers, graph=graph, atom_virial=atom_virial
+            positions, cell, pbc, numbers, graph=graph, atom_virial=atom_virial, **cs
         )
-        self._frame = (res, graph, positions, cell, pbc, numbers)
+        self._frame = (res, graph, positions, cell, pbc, numbers, charge, spin)
         return res
+
+    def charge_spin(self, atoms) -> dict:
+        """``atoms.info``'s charge and spin when any model of the committee takes them (each
+        model gets them only if it does: :meth:`Committee.evaluate`)."""
+        if all(p.charge_spin is None for p in self.committee.potentials):
+            return {}
+        return {"charge": atoms.info.get("charge"), "spin": atoms.info.get("spin")}
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
         super().calculate(atoms, properties, system_changes)
@@ -83,8 +93,9 @@ class CommitteeCalculator(Calculator):
             self._add_deviation()
 
     def _add_deviation(self) -> ModelDeviation:
-        res, graph, positions, cell, pbc, numbers = self._frame
-        out = self.committee.evaluate(positions, cell, pbc, numbers, graph=graph, first=res)
+        res, graph, positions, cell, pbc, numbers, charge, spin = self._frame
+        out = self.committee.evaluate(positions, cell, pbc, numbers, graph=graph, first=res,
+                                      charge=charge, spin=spin)  # fmt: skip
         self.n_committee_evaluations += 1
         devi = out.deviation
         self.results.update(devi.as_dict())

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mdband.batch import BatchSystem
 from mdband.committee.deviation import ModelDeviation, model_deviation
 from mdband.errors import MdbandError, UnknownElementError
 from mdband.graph import EdgeGraph
@@ -48,6 +49,16 @@ def filter_graph(graph: EdgeGraph, positions, cell, cutoff: float) -> EdgeGraph:
     vec = pos[graph.src] - pos[graph.dst] + graph.shifts @ np.asarray(cell, dtype=np.float64)
     keep = np.flatnonzero(np.einsum("ij,ij->i", vec, vec) < cutoff * cutoff)
     return EdgeGraph(graph.src[keep], graph.dst[keep], graph.shifts[keep], graph.n_atoms)
+
+
+def _without_charge_spin(item):
+    """``item`` of :meth:`Committee.evaluate_many` without a record's charge and spin (atoms
+    and frames carry theirs as data, which a model that takes none ignores)."""
+    if isinstance(item, BatchSystem):
+        return item._replace(charge=None, spin=None)
+    if isinstance(item, (tuple, list)) and len(item) == 6:
+        return tuple(item[:4])
+    return item
 
 
 class Committee:
@@ -136,6 +147,8 @@ class Committee:
         *,
         graph: EdgeGraph | None = None,
         first: Result | None = None,
+        charge=None,
+        spin=None,
     ) -> CommitteeResult:
         """Evaluate every model on one frame and compute the deviations.
 
@@ -147,6 +160,9 @@ class Committee:
             The first model's neighbour list of this frame (within its cutoff).
         first : Result, optional
             The first model's result on this frame, if already computed (it is reused as is).
+        charge, spin : int, optional
+            Total charge and spin multiplicity, given to every model that takes them
+            (:mod:`mdband.charge_spin`; the others take none).
         """
         check_frame_input(positions, cell, pbc)  # the checks of Potential.evaluate
         pos = np.asarray(positions, dtype=np.float64)
@@ -158,7 +174,8 @@ class Committee:
             if k == 0 and first is not None:
                 results.append(first)
             else:
-                results.append(pot.evaluate(pos, cell_np, pbc, species, graph=g))
+                cs = {} if pot.charge_spin is None else {"charge": charge, "spin": spin}
+                results.append(pot.evaluate(pos, cell_np, pbc, species, graph=g, **cs))
         devi = model_deviation(
             np.stack([r.forces for r in results]),
             np.stack([r.virial for r in results]),
@@ -169,12 +186,16 @@ class Committee:
     def evaluate_many(self, systems, **options) -> list[CommitteeResult]:
         """:meth:`evaluate` of every system, each model evaluating all of them in batches
         (:meth:`mdband.Potential.evaluate_many`; ``options`` as there, ``progress`` excepted)
-        with its own neighbour lists; results in input order."""
+        with its own neighbour lists; results in input order. Each system's total charge and
+        spin multiplicity reach the models that take them (:mod:`mdband.batch`); the others
+        take none, as in :meth:`evaluate`."""
         systems = list(systems)
+        plain = [_without_charge_spin(s) for s in systems]
         per_model = []
         for k, pot in enumerate(self.potentials):
             try:
-                per_model.append(pot.evaluate_many(systems, **options))
+                items = systems if pot.charge_spin is not None else plain
+                per_model.append(pot.evaluate_many(items, **options))
             except UnknownElementError as exc:
                 err = UnknownElementError(exc.elements, exc.type_map)
                 err.args = (f"committee model {k + 1}: {exc}",)

@@ -56,6 +56,11 @@ def start_model(cfg: FitConfig, ck: dict | None, frames) -> StartModel:
                 f"{cfg.init}: a {pot0.spin.scheme} spin model; mdband fit does not train spin "
                 "models (no magnetic moments or magnetic-force labels)"
             )
+        if pot0.charge_spin is not None:  # each frame's charge and spin would be needed
+            raise FitConfigError(
+                f"{cfg.init} takes a total charge and spin multiplicity (add_chg_spin_ebd); "
+                "mdband fit does not train charge/spin models"
+            )
         model = build_sezm(pot0.config, pot0.model.state_dict(), TRAIN_OPTIONS)
         init_meta = {"init": str(cfg.init), "init_model_hash": pot0.model_hash}
         return StartModel(pot0.kind, pot0.type_map, pot0.config, model, init_meta)

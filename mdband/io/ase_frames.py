@@ -1,6 +1,7 @@
 """Frames of ASE files and ASE databases: anything ``ase.io.read`` understands (extxyz, ...)
 and ``.db`` files, with the labels ASE attached (a single-point calculator) or stored under
-``atoms.info`` / ``atoms.arrays`` keys, and the MD step of ``info["step"]`` (mdband's exports).
+``atoms.info`` / ``atoms.arrays`` keys, the MD step of ``info["step"]`` (mdband's exports) and
+the total charge and spin multiplicity of ``info["charge"]`` / ``info["spin"]``.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def frame_from_atoms(
         virial=virial,
         source=source,
         step=_step(atoms.info.get("step")),
+        charge=atoms.info.get("charge"),
+        spin=atoms.info.get("spin"),
     )
 
 

@@ -128,6 +128,8 @@ _SAME = (
     "eps",
     "grid_mlp",
     "grid_branch",
+    "add_chg_spin_ebd",
+    "default_chg_spin",
 )
 # fields written elsewhere (type_map, l_schedule as lmax/n_blocks/l_schedule, mixing_layers,
 # version as version_tensor, fitting_neuron as fitting_net.neuron, the case embedding as

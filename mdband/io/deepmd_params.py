@@ -13,10 +13,8 @@ model (``sezm_model_args`` plus the common ``model_args``, ``descrpt_se_zm_args`
   :class:`~mdband.errors.UnsupportedModelError` naming the key and the value.
 
 A key that is not in the table is refused too. The ``spin`` section is read key by key by
-:func:`spin_from_deepmd`, ZBL bridging by :func:`bridging_from_deepmd`. Options being
-implemented elsewhere (charge/spin ``add_chg_spin_ebd`` / ``default_chg_spin``) are
-``refused`` entries: implementing one means
-turning its entry into ``implemented`` and reading it in :func:`config_from_deepmd`.
+:func:`spin_from_deepmd`, ZBL bridging by :func:`bridging_from_deepmd`, the charge/spin
+conditioning (``add_chg_spin_ebd`` / ``default_chg_spin``) in :func:`config_from_deepmd`.
 """
 
 from __future__ import annotations
@@ -119,8 +117,8 @@ DESCRIPTOR = {
     "activation_function": _refused("silu"),
     "glu_activation": _impl(),
     "use_amp": _inert("mixed precision of deepmd-kit's training (evaluation follows DP_AMP_INFER)"),
-    "add_chg_spin_ebd": _refused(False, _OTHER),
-    "default_chg_spin": _refused(None, _OTHER),
+    "add_chg_spin_ebd": _impl("chgspin", "chgspin_default"),
+    "default_chg_spin": _impl("chgspin_default"),  # read only while add_chg_spin_ebd is on
     "exclude_types": _refused([]),
     "precision": _inert("mdband evaluates at the dtype it is asked for (float32 or float64)"),
     "eps": _impl(),
@@ -345,6 +343,9 @@ def config_from_deepmd(model_params: dict, version: float, active_mode: str = "e
     fit_neuron = _alias(fit, "neuron", "n_neuron", [0])
     n_case = read_int("fitting_net.dim_case_embd", fit.get("dim_case_embd", 0))
     film = read_bool("fitting_net.case_film_embd", fit.get("case_film_embd", False))
+    chg_spin = read_bool("add_chg_spin_ebd", d("add_chg_spin_ebd", False))
+    # deepmd-kit reads default_chg_spin only while the embedding is on
+    default_cs = d("default_chg_spin") if chg_spin else None
     cfg = SeZMConfig(
         type_map=tuple(type_map),
         rcut=read_float("rcut", d("rcut", 6.0)),
@@ -388,6 +389,8 @@ def config_from_deepmd(model_params: dict, version: float, active_mode: str = "e
         case_film_embd=film and n_case > 0,
         active_mode=active_mode,
         sel=_sel(d("sel", 256)) if active_mode == "dens" else 0,
+        add_chg_spin_ebd=chg_spin,
+        default_chg_spin=_opt(read_list, "default_chg_spin", default_cs, read_float, 2),
         spin=spin_from_deepmd(model_params),
         **bridging_from_deepmd(model_params),
     )

@@ -16,6 +16,10 @@ Type numbers become elements by one rule (:func:`element_names`): a file that na
 (``type_map.raw``, VASP's species) keeps its names; one that only numbers them (a LAMMPS dump,
 a deepmd system without ``type_map.raw``) takes ``type_map[k]`` for type k (LAMMPS type k+1),
 else the ``default_type_map`` a caller gives (a model's), else it is an error asking for one.
+
+A deepmd-kit system's ``set.*/charge_spin.npy`` (nframes, 2), the total charge and spin
+multiplicity of every frame (deepmd-kit's data of ``add_chg_spin_ebd`` models, which ``dp test``
+reads), is read as each frame's ``charge`` and ``spin`` and written when every frame has both.
 """
 
 from __future__ import annotations
@@ -52,6 +56,23 @@ def _first_line(exc: BaseException) -> str:
 
 def is_element(name: str) -> bool:
     return name in atomic_numbers and name != "X"
+
+
+#: dpdata's name of the frames' (charge, spin multiplicity) rows: deepmd-kit's charge_spin.npy
+CHARGE_SPIN = "charge_spin"
+
+
+def register_charge_spin() -> None:
+    """Teach dpdata the optional per-frame ``charge_spin`` data of deepmd-kit systems (dpdata's
+    way to add a data type, as it adds spins itself); every deepmd format reads and writes it."""
+    import dpdata
+    from dpdata.data_type import Axis, DataType
+
+    dt = DataType(CHARGE_SPIN, np.ndarray, (Axis.NFRAMES, 2), required=False,
+                  deepmd_name=CHARGE_SPIN)  # fmt: skip
+    for cls in (dpdata.System, dpdata.LabeledSystem):
+        if all(d.name != CHARGE_SPIN for d in cls.DTYPES):
+            cls.register_data_type(dt)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -98,6 +119,8 @@ def _system_frames(system, source: str, type_map, default_type_map, notes) -> li
     energies = data.get("energies")
     forces = data.get("forces")
     virials = data.get("virials")
+    cs = data.get(CHARGE_SPIN)
+    cs = None if cs is None else np.asarray(cs, dtype=np.float64).reshape(-1, 2)
     frames = []
     for i in range(coords.shape[0]):
         frames.append(
@@ -110,6 +133,8 @@ def _system_frames(system, source: str, type_map, default_type_map, notes) -> li
                 forces=None if forces is None else np.asarray(forces[i], dtype=np.float64),
                 virial=None if virials is None else np.asarray(virials[i], dtype=np.float64),
                 source=f"{source}[{i}]",
+                charge=None if cs is None else float(cs[i, 0]),
+                spin=None if cs is None else float(cs[i, 1]),
             )
         )
     return frames
@@ -179,6 +204,7 @@ def read_dpdata(path, fmt: str, *, type_map=None, default_type_map=None, notes=N
     path = Path(path)
     if fmt not in READ_FORMATS:
         raise DatasetError(f"dpdata format {fmt!r} is not one mdband reads ({READ_FORMATS})")
+    register_charge_spin()
     try:
         if fmt == "deepmd/npy/mixed":
             multi = dpdata.MultiSystems.from_file(
@@ -249,6 +275,8 @@ def _system_data(frames: list[Frame], type_map: list[str]) -> tuple[dict, bool]:
         data["forces"] = np.stack([np.asarray(f.forces, dtype=np.float64) for f in frames])
         if all(f.virial is not None for f in frames):
             data["virials"] = np.stack([np.asarray(f.virial, dtype=np.float64) for f in frames])
+    if all(f.charge is not None and f.spin is not None for f in frames):
+        data[CHARGE_SPIN] = np.array([[float(f.charge), float(f.spin)] for f in frames])
     return data, labelled
 
 
@@ -257,6 +285,7 @@ def dpdata_system(frames: list[Frame], type_map: list[str]):
     energy or forces); types numbered by ``type_map``."""
     import dpdata
 
+    register_charge_spin()
     data, labelled = _system_data(frames, type_map)
     return (dpdata.LabeledSystem if labelled else dpdata.System)(data=data)
 

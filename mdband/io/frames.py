@@ -3,7 +3,10 @@
 A :class:`Frame` is what :func:`mdband.io.systems.read_systems` gives for every structure of
 every format (deepmd-kit systems, LAMMPS files, VASP outputs, extxyz, ASE databases, mdband
 H5MD trajectories): species, positions, cell, periodicity and, where the file has them, the
-energy, forces, virial and the MD step. Units are eV and Å; the virial follows deepmd-kit's and
+energy, forces, virial, the MD step and the system's total charge and spin multiplicity (the
+inputs of charge/spin models: deepmd-kit data's ``charge_spin.npy``, ``info["charge"]`` /
+``info["spin"]`` of ASE files; kept as the file gives them, checked where a model reads
+them). Units are eV and Å; the virial follows deepmd-kit's and
 mdband's sign, ``W = -stress * volume`` (ASE stress), as dpdata stores it.
 """
 
@@ -34,6 +37,8 @@ class Frame:
     virial: np.ndarray | None = None  # (3, 3), eV
     source: str = ""
     step: int | None = None  # the MD step, where the file records one
+    charge: float | None = None  # total charge (e), where the file records one
+    spin: float | None = None  # spin multiplicity 2S+1, likewise
 
     @property
     def n_atoms(self) -> int:
@@ -46,7 +51,8 @@ class Frame:
 
     def to_atoms(self):
         """The frame as :class:`ase.Atoms`; labels on a single-point calculator (stress from
-        the virial of a periodic frame) and the step in ``info["step"]``."""
+        the virial of a periodic frame), the step in ``info["step"]``, the total charge and
+        spin multiplicity in ``info["charge"]`` and ``info["spin"]``."""
         from ase import Atoms
         from ase.calculators.singlepoint import SinglePointCalculator
 
@@ -62,6 +68,9 @@ class Frame:
             atoms.calc = SinglePointCalculator(atoms, **results)
         if self.step is not None:
             atoms.info["step"] = int(self.step)
+        for key in ("charge", "spin"):
+            if getattr(self, key) is not None:
+                atoms.info[key] = getattr(self, key)
         return atoms
 
 

@@ -202,9 +202,7 @@ class H5MDReader:
         if not isinstance(index, (int, np.integer)):
             return [self.to_atoms(k) for k in self.indices(index)]
         fr = self.frame(index)
-        atoms = frame_atoms(self.species, self.masses, self.pbc, fr)
-        if self.magmoms is not None:
-            atoms.set_initial_magnetic_moments(self.magmoms)
+        atoms = frame_atoms(self.species, self.masses, self.pbc, fr, self.magmoms)
         atoms.info.update(step=fr.step, time=fr.time)
         for name, value in fr.observables.items():
             if np.ndim(value) == 0:
@@ -222,12 +220,14 @@ class H5MDReader:
         self.close()
 
 
-def frame_atoms(species, masses, pbc, frame):
+def frame_atoms(species, masses, pbc, frame, magmoms=None):
     """:class:`ase.Atoms` of a :class:`Frame`-like record (positions, velocities in Å/ps,
     forces, cell, observables) with energy, forces and, for a periodic frame with a recorded
     stress, the stress of the potential (:func:`potential_stress`) on a single-point
     calculator: ``atoms.get_stress()`` is what the run's calculator gave,
-    ``atoms.get_stress(include_ideal_gas=True)`` the recorded stress."""
+    ``atoms.get_stress(include_ideal_gas=True)`` the recorded stress. ``magmoms``: a spin
+    run's (fixed) moments, set before the calculator (which would otherwise see the atoms
+    changed and hold no results for them)."""
     from ase import Atoms, units
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.stress import full_3x3_to_voigt_6_stress
@@ -236,6 +236,8 @@ def frame_atoms(species, masses, pbc, frame):
         numbers=species, positions=frame.positions, cell=frame.cell, pbc=pbc, masses=masses
     )
     atoms.set_velocities(np.asarray(frame.velocities, dtype=np.float64) / (1000 * units.fs))
+    if magmoms is not None:
+        atoms.set_initial_magnetic_moments(magmoms)
     energy = frame.observables.get("potential_energy")
     forces = None if frame.forces is None else np.asarray(frame.forces, dtype=np.float64)
     stress = None

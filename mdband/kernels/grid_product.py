@@ -59,6 +59,8 @@ def grid_product_bwd_reference(gout, t, b, left, right, k):
 
 
 if cm.TRITON_AVAILABLE:
+    from triton.runtime.errors import OutOfResources
+
     triton, tl = cm.triton, cm.tl
 
     @triton.jit
@@ -266,15 +268,16 @@ def _precision(x: Tensor, exact: bool) -> int:
     return int(cm.has_tf32_cores(x.device))
 
 
-def _launch_args(t, b, left, right, k, exact, pass_):
+def _launch_args(t, b, left, right, k, exact, pass_, channels=None):
     """(grid, sizes and strides, meta) of pass ``"fwd"`` or ``"bwd"`` at the tuning table's
-    grid_product launch for C = ``left.shape[2] / k`` channels per frame."""
+    grid_product launch for C = ``left.shape[2] / k`` channels per frame (``channels``: that
+    many channels per program instead of the table's)."""
     M, D, KC = left.shape
     C = KC // k
     launch = tuning.current().grid_product.launch(pass_, C)
     G, J, JO = t.shape[0], t.shape[1], b.shape[0]
     p2 = cm.dot_width  # tl.dot tiles: every dimension a power of two, at least 16
-    bc = min(p2(C), max(16, launch.channels))
+    bc = min(p2(C), max(16, launch.channels if channels is None else channels))
     meta = dict(
         FRAMES=k,
         CHANNELS=C,
@@ -290,14 +293,47 @@ def _launch_args(t, b, left, right, k, exact, pass_):
     return grid, (G, J, JO, *strides), meta
 
 
+#: (device, pass, T's and B's shapes, C, dtype, the table's launch) -> channels per program that
+#: fit shared memory
+#: (0: none does; the pass runs as torch GEMMs)
+_FITTED: dict[tuple, int] = {}
+
+
+def _launch_fitting(kernel, pass_, t, b, left, right, k, exact, tensors) -> bool:
+    """Launch ``kernel`` on ``tensors`` at the table's launch or, where its tiles do not fit
+    the GPU's shared memory (lmax 4 grids of wide models), at half the channels per program
+    down to 16; False where none fits (the caller computes the pass with torch GEMMs). The
+    launch that fit is kept per device and shape, so every later call (and a CUDA-graph
+    capture) starts there."""
+    table = tuning.current().grid_product.launch(pass_, left.shape[2] // k)
+    key = (left.device, pass_, tuple(t.shape), tuple(b.shape), left.shape[2] // k, left.dtype)
+    key += (table,)  # a changed table (tuning.override) is a new key
+    channels = _FITTED.get(key)
+    if channels == 0:
+        return False
+    while True:
+        grid, sizes, meta = _launch_args(t, b, left, right, k, exact, pass_, channels)
+        try:
+            cm.wrap(kernel)[grid](*tensors, *sizes, **meta)
+        except OutOfResources:
+            if meta["BLOCK_CHANNELS"] <= 16:
+                _FITTED[key] = 0
+                return False
+            channels = meta["BLOCK_CHANNELS"] // 2
+            continue
+        _FITTED[key] = meta["BLOCK_CHANNELS"]
+        return True
+
+
 @torch.library.triton_op(OP, mutates_args=())
 def _grid_op(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int, exact: bool) -> Tensor:
     M, _, KC = left.shape
     out = left.new_empty(M, b.shape[0] // k, KC)
     if cm.has_no_items(M):
         return out
-    grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "fwd")
-    cm.wrap(grid_product_fwd_kernel)[grid](t, b, left, right, out, *sizes, **meta)
+    tensors = (t, b, left, right, out)
+    if not _launch_fitting(grid_product_fwd_kernel, "fwd", t, b, left, right, k, exact, tensors):
+        out.copy_(grid_product_reference(t, b, left, right, k))
     return out
 
 
@@ -314,8 +350,11 @@ def _grid_bwd_op(
     gr = left.new_empty(left.shape)
     if cm.has_no_items(left.shape[0]):
         return gl, gr
-    grid, sizes, meta = _launch_args(t, b, left, right, k, exact, "bwd")
-    cm.wrap(grid_product_bwd_kernel)[grid](t, b, left, right, gout, gl, gr, *sizes, **meta)
+    tensors = (t, b, left, right, gout, gl, gr)
+    if not _launch_fitting(grid_product_bwd_kernel, "bwd", t, b, left, right, k, exact, tensors):
+        ref_l, ref_r = grid_product_bwd_reference(gout, t, b, left, right, k)
+        gl.copy_(ref_l)
+        gr.copy_(ref_r)
     return gl, gr
 
 

@@ -79,6 +79,8 @@ def pair_style_command(
     device: str | None = None,
     head: str | None = None,
     *,
+    charge: int | None = None,
+    spin: int | None = None,
     out_freq: int | None = None,
     out_file: str | None = None,
     atomic: bool = False,
@@ -90,7 +92,8 @@ def pair_style_command(
     ``model`` is one path or a list of paths (a committee: the first drives the dynamics; then
     ``out_freq``, ``out_file``, ``atomic``, ``mode`` ("append" or "overwrite") and
     ``restart_rows`` ("repeat" or "continue") set the model-deviation output, see
-    :mod:`mdband.lammps.committee`).
+    :mod:`mdband.lammps.committee`). ``charge`` and ``spin``: the system's total charge and
+    spin multiplicity for a charge/spin model (:mod:`mdband.charge_spin`).
     """
     models = [model] if isinstance(model, (str, os.PathLike)) else list(model)
     for m in models:
@@ -101,6 +104,8 @@ def pair_style_command(
         ("dtype", dtype),
         ("device", device),
         ("head", head),
+        ("charge", charge),
+        ("spin", spin),
         ("out_freq", out_freq),
         ("out_file", out_file),
         ("restart_rows", restart_rows),

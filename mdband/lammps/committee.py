@@ -44,9 +44,14 @@ class CommitteeModel(LammpsModel):
     """
 
     def __init__(self, potentials, types_per_model, options: dict | None = None) -> None:
-        super().__init__(potentials[0], types_per_model[0], options)
+        opts = [dict(options or {}) for _ in potentials]
+        if any(p.charge_spin is not None for p in potentials):
+            for o, p in zip(opts, potentials):  # given to every model that takes them
+                if p.charge_spin is None:
+                    o.pop("charge", None), o.pop("spin", None)
+        super().__init__(potentials[0], types_per_model[0], opts[0])
         self.members = [
-            LammpsModel(p, t, options) for p, t in zip(potentials[1:], types_per_model[1:])
+            LammpsModel(p, t, o) for p, t, o in zip(potentials[1:], types_per_model[1:], opts[1:])
         ]
         for m in self.members:
             m.announce = False

@@ -60,6 +60,19 @@ def _configure_threads(local_size: int) -> None:
     torch.set_num_threads(max(1, n))
 
 
+def _number(text):
+    """A ``pair_style`` value: None when not given (None or ""), else a number when the text
+    is one (the charge/spin checks then say what is wrong with it), else the text itself."""
+    if text is None or text == "":
+        return None
+    if isinstance(text, str):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return text
+
+
 def load_potential(model_file: str, device: torch.device, dtype: str, head: str | None):
     """``load_model`` with a per-process cache (``pair_coeff`` may be issued several times)."""
     from mdband.loader import load_model
@@ -77,7 +90,11 @@ class LammpsModel:
 
     Attributes read by the plugin: ``cutoff`` (Å) and ``exchange_width`` (doubles per atom moved
     by one LAMMPS communication call; wider features are sent in several calls). The plugin sets
-    ``lammps_handle`` before the first :meth:`compute`.
+    ``lammps_handle`` before the first :meth:`compute`. ``options`` ``charge`` and ``spin``
+    (``pair_style mdband ... charge Q spin S``; numbers or their text, "" when not given) are the
+    system's total charge and spin multiplicity for a charge/spin model, resolved here once
+    (:meth:`Potential.charge_spin_of`: the model's defaults, a typed error when one is missing
+    or the model takes none).
     """
 
     def __init__(
@@ -97,6 +114,16 @@ class LammpsModel:
         self.device_name = str(potential.device)
         self.exchange_width = potential.exchange_width
         self.options = dict(options or {})
+        #: the charge/spin input of every evaluation (None: the model takes none)
+        self.charge_spin = potential.charge_spin_of(
+            *(_number(self.options.get(k)) for k in ("charge", "spin"))
+        )
+        #: the plugin's log line of the charge/spin in use ("": the model takes none)
+        self.charge_spin_text = (
+            ""
+            if self.charge_spin is None
+            else "total charge {}, spin multiplicity {}".format(*self.charge_spin.tolist()[0])
+        )
         self.lammps_handle = None
         self._backend = backend  # stands in for LAMMPS' communication in tests
         # model type of each LAMMPS type (LAMMPS types start at 1)
@@ -266,9 +293,8 @@ class LammpsModel:
         types_t = self._lut[torch.from_numpy(ltypes).to(dev)]
         src_t, dst_t, vec_t = (torch.as_tensor(a, device=dev) for a in (src, dst, vec))
         exchange = self.exchange_for(n_all, nlocal)
-        res = pot.evaluate_edges(
-            types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange, n_local=nlocal
-        )
+        res = pot.evaluate_edges(types_t, src_t, dst_t, vec_t, grad=True, exchange=exchange,
+                                 n_local=nlocal, charge_spin=self.charge_spin)  # fmt: skip
         self.last_exchange_calls = 0 if exchange is None else exchange.calls
         return self._assemble(res, src_t, dst_t, vec_t, n_all, nlocal, per_atom_virial)
 
@@ -278,13 +304,14 @@ class LammpsModel:
         pot = self.potential
         n = types.shape[0]
         if not per_atom_virial:
-            atom_e, f, virial = pot.evaluate_vectors(types, src, dst, vec)
+            atom_e, f, virial = pot.evaluate_vectors(types, src, dst, vec, self.charge_spin)
             # virial[a, b] = −Σ g_a vec_b; LAMMPS' component (a, b) is −Σ vec_a g_b
             w6 = virial[_VOIGT_B, _VOIGT_A]
             return f, atom_e, w6, None, virial
         dev = pot.device
         src_t, dst_t, vec_t = (torch.as_tensor(a, device=dev) for a in (src, dst, vec))
-        res = pot.evaluate_edges(torch.from_numpy(types).to(dev), src_t, dst_t, vec_t)
+        res = pot.evaluate_edges(torch.from_numpy(types).to(dev), src_t, dst_t, vec_t,
+                                 charge_spin=self.charge_spin)  # fmt: skip
         return self._assemble(res, src_t, dst_t, vec_t, n, n, per_atom_virial)
 
     @staticmethod

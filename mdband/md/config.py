@@ -14,6 +14,7 @@ import secrets
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from mdband.charge_spin import ChargeSpinError, whole_number
 from mdband.host_memory import CHOICES as HOST_MEMORY
 from mdband.io.h5md import FORCE_UNITS
 from mdband.io.run_files import default_final
@@ -48,6 +49,8 @@ PHYSICS_FIELDS = (
     "barostat",
     "engine",
     "dtype",  # float32 and float64 runs differ in every bit
+    "charge",  # total charge and spin multiplicity of a charge/spin model
+    "spin",
 )
 TIMESTEP_BOUNDS_FS = (0.01, 20.0)  # outside: refused unless allow_unusual_timestep
 
@@ -188,6 +191,20 @@ class RunConfig:
     )
     head: str | None = setting(
         None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
+    )
+    charge: int | None = setting(
+        None,
+        "Total charge of the system in e, for a model trained with deepmd-kit's "
+        "add_chg_spin_ebd (DPA4-OMol25); other models refuse it.",
+        metavar="E",
+        default_text="the structure file's info, else the model's default_chg_spin",
+    )
+    spin: int | None = setting(
+        None,
+        "Spin multiplicity 2S+1 (1 singlet, 2 doublet, 3 triplet) of the system, for a "
+        "charge/spin model like --charge.",
+        metavar="2S+1",
+        default_text="the structure file's info, else the model's default_chg_spin",
     )
     log: str | None = setting(
         None,
@@ -353,6 +370,12 @@ def _validate(c: RunConfig) -> None:
         raise ConfigError(f"threads must be >= 1; got {c.threads}")
     if c.seed is not None and c.seed < 0:
         raise ConfigError(f"seed must be >= 0; got {c.seed}")
+    for name in ("charge", "spin"):
+        if getattr(c, name) is not None:
+            try:
+                whole_number(name, getattr(c, name))
+            except ChargeSpinError as exc:
+                raise ConfigError(str(exc)) from None
     _runaway_settings(c)
     if c.resume and not c.checkpoint:
         raise ConfigError("resume needs a checkpoint file")

@@ -200,8 +200,9 @@ class _LammpsRun:
             self._read_restart()
         else:
             self._create()
-        lines = [pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head)]
-        lines.append("pair_coeff * * " + " ".join(self.symbols))
+        style = pair_style_command(c.model, dtype=c.dtype, device=c.device, head=c.head,
+                                   charge=c.charge, spin=c.spin)  # fmt: skip
+        lines = [style, "pair_coeff * * " + " ".join(self.symbols)]
         if c.skin > 0:
             lines += [f"neighbor {num(c.skin)} bin", "neigh_modify every 1 delay 0 check yes"]
         else:  # rebuilt every step: restarts continue bit for bit
@@ -221,10 +222,8 @@ class _LammpsRun:
         vel = s.velocities @ rot if s.rotation is not None else np.array(s.velocities)
         img0 = lmp.encode_image_flags(0, 0, 0)
         ids = list(range(1, self.n + 1))
-        made = lmp.create_atoms(
-            self.n, ids, self.types.tolist(), pos.ravel().tolist(), vel.ravel().tolist(),
-            [img0] * self.n,
-        )  # fmt: skip
+        made = lmp.create_atoms(self.n, ids, self.types.tolist(), pos.ravel().tolist(),
+                                vel.ravel().tolist(), [img0] * self.n)  # fmt: skip
         if lmp.get_natoms() != self.n:
             raise MdbandError(f"LAMMPS created {lmp.get_natoms()} of {self.n} atoms ({made})")
         # LAMMPS wrapped the atoms into the box; record the shifts as image flags

@@ -90,6 +90,7 @@ def prepare(config: RunConfig) -> Start:
         restart, bath, start = None, 0.0, 0
         rotation = None
         plan = outputs.ResumePlan(outputs.new_run_id(), "create", None)
+    config = setup.charge_spin_of_run(config, [potential], atoms, notes)
     if not np.all(atoms.get_pbc()):
         raise ConfigError("--engine lammps needs a structure periodic in all three directions")
     cell = atoms.get_cell().array

@@ -17,6 +17,7 @@ import numpy as np
 from ase import Atoms, units
 from ase.calculators.singlepoint import SinglePointCalculator
 
+from mdband.charge_spin import ChargeSpinError, MissingChargeSpinError, whole_number
 from mdband.errors import StructureError
 from mdband.io.atomic import atomic_path
 from mdband.io.files import start_new_file
@@ -85,6 +86,19 @@ class RelaxConfig:
     head: str | None = setting(
         None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
     )
+    charge: int | None = setting(
+        None,
+        "Total charge of the system in e, for a model trained with deepmd-kit's "
+        "add_chg_spin_ebd (DPA4-OMol25); other models refuse it.",
+        metavar="E",
+        default_text="the structure file's info, else the model's default_chg_spin",
+    )
+    spin: int | None = setting(
+        None,
+        "Spin multiplicity 2S+1 (1 singlet, 2 doublet, 3 triplet), like --charge.",
+        metavar="2S+1",
+        default_text="the structure file's info, else the model's default_chg_spin",
+    )
     min_distance: float = setting(
         0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
     )
@@ -105,6 +119,12 @@ class RelaxConfig:
             raise ConfigError("min_distance must be >= 0 Å")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be >= 1; got {self.threads}")
+        for name in ("charge", "spin"):
+            if getattr(self, name) is not None:
+                try:
+                    whole_number(name, getattr(self, name))
+                except ChargeSpinError as exc:
+                    raise ConfigError(str(exc)) from None
         if self.all_frames and self.frame != -1:
             raise ConfigError("--frame and --all-frames exclude each other")
         for name, flag in (("structure", "--structure"), ("model", "--model")):
@@ -310,6 +330,9 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
     )
     check_structure(atoms, potential, config.min_distance)
     magmoms_of(atoms, potential)  # a spin model's moments, checked before anything is written
+    row = _charge_spin(config, potential, atoms, paths[0])
+    if row is not None:
+        logger.info("relax: total charge %d, spin multiplicity %d", *row)
     if config.cell and not np.all(atoms.get_pbc()):
         raise StructureError("--cell needs a structure periodic in all three directions")
     atoms.calc = Calculator(potential)
@@ -336,6 +359,27 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
         config.output,
     )
     return result
+
+
+def _charge_spin(config: RelaxConfig, potential, atoms: Atoms, where: str | None = None):
+    """``--charge`` / ``--spin`` into ``atoms.info`` (over the structure file's values, which
+    a charge/spin model reads otherwise); checked against the model before any step (a model
+    without the embedding refuses the flags and ignores the file's values). The (charge, spin)
+    row evaluated, None for other models; a bad value is a :class:`ConfigError` (prefixed
+    ``where:``)."""
+    for k in ("charge", "spin"):
+        if getattr(config, k) is not None:
+            atoms.info[k] = getattr(config, k)
+    if potential.charge_spin is None:
+        potential.charge_spin_of(config.charge, config.spin)
+        return None
+    try:
+        row = potential.charge_spin_of(atoms.info.get("charge"), atoms.info.get("spin"))
+    except ChargeSpinError as exc:
+        if isinstance(exc, MissingChargeSpinError):
+            raise
+        raise ConfigError(str(exc) if where is None else f"{where}: {exc}") from None
+    return tuple(row.tolist()[0])
 
 
 def _result(atoms: Atoms, converged: bool, steps: int) -> RelaxResult:

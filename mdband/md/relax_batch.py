@@ -12,7 +12,9 @@ A structure leaves the batch when converged or after ``steps`` steps.
 
 The output is one multi-frame file, in input order: every structure as relaxed, with its
 energy, forces (and stress of periodic cells) on a single-point calculator and ``info``
-``converged`` (bool), ``relax_steps`` and ``source`` (``file[image]``). It is written
+``converged`` (bool), ``relax_steps`` and ``source`` (``file[image]``); a charge/spin model's
+structures keep their ``charge`` and ``spin`` (``--charge`` / ``--spin`` for all of them, else
+each file's own ``info``, else the model's default). It is written
 atomically, never over an existing file unless ``overwrite``.
 """
 
@@ -32,6 +34,7 @@ from mdband.io.atomic import atomic_path
 from mdband.md.errors import ConfigError
 from mdband.md.relax import (
     RelaxConfig,
+    _charge_spin,
     _claim_outputs,
     _result,
     _snapshot,
@@ -115,6 +118,7 @@ def read_batch(config: RelaxConfig, potential, notes: list[str]) -> list[tuple[s
             source = f"{path}[{k}]"
             try:
                 check_structure(atoms, potential, config.min_distance)
+                _charge_spin(config, potential, atoms)  # --charge/--spin, else the file's
                 if config.cell and not np.all(atoms.get_pbc()):
                     raise StructureError(
                         "--cell needs a structure periodic in all three directions"

@@ -13,6 +13,7 @@ import numpy as np
 from ase import Atoms
 
 from mdband.calculator import Calculator, NeighbourReference, magmoms_of
+from mdband.charge_spin import ChargeSpinError, whole_number
 from mdband.errors import SpinInputError, StructureError
 from mdband.io.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 from mdband.io.locks import OutputLocks
@@ -98,8 +99,10 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
     if config.committee:
         calc, recorder = _committee(config, potential, atoms, start)
         notes.append(recorder.describe())
+        config = charge_spin_of_run(config, calc.committee.potentials, atoms, notes)
     else:
         calc, recorder = Calculator(potential, skin=config.skin), None
+        config = charge_spin_of_run(config, [potential], atoms, notes)
     atoms.calc = calc
     ensemble = _build_ensemble(atoms, config)
     plan = ResumePlan(new_run_id(), "create" if config.trajectory else "none", None)
@@ -114,6 +117,38 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
         config, potential, atoms, calc, ensemble, start, ck is not None, notes, locks, plan,
         recorder,
     )  # fmt: skip
+
+
+def charge_spin_of_run(config: RunConfig, potentials, atoms: Atoms, notes: list[str]) -> RunConfig:
+    """The run's total charge and spin multiplicity (:mod:`mdband.charge_spin`), as settings
+    a checkpoint keeps: ``charge`` / ``spin`` as given, else (a fresh run of a charge/spin
+    model) the structure file's ``atoms.info`` values, else None (the model's default). Checked
+    against every model (a one-line typed error: a value missing without a default, or given
+    to models that take none); written to ``atoms.info`` for the calculator."""
+    takes = [p for p in potentials if p.charge_spin is not None]
+    found = {k: atoms.info.pop(k, None) for k in ("charge", "spin")}
+    if not takes:
+        potentials[0].charge_spin_of(config.charge, config.spin)  # refuses given values
+        return config
+    fill = {}
+    for k, v in found.items():
+        if getattr(config, k) is None and v is not None:
+            try:
+                fill[k] = whole_number(k, v)
+            except ChargeSpinError as exc:
+                raise ConfigError(f"{config.structure}: {exc}") from None
+    config = replace(config, **fill)
+    rows = [p.charge_spin_of(config.charge, config.spin).tolist()[0] for p in takes]
+    for k in ("charge", "spin"):
+        if getattr(config, k) is not None:
+            atoms.info[k] = getattr(config, k)
+    how = {k: "from the structure file" if k in fill else "given" for k in ("charge", "spin")}
+    for k in ("charge", "spin"):
+        if getattr(config, k) is None:
+            how[k] = "the model's default"
+    notes.append(f"Total charge {rows[0][0]} ({how['charge']}), spin multiplicity "
+                 f"{rows[0][1]} ({how['spin']})")  # fmt: skip
+    return config
 
 
 def compile_for(config: RunConfig, start: int = 0) -> str | None:
@@ -253,6 +288,7 @@ def _fresh_atoms(config: RunConfig, potential: Potential, notes: list[str]) -> A
         cell=src.get_cell().array,
         pbc=src.get_pbc(),
         masses=src.get_masses(),
+        info={k: src.info[k] for k in ("charge", "spin") if k in src.info},  # charge_spin_of_run
     )
     if potential.spin is not None:  # held fixed for the whole run
         try:

@@ -28,6 +28,7 @@ from mdband.model import grids as _grids
 from mdband.model.chunking import describe_budget, plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
+    ChargeSpinEmbedding,
     EnvironmentSeed,
     TypeEmbedding,
     geometric_initial_embedding,
@@ -161,6 +162,8 @@ class SeZMDescriptor(nn.Module):
         C, L = cfg.channels, cfg.lmax
         self.rotation_layout = rotation_layout
         self.type_embedding = TypeEmbedding(cfg.ntypes, C)
+        if cfg.add_chg_spin_ebd:
+            self.charge_spin_embedding = ChargeSpinEmbedding(C)
         native = cfg.spin.use_spin if cfg.spin is not None and cfg.spin.scheme == "native" else None
         #: the native spin scheme's embedding of the moments (None: not such a model)
         self.spin_embedding = None if native is None else SpinEmbedding(native, C)
@@ -273,10 +276,24 @@ class SeZMDescriptor(nn.Module):
         t_src, t_dst = take_rows(te, ec.src), take_rows(te[ec.rows], ec.dst)
         return radial + (t_src + t_dst)[:, None, :]
 
-    def node_embedding(self, types, magmoms=None) -> torch.Tensor:
-        """Type embedding of every node (N, C), plus the l = 0 term of its magnetic moment in
-        native spin models (``magmoms`` (N, 3); None: zero moments)."""
+    def node_embedding(self, types, magmoms=None, charge_spin=None, systems=None) -> torch.Tensor:
+        """Type embedding of every node (N, C), plus for a charge/spin model
+        (``add_chg_spin_ebd``) the condition of each atom's system, then the l = 0 term of its
+        magnetic moment in native spin models (``magmoms`` (N, 3); None: zero moments), in
+        deepmd-kit's order. ``charge_spin``: int64 (S, 2) rows (charge, spin multiplicity);
+        ``systems``: the system of each atom (None: one system, S = 1)."""
         te = self.type_embedding(types)
+        if not self.cfg.add_chg_spin_ebd:
+            if charge_spin is not None:
+                raise ValueError("this model has no charge/spin embedding")
+        elif charge_spin is None:
+            raise ValueError("a charge/spin model needs charge_spin")
+        else:
+            cond = self.charge_spin_embedding(charge_spin).to(te.dtype)  # (S, C)
+            if systems is None and cond.shape[0] != 1:
+                raise ValueError(f"{cond.shape[0]} charge/spin rows for one system")
+            # one system: broadcast over the atoms, as deepmd-kit's expand
+            te = te + (cond if systems is None else cond[systems])
         if self.spin_embedding is not None and magmoms is not None:
             te = te + self.spin_embedding.scalar(magmoms, types)
         return te
@@ -319,8 +336,8 @@ class SeZMDescriptor(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
-                energy_rows=None, csr_pair=None, latent=False, magmoms=None,
-                gate=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, latent=False, magmoms=None, gate=None,
+                charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
         ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
 
@@ -332,7 +349,8 @@ class SeZMDescriptor(nn.Module):
         over the N atoms (:func:`mdband.kernels._common.csr`) when the caller built them (an
         unchunked evaluation then sorts no edges itself). ``magmoms`` (N, 3): the atoms'
         magnetic moments (μB) of a native spin model. ``gate`` (E,): the zone-bridging source
-        gate of each edge (:mod:`mdband.model.bridging`), None without bridging."""
+        gate of each edge (:mod:`mdband.model.bridging`), None without bridging.
+        ``charge_spin``, ``systems``: see :meth:`node_embedding`."""
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -344,19 +362,9 @@ class SeZMDescriptor(nn.Module):
             from mdband.model.chunked import chunked_descriptor
 
             return chunked_descriptor(
-                self,
-                types,
-                src,
-                dst,
-                edge_vec,
-                plan,
-                exchange,
-                head,
-                energy_rows,
-                latent,
-                magmoms,
-                gate,
-            )
+                self, types, src, dst, edge_vec, plan, exchange, head, energy_rows, latent,
+                magmoms, gate, charge_spin, systems,
+            )  # fmt: skip
         if exchange is None and self.settings.compile == "on" and self.recompute == "off":
             if self._compiled is None:
                 compiling.make_opaque(sys.modules[__name__], OPAQUE)
@@ -365,19 +373,21 @@ class SeZMDescriptor(nn.Module):
                 compiling.make_opaque(_grids, _grids.OPAQUE)
                 self.__dict__["_compiled"] = compiling.compiled(self._unchunked)  # no submodule
             desc = self._compiled(types, src, dst, edge_vec, csr_pair=csr_pair, latent=latent,
-                                  magmoms=magmoms, gate=gate)  # fmt: skip
+                                  magmoms=magmoms, gate=gate, charge_spin=charge_spin,
+                                  systems=systems)  # fmt: skip
         else:
             desc = self._unchunked(types, src, dst, edge_vec, exchange, csr_pair, latent, magmoms,
-                                   gate)  # fmt: skip
+                                   gate, charge_spin, systems)  # fmt: skip
         return desc if head is None else head(desc, slice(None))
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
-                   latent=False, magmoms=None, gate=None) -> torch.Tensor:  # fmt: skip
+                   latent=False, magmoms=None, gate=None, charge_spin=None,
+                   systems=None) -> torch.Tensor:  # fmt: skip
         """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
         ``latent`` also the readout's input."""
         cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair, gate=gate)
-        te = self.node_embedding(types, magmoms)  # (N, C)
+        te = self.node_embedding(types, magmoms, charge_spin, systems)  # (N, C)
         radial = self.radial_features(ec)
         x = self.initial_features(ec, radial, te, types, magmoms)
         radf = self.edge_features(ec, radial, te)

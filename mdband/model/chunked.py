@@ -278,8 +278,8 @@ def _or_zeros(g, like):
 
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
-                       energy_rows=None, latent=False, magmoms=None,
-                       gate=None) -> torch.Tensor:  # fmt: skip
+                       energy_rows=None, latent=False, magmoms=None, gate=None,
+                       charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
     """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
     ``latent`` (no head): also return the readout's input.
 
@@ -288,14 +288,16 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
     stage whose backward is done in its forward, for the cotangent of the sum of the first
     ``energy_rows`` atom energies (all when None). ``magmoms``: the moments of a native spin
     model (every chunk of the initial stage reads them whole). ``gate`` (E,), the bridging
-    source gate of each edge (from all edges), rides as a 4th column of the edge input."""
+    source gate of each edge (from all edges), rides as a 4th column of the edge input.
+    ``charge_spin``, ``systems``: the systems' charge/spin conditions
+    (:meth:`SeZMDescriptor.node_embedding`)."""
     cfg = desc.cfg
     N = types.shape[0]
     edge_in = edge_vec if gate is None else torch.cat([edge_vec, gate[:, None]], dim=1)
     chunks = EdgeChunks(desc, src, dst, edge_in, N, plan)
     if CACHE_GEOMETRY and not chunks.trainable:
         chunks.cache_geometry()
-    te = desc.node_embedding(types, magmoms)
+    te = desc.node_embedding(types, magmoms, charge_spin, systems)
     spin = () if magmoms is None else (magmoms,)
 
     def initial(c, vec, _x, te, *mm):

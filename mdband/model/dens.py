@@ -67,17 +67,23 @@ class SeZMDensModel(SeZMEnergyModel):
         return torch.where(keep[:, None], edge_vec, far)
 
     def energies_and_forces(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                            csr_pair=None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """Atom energies (N,) and direct forces (N, 3), float64."""
+                            csr_pair=None, charge_spin=None,
+                            systems=None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Atom energies (N,) and direct forces (N, 3), float64 (``charge_spin``, ``systems``:
+        as :meth:`SeZMEnergyModel.forward`)."""
         edge_vec = self.dens_edges(dst, edge_vec)
+        charge_spin = self.charge_spin_rows(charge_spin, types.device)
         desc, x = self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,
-                                  csr_pair=csr_pair, latent=True)  # fmt: skip
+                                  csr_pair=csr_pair, latent=True, charge_spin=charge_spin,
+                                  systems=systems)  # fmt: skip
         heads = self.dens_fitting_net
         e = heads.energy_head(desc, types) * self.out_std[0, types, 0] + self.out_bias[0, types, 0]
         f = heads.direct_force_head(x).to(torch.float64) * self.dens_force_rmsd
         return e, f
 
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, charge_spin=None,
+                systems=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,), float64 (the forces come from :meth:`energies_and_forces`)."""
-        return self.energies_and_forces(types, src, dst, edge_vec, exchange, plan, csr_pair)[0]
+        return self.energies_and_forces(types, src, dst, edge_vec, exchange, plan, csr_pair,
+                                        charge_spin, systems)[0]  # fmt: skip

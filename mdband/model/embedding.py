@@ -32,6 +32,46 @@ class TypeEmbedding(nn.Module):
         return take_rows(self.adam_type_embedding, types)
 
 
+class _Table(nn.Module):
+    """``adam_type_embedding`` (rows, dim) without a padding row (deepmd-kit's
+    ``SeZMTypeEmbedding(padding=False)``)."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        super().__init__()
+        self.adam_type_embedding = nn.Parameter(torch.zeros(rows, dim))
+
+
+class _BiasedLayer(nn.Module):
+    """deepmd-kit's ``MLPLayer`` with bias and SiLU: ``silu(x @ matrix + bias)``."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.matrix = nn.Parameter(torch.zeros(n_in, n_out))
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return nn.functional.silu(x @ self.matrix + self.bias)
+
+
+class ChargeSpinEmbedding(nn.Module):
+    """deepmd-kit's frame-level ``ChargeSpinEmbedding`` (``add_chg_spin_ebd``): per system,
+    ``silu([T_q[charge + 100], T_s[spin]] @ W + b)`` (C,), added to every atom's type
+    embedding. Tables of 200 charges (−100 … 99) and 100 spin multiplicities (0 … 99)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.charge_embedding = _Table(200, dim)
+        self.spin_embedding = _Table(100, dim)
+        self.mix_layer = _BiasedLayer(2 * dim, dim)
+
+    def forward(self, charge_spin: torch.Tensor) -> torch.Tensor:
+        """(S, C) conditions of ``charge_spin``, int64 (S, 2) rows (charge, spin), values
+        already checked against the tables (:mod:`mdband.charge_spin`)."""
+        q = self.charge_embedding.adam_type_embedding[charge_spin[:, 0] + 100]
+        s = self.spin_embedding.adam_type_embedding[charge_spin[:, 1]]
+        return self.mix_layer(torch.cat([q, s], dim=-1))
+
+
 def env_seed_dims(channels: int) -> dict:
     """Widths of the environment-seed network for a given channel count."""
     embed = min(channels, 128)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from mdband.charge_spin import ChargeSpinInputs
 from mdband.config import SeZMConfig
 from mdband.contract import DEFAULT_EXCHANGE_WIDTH
 from mdband.model.block import SeZMDescriptor
@@ -24,7 +25,9 @@ from mdband.so3.storage import RotationLayout
 
 class SeZMEnergyModel(nn.Module):
     """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies; it
-    declares :class:`~mdband.contract.ModelContract`."""
+    declares :class:`~mdband.contract.ModelContract`. A model with deepmd-kit's
+    ``add_chg_spin_ebd`` also takes ``charge_spin`` (and ``systems``; its
+    ``charge_spin_inputs`` say what it takes)."""
 
     #: forward takes ``energy_rows``: the caller sums the first ``energy_rows`` atom energies
     accepts_energy_rows = True
@@ -53,6 +56,10 @@ class SeZMEnergyModel(nn.Module):
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
         self.spin = cfg.spin  #: a spin model's SpinConfig (None: no spin)
+        #: what the model takes of a system's charge and spin (None: nothing)
+        self.charge_spin_inputs = (
+            ChargeSpinInputs(cfg.default_chg_spin) if cfg.add_chg_spin_ebd else None
+        )
         self.bridging = None
         if cfg.bridging == "zbl":
             self.bridging = ZBLBridging(
@@ -86,8 +93,17 @@ class SeZMEnergyModel(nn.Module):
         """Chunks of destination atoms the last forward used (1: unchunked)."""
         return self.descriptor.last_chunks
 
+    def charge_spin_rows(self, charge_spin, device):
+        """``charge_spin`` as given, or the defaults' row when None for a charge/spin model
+        (:class:`~mdband.charge_spin.MissingChargeSpinError` without defaults)."""
+        if charge_spin is None and self.charge_spin_inputs is not None:
+            row = self.charge_spin_inputs.resolve()
+            charge_spin = torch.tensor([row], dtype=torch.int64, device=device)
+        return charge_spin
+
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
-                energy_rows=None, csr_pair=None, magmoms=None) -> torch.Tensor:  # fmt: skip
+                energy_rows=None, csr_pair=None, magmoms=None, charge_spin=None,
+                systems=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
         chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
         caller differentiates the sum of the first ``energy_rows`` energies (all when None);
@@ -96,7 +112,10 @@ class SeZMEnergyModel(nn.Module):
         (dst CSR, src CSR) over the N atoms, when the caller built them. ``magmoms`` (N, 3):
         the atoms' magnetic moments (μB) of a native spin model (``cfg.spin``). ``edge_vec``
         may be float64 for a network of lower precision (bridged models ask for it: the ZBL
-        term is evaluated from it, the network from its cast)."""
+        term is evaluated from it, the network from its cast). ``charge_spin``: int64 (S, 2)
+        rows (total charge, spin multiplicity) of a charge/spin model (None: its
+        default_chg_spin); ``systems``: each atom's row (None: one system)."""
+        charge_spin = self.charge_spin_rows(charge_spin, types.device)
 
         def head(desc, rows):
             t = types[rows]
@@ -110,7 +129,7 @@ class SeZMEnergyModel(nn.Module):
             net_vec, gate = clamped.to(dtype), gate.to(dtype)
         e = self.descriptor(types, src, dst, net_vec, exchange=exchange, plan=plan, head=head,
                             energy_rows=energy_rows, csr_pair=csr_pair, magmoms=magmoms,
-                            gate=gate)  # fmt: skip
+                            gate=gate, charge_spin=charge_spin, systems=systems)  # fmt: skip
         if self.bridging is not None:
             e = e + self.bridging.pair_energy(types, src, dst, edge_vec, types.shape[0])
         return e

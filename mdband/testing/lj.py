@@ -26,6 +26,7 @@ class LennardJones(torch.nn.Module):
     rotation_layout = None
     rotation_layout_reason = ""
     spin = None
+    charge_spin_inputs = None
     direct_forces = False
     float64_edges = False
     zero_beyond_cutoff = False

@@ -38,6 +38,7 @@ class MessagePassing2(torch.nn.Module):
     rotation_layout = None
     rotation_layout_reason = ""
     spin = None
+    charge_spin_inputs = None
     direct_forces = False
     float64_edges = False
     zero_beyond_cutoff = False

@@ -77,3 +77,54 @@ def test_model_devi_refusals(tmp_path, models, frames):
     )
     assert res.exit_code == 2 and "committee model 2" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_charge_spin_models_take_each_frames_own(tmp_path):
+    """A committee of a charge/spin model (deepmd-kit's add_chg_spin_ebd) and a plain one on
+    frames with their own info charge and spin: every row is Committee.evaluate's with that
+    frame's values; --charge/--spin set all; a frame without and no default is one line."""
+    from pathlib import Path
+
+    import mdband
+
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "deepmd"
+    paths = [str(fix / "chgspin.pt"), str(fix / "s2ffn.pt")]
+    images = ase.io.read(fix / "structures.extxyz", ":3")
+    for atoms, cs in zip(images, [(0, 1), (-1, 2), (2, 3)]):
+        atoms.info.clear()
+        atoms.info.update(charge=cs[0], spin=cs[1])
+    path = tmp_path / "frames.extxyz"
+    ase.io.write(path, images)
+    committee = Committee([mdband.load_model(p, dtype="float64") for p in paths])
+
+    def rows(*extra):
+        out = tmp_path / "devi.out"
+        res = CliRunner().invoke(main, ["model-devi", *paths, "-s", str(path), "-o", str(out),
+                                        "--dtype", "float64", "--overwrite", *extra])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return np.loadtxt(out, ndmin=2)
+
+    def expected(charges):
+        out = []
+        for a, (c, s) in zip(images, charges):
+            d = committee.evaluate(a.positions, a.cell.array, a.pbc, a.numbers, charge=c,
+                                   spin=s).deviation  # fmt: skip
+            out.append([d.max_devi_v, d.max_devi_f])
+        return np.array(out)
+
+    own = [(a.info["charge"], a.info["spin"]) for a in images]
+    want, want1 = expected(own), expected([(1, s) for _, s in own])
+    assert np.abs(want - want1).min() > 1e-3  # the charge shows in the deviations
+    np.testing.assert_allclose(rows()[:, [1, 4]], want, rtol=1e-6)  # the file's 7 digits
+    np.testing.assert_allclose(rows("--charge", 1)[:, [1, 4]], want1, rtol=1e-6)
+    for a in images:
+        a.info.clear()
+    ase.io.write(path, images)
+    res = CliRunner().invoke(main, ["model-devi", *paths, "-s", str(path),
+                                    "-o", str(tmp_path / "x.out")])  # fmt: skip
+    assert res.exit_code == 2 and "system 0:" in res.output and "--charge --spin" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    plain = [str(fix / "s2ffn.pt"), str(fix / "zbl.pt")]
+    res = CliRunner().invoke(main, ["model-devi", *plain, "-s", str(path), "--spin", 1,
+                                    "-o", str(tmp_path / "y.out")])  # fmt: skip
+    assert res.exit_code == 2 and "remove --spin" in res.output

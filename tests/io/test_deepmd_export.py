@@ -27,7 +27,8 @@ from mdband.testing.lj import lennard_jones_potential
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures" / "deepmd"
-CONFIGS = ["s2ffn", "gated_pyramid", "gated_pyramid_v10", "grid_mini", "grid_neo", "zbl"]
+CONFIGS = ["s2ffn", "gated_pyramid", "gated_pyramid_v10", "grid_mini", "grid_neo", "zbl",
+           "chgspin", "chgspin_default", "chgspin_zbl"]  # fmt: skip
 STRUCTURES = FIX / "structures.extxyz"
 TOOL = REPO.parent / "shared" / "tools" / "deepmd-reference"
 
@@ -151,7 +152,7 @@ def test_deepmd_kit_reads_converted_and_fitted_models(tmp_path):
 
     pairs, pots = [], {}
     # the other configs' files equal deepmd-kit's buffer for buffer (the test above)
-    for name in ("s2ffn", "gated_pyramid_v10", "grid_neo", "zbl"):
+    for name in ("s2ffn", "gated_pyramid_v10", "grid_neo", "zbl", "chgspin_default"):
         out = tmp_path / f"{name}.pt"
         res = CliRunner().invoke(main, ["convert", str(FIX / f"{name}.pt"), str(out)])
         assert res.exit_code == 0 and "deepmd-kit checkpoint (float64)" in res.output, res.output

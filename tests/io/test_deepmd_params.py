@@ -27,7 +27,7 @@ _SPIN = json.loads((SPIN_FIX / "configs.json").read_text())["configs"]
 #: ZBL-bridged parity fixtures (make_zbl_fixtures.py): their npz meta holds the model_params
 ZBL = {name: None for name in ("zbl", "zbl_scatter")}
 CONFIGS = {**_META["configs"], **_META["newer_configs"], **HEAD_OF, "dens": _HEADS["dens"],
-           **_SPIN, **ZBL}  # fmt: skip
+           **_SPIN, **ZBL, **_META["chgspin_configs"]}  # fmt: skip
 
 
 def normalized(name: str = "s2ffn") -> dict:

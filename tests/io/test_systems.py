@@ -168,3 +168,33 @@ def test_labelled_reading_refuses_unlabelled_frames(tmp_path):
     bad.write_text("ITEM: TIMESTEP\n0\nITEM: NUMBER OF ATOMS\nnot a number\n")
     with pytest.raises(DatasetError, match="cannot read"):
         read_systems(bad, type_map="O")
+
+
+@pytest.mark.parametrize("fmt", ["deepmd/npy", "deepmd/hdf5", "deepmd/raw"])
+def test_charge_spin_of_deepmd_data_read_and_written(tmp_path, fmt):
+    """``set.*/charge_spin.npy`` (deepmd-kit's data of add_chg_spin_ebd models, what dp test
+    reads) becomes each frame's charge and spin; written back in every deepmd format; frames
+    without it have none; an extxyz's info keys likewise."""
+    import shutil
+
+    from mdband.io.dpdata_io import write_dpdata
+
+    src = tmp_path / "sys"
+    shutil.copytree(FIX / "water.npy", src)
+    n = len(np.load(src / "set.000" / "energy.npy"))
+    rows = np.array([[k - 1, k % 3 + 1] for k in range(n)], dtype=np.float64)
+    np.save(src / "set.000" / "charge_spin.npy", rows)
+    frames = read_systems([src])
+    assert [(f.charge, f.spin) for f in frames] == [tuple(r) for r in rows]
+    assert frames[1].to_atoms().info["charge"] == rows[1, 0]
+    out = tmp_path / ("out.h5" if fmt == "deepmd/hdf5" else "out")
+    write_dpdata(frames, out, fmt, ["O", "H"])
+    back = read_systems([out], fmt)
+    assert [(f.charge, f.spin) for f in back] == [tuple(r) for r in rows]
+    assert all(f.charge is None and f.spin is None for f in read_systems([FIX / "water.npy"]))
+    import ase.io
+
+    atoms = frames[0].to_atoms()
+    ase.io.write(tmp_path / "a.extxyz", atoms)
+    (frame,) = read_systems([tmp_path / "a.extxyz"])
+    assert (frame.charge, frame.spin) == (rows[0, 0], rows[0, 1])

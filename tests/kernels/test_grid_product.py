@@ -158,3 +158,52 @@ def test_traced_launch_gets_contiguous_operands(kdev, monkeypatch):
     assert seen == [(False, True), (True, True)]
     for got in (eager, traced):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fits", [16, 0])
+def test_launch_too_big_for_shared_memory_halves_its_channels(kdev, monkeypatch, fits):
+    """A launch the GPU refuses for shared memory (Triton's OutOfResources, as lmax 4 grids of
+    64-channel models raise at 32 channels per program) runs at half the channels per program
+    down to 16, then as torch GEMMs; the numbers stay the reference's and the launch that fit
+    is kept for the next call."""
+    from triton.runtime.errors import OutOfResources
+
+    proj = so3_projector(2, 1)
+    left, right = _inputs(proj, 40, torch.float64, kdev, seed=3)
+    left.requires_grad_()
+    right.requires_grad_()
+    tried = []
+    real = cm.wrap
+
+    def refusing(kernel):
+        launch = real(kernel)
+
+        class Launcher:
+            def __getitem__(self, grid):
+                def run(*args, **meta):
+                    tried.append(meta["BLOCK_CHANNELS"])
+                    if meta["BLOCK_CHANNELS"] > fits:
+                        raise OutOfResources(262144, 232448, "shared memory")
+                    return launch[grid](*args, **meta)
+
+                return run
+
+        return Launcher()
+
+    monkeypatch.setattr(cm, "wrap", refusing)
+    monkeypatch.setattr(gp, "_FITTED", {})
+    want = grid_product(proj, left, right)
+    gout = torch.randn_like(want)
+    w1 = torch.autograd.grad((want * gout).sum(), (left, right))
+    assert tuning.current().grid_product.launch("fwd", 40).channels == 32  # the table's
+    with cm.force_triton():
+        got = grid_product(proj, left, right, None, fused=True)
+        g1 = torch.autograd.grad((got * gout).sum(), (left, right))
+        first = list(tried)
+        tried.clear()
+        grid_product(proj, left, right, None, fused=True)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12 * want.abs().max().item())
+    for a, b in zip(g1, w1):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12 * b.abs().max().item())
+    assert first == [32, 16, 32, 16]  # forward, then backward
+    assert tried == ([16] if fits else [])

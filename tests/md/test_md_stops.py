@@ -20,7 +20,7 @@ class Sabotaged(torch.nn.Module):
     """LJ that turns NaN, or sends this process SIGTERM, from its ``after``-th call on."""
 
     # the model contract (mdband.contract.ModelContract), as the LJ it wraps declares it
-    settings = rotation_layout = spin = chunking = None
+    settings = rotation_layout = spin = charge_spin_inputs = chunking = None
     rotation_layout_reason = ""
     direct_forces = float64_edges = zero_beyond_cutoff = False
     accepts_energy_rows = accepts_edge_csr = False

@@ -4,6 +4,7 @@ run in the deepmd-kit reference venv)."""
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,29 @@ def test_water_checkpoint_matches_dp_test(tmp_path):
     assert_detail_file(tmp_path / "water.v.out", FIX / "water.v.out", 9, atol=1e-8)
     forces = np.loadtxt(tmp_path / "water.f.out")
     assert forces.shape == (4 * 2 * 192, 6)
+
+
+def test_charge_spin_model_matches_dp_test(tmp_path):
+    """A charge/spin model (default_chg_spin [-1, 2]) on systems whose charge_spin.npy gives
+    every frame its own (charge, spin) and one without (the default): deepmd-kit's errors and
+    predictions, frame by frame."""
+    ref = json.loads((FIX / "chgspin.json").read_text())
+    systems = [s["system"] for s in ref["systems"]]
+    assert any((Path(s) / "set.000" / "charge_spin.npy").is_file() for s in systems)
+    out = run_test(["-m", ref["model"], *systems, "-d", str(tmp_path / "cs")])
+    for ours, theirs in zip(out["systems"], ref["systems"]):
+        assert_errors(ours, theirs["errors"], rtol=1e-10)
+    assert_errors(out["average"], ref["average"], rtol=1e-10)
+    assert_detail_file(tmp_path / "cs.e.out", FIX / "chgspin.e.out", 1)
+    assert_detail_file(tmp_path / "cs.f.out", FIX / "chgspin.f.out", 3)
+    # the rows matter: the first system without its charge_spin.npy (the default for every
+    # frame) predicts other energies
+    pred = np.loadtxt(FIX / "chgspin.e.out", ndmin=2)[:, 1]
+    plain = tmp_path / "plain"
+    shutil.copytree(systems[0], plain)
+    (plain / "set.000" / "charge_spin.npy").unlink()
+    res = CliRunner().invoke(main, ["test", "-m", ref["model"], str(plain), "--dtype",
+                                    "float64", "-d", str(tmp_path / "plain")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    other = np.loadtxt(tmp_path / "plain.e.out", ndmin=2)[:, 1]
+    assert np.abs(other - pred[:3]).max() > 1e-3
