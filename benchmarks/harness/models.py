@@ -124,23 +124,11 @@ def potential(
 ):
     """A ``Potential`` of ``cfg`` with ``weights`` (None: :func:`random_weights` of ``seed``
     and ``gain``); ``settings`` are engine settings (``rotation_layout``, ``cuda_graphs`` …)."""
-    from mdband.config import SeZMConfig
     from mdband.model.factory import build_sezm
-    from mdband.potential import Potential
+    from mdband.testing.sezm import sezm_potential
 
     weights = random_weights(cfg, seed, gain) if weights is None else weights
-    model = build_sezm(cfg, weights, settings)
-    c = SeZMConfig.from_dict(cfg)
-    return Potential(
-        model,
-        kind="sezm",
-        type_map=list(c.type_map),
-        cutoff=c.rcut,
-        config=c.to_dict(),
-        metadata={"source": "random"},
-        device=device,
-        dtype=dtype,
-    )
+    return sezm_potential(cfg, build_sezm(cfg, weights, settings), device, dtype)
 
 
 def write_deepmd_checkpoints(out: Path, names=CONFIGS, mini_json: Path | None = MINI_JSON):

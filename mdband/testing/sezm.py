@@ -38,6 +38,12 @@ def random_potential(
     (:func:`~mdband.model.factory.initialise_weights`), for tests, examples and benchmarks."""
     model = build_sezm(config, None, {"rotation_layout": rotation_layout})
     initialise_weights(model, seed, gain)
+    return sezm_potential(config, model, device, dtype)
+
+
+def sezm_potential(config: dict, model, device="cpu", dtype="float64") -> Potential:
+    """A :class:`~mdband.potential.Potential` of the SeZM network ``model`` built from
+    ``config`` (random or given weights: metadata source "random")."""
     cfg = SeZMConfig.from_dict(config)
     return Potential(
         model,
