@@ -173,24 +173,13 @@ def test_launch_too_big_for_shared_memory_halves_its_channels(kdev, monkeypatch,
     left.requires_grad_()
     right.requires_grad_()
     tried = []
-    real = cm.wrap
 
-    def refusing(kernel):
-        launch = real(kernel)
+    def refuse(kernel, grid, meta):
+        tried.append(meta["BLOCK_CHANNELS"])
+        if meta["BLOCK_CHANNELS"] > fits:
+            raise OutOfResources(262144, 232448, "shared memory")
 
-        class Launcher:
-            def __getitem__(self, grid):
-                def run(*args, **meta):
-                    tried.append(meta["BLOCK_CHANNELS"])
-                    if meta["BLOCK_CHANNELS"] > fits:
-                        raise OutOfResources(262144, 232448, "shared memory")
-                    return launch[grid](*args, **meta)
-
-                return run
-
-        return Launcher()
-
-    monkeypatch.setattr(cm, "wrap", refusing)
+    intercept_launches(monkeypatch, refuse)
     monkeypatch.setattr(gp, "_FITTED", {})
     want = grid_product(proj, left, right)
     gout = torch.randn_like(want)
