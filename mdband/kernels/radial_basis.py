@@ -170,6 +170,14 @@ if cm.TRITON_AVAILABLE:
         return raw, draw
 
     @triton.jit
+    def _in_dtype_of(r, inv_rcut, gauss_coeff):
+        """The fp64 scalar arguments in r's dtype: a float argument without its ``tl.float64``
+        annotation arrives as fp32 on the GPU (float64's 1/rcut rounded to 24 bits, while the
+        interpreter keeps 53); ``tl.full`` converts both the GPU's fp64 scalar and the
+        interpreter's Python float exactly (``tl.cast`` would round a Python float to fp32)."""
+        return tl.full((), inv_rcut, r.dtype), tl.full((), gauss_coeff, r.dtype)
+
+    @triton.jit
     def _edge_block(
         r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES: tl.constexpr, BLOCK_BASIS: tl.constexpr
     ):
@@ -191,8 +199,8 @@ if cm.TRITON_AVAILABLE:
         rbf_ptr,
         n_edges,
         n_basis,
-        inv_rcut,
-        gauss_coeff,
+        inv_rcut: tl.float64,
+        gauss_coeff: tl.float64,
         ENV_ORDER: tl.constexpr,
         RBF_ORDER: tl.constexpr,
         BASIS: tl.constexpr,
@@ -203,6 +211,7 @@ if cm.TRITON_AVAILABLE:
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )
+        inv_rcut, gauss_coeff = _in_dtype_of(r, inv_rcut, gauss_coeff)
         env, _ = _envelope(r, inv_rcut, ENV_ORDER)
         envr, _ = _envelope(r, inv_rcut, RBF_ORDER)
         raw, _ = _raw(r[:, None], f[None, :], gauss_coeff, BASIS, ACCURATE_TRIG)
@@ -222,8 +231,8 @@ if cm.TRITON_AVAILABLE:
         gr_ptr,
         n_edges,
         n_basis,
-        inv_rcut,
-        gauss_coeff,
+        inv_rcut: tl.float64,
+        gauss_coeff: tl.float64,
         ENV_ORDER: tl.constexpr,
         RBF_ORDER: tl.constexpr,
         BASIS: tl.constexpr,
@@ -234,6 +243,7 @@ if cm.TRITON_AVAILABLE:
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )
+        inv_rcut, gauss_coeff = _in_dtype_of(r, inv_rcut, gauss_coeff)
         _, denv = _envelope(r, inv_rcut, ENV_ORDER)
         envr, denvr = _envelope(r, inv_rcut, RBF_ORDER)
         raw, draw = _raw(r[:, None], f[None, :], gauss_coeff, BASIS, ACCURATE_TRIG)

@@ -112,7 +112,8 @@ if cm.TRITON_AVAILABLE:
         h = tl.dot(x, w1, input_precision=PRECISION)
         if NORM:
             s = tl.load(scale_ptr + cc, mask=cc < n_hidden, other=0.0)
-            rho = 1.0 / cm.sqrt_ieee(tl.sum(h * h, axis=1) / n_hidden + epsilon)
+            eps = tl.full((), epsilon, h.dtype)
+            rho = 1.0 / cm.sqrt_ieee(tl.sum(h * h, axis=1) / n_hidden + eps)
             n = h * rho[:, None] * s[None, :]
         else:
             s = tl.full((BLOCK_HIDDEN,), 1.0, tl.float32)
@@ -132,7 +133,7 @@ if cm.TRITON_AVAILABLE:
         n_radial,
         n_hidden,
         n_out,
-        epsilon,
+        epsilon: tl.float64,
         NORM: tl.constexpr,
         ENVELOPE: tl.constexpr,
         BLOCK_EDGES: tl.constexpr,
@@ -178,7 +179,7 @@ if cm.TRITON_AVAILABLE:
         n_radial,
         n_hidden,
         n_out,
-        epsilon,
+        epsilon: tl.float64,
         NORM: tl.constexpr,
         ENVELOPE: tl.constexpr,
         BLOCK_EDGES: tl.constexpr,

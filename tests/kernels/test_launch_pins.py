@@ -179,6 +179,7 @@ def _patch_direct_launches(monkeypatch, record) -> None:
 
         def __getitem__(self, grid):
             def run(*args, **kw):
+                _check_float_arguments(kernel, args)
                 record(kernel.__name__, grid, kw)
                 return kernel[grid](*args, **kw)
 
@@ -202,6 +203,20 @@ def _normal(value):
     return int(value)
 
 
+def _check_float_arguments(kernel, args) -> None:
+    """A Python float reaches a compiled kernel as fp32 unless its parameter is annotated with a
+    float type (``x: tl.float64``): float64 models would lose half their digits on the GPU
+    (the interpreter, which the kernel tests run, keeps them all)."""
+    from triton.runtime.jit import JITFunction
+
+    params = JITFunction(getattr(kernel, "fn", kernel)).params  # as the compiler reads them
+    for param, value in zip(params, args):
+        if isinstance(value, float):
+            assert param.annotation_type == "fp64", (
+                f"{kernel.__name__}: float argument {param.name} is not annotated tl.float64"
+            )
+
+
 class Recorder:
     """Records each launch as [kernel, grid, {constexprs and launch options}] (pinned names)."""
 
@@ -213,7 +228,11 @@ class Recorder:
         def wrap(kernel):
             class Grid:
                 def __getitem__(self, grid):
-                    return lambda *args, **kw: record(kernel.__name__, grid, kw)
+                    def run(*args, **kw):
+                        _check_float_arguments(kernel, args)
+                        record(kernel.__name__, grid, kw)
+
+                    return run
 
             return Grid()
 
