@@ -10,7 +10,10 @@ uses it for them rather than its own parsers. Format names are dpdata's:
 ``lammps/dump``
     LAMMPS text dumps (numbered types; the timestep of every frame is kept as its step).
 ``vasp/outcar``, ``vasp/xml``
-    VASP ``OUTCAR`` and ``vasprun.xml`` (energies, forces, virials).
+    VASP ``OUTCAR`` and ``vasprun.xml``: the free energy (``TOTEN``, ``e_fr_energy``), forces
+    and the virial from the stress, where printed. The frames are the ionic steps whose
+    electronic loop converged (fewer than ``NELM`` steps; dpdata leaves the others out), every
+    cell turned lower triangular (LAMMPS's convention), positions, forces and virial with it.
 
 Type numbers become elements by one rule (:func:`element_names`): a file that names its types
 (``type_map.raw``, VASP's species) keeps its names; one that only numbers them (a LAMMPS dump,

@@ -92,7 +92,12 @@ class RunConfig:
         metavar="PATH",
         repeatable=True,
     )
-    frame: int = setting(-1, "Image of the structure file to start from.", default_text="last")
+    frame: int = setting(
+        -1,
+        "Image of the structure file to start from, counting from 0 (-1: the last; the images "
+        "of a VASP OUTCAR or vasprun.xml are its converged ionic steps).",
+        default_text="last",
+    )
     ensemble: str = setting("nve", "Ensemble.", choices=ENSEMBLES)
     temperature: float = setting(300.0, "Target and initial-velocity temperature.", unit="K")
     pressure: float = setting(0.0, "Target pressure (npt-mtk).", unit="GPa")

@@ -57,7 +57,12 @@ class RelaxConfig:
         metavar="EL,EL",
         default_text="names in the file, LAMMPS Masses, else the model's type map",
     )
-    frame: int = setting(-1, "Image of the structure file.", default_text="last")
+    frame: int = setting(
+        -1,
+        "Image of the structure file, counting from 0 (-1: the last; the images of a VASP "
+        "OUTCAR or vasprun.xml are its converged ionic steps).",
+        default_text="last",
+    )
     all_frames: bool = setting(
         False,
         "Relax every image of every structure file, together (one multi-frame --output), "
