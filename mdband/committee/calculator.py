@@ -16,8 +16,10 @@ DEVIATION_PROPERTIES = [*COLUMNS, "devi_e", "devi_f"]
 
 
 class CommitteeCalculator(Calculator):
-    """ASE calculator whose energy, forces and stress are the first model's, bit for bit what
-    :class:`mdband.Calculator` gives for that model alone, and whose ``results`` also hold the
+    """ASE calculator of a committee: the first model's results plus the committee's deviations.
+
+    Its energy, forces and stress are the first model's, bit for bit what
+    :class:`mdband.Calculator` gives for that model alone, and its ``results`` also hold the
     committee's deviations (deepmd-kit's definitions, see :mod:`mdband.committee.deviation`):
     ``max_devi_v``, ``min_devi_v``, ``avg_devi_v``, ``devi_e`` (eV), ``max_devi_f``,
     ``min_devi_f``, ``avg_devi_f`` (eV/Å) and the per-atom ``devi_f`` (N,).
@@ -81,13 +83,19 @@ class CommitteeCalculator(Calculator):
         return res
 
     def charge_spin(self, atoms) -> dict:
-        """``atoms.info``'s charge and spin when any model of the committee takes them (each
-        model gets them only if it does: :meth:`Committee.evaluate`)."""
+        """Return ``atoms.info``'s charge and spin when any model of the committee takes them.
+
+        Each model gets them only if it does (:meth:`Committee.evaluate`).
+        """
         if all(p.charge_spin is None for p in self.committee.potentials):
             return {}
         return {"charge": atoms.info.get("charge"), "spin": atoms.info.get("spin")}
 
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
+        """Calculate as :class:`mdband.Calculator`, adding the committee's deviations if asked.
+
+        The deviations are added when ``deviations`` is on or a deviation property is requested.
+        """
         super().calculate(atoms, properties, system_changes)
         if self.deviations or set(properties) & set(DEVIATION_PROPERTIES):
             self._add_deviation()
@@ -104,8 +112,10 @@ class CommitteeCalculator(Calculator):
         return devi
 
     def model_deviation(self, atoms=None) -> ModelDeviation:
-        """The deviations of ``atoms`` (default: the last calculated atoms), evaluating the
-        committee if this frame's deviations are not known yet."""
+        """Return the deviations of ``atoms`` (default: the last calculated atoms).
+
+        The committee is evaluated if this frame's deviations are not known yet.
+        """
         self.get_property("forces", atoms)  # the first model's results of this frame
         if "max_devi_f" in self.results:
             r = self.results

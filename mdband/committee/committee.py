@@ -28,8 +28,10 @@ class CommitteeError(MdbandError, ValueError):
 
 @dataclass
 class CommitteeResult:
-    """Every model's :class:`~mdband.potential.Result` (the first model's first) and their
-    deviations."""
+    """Every model's result on one frame and the models' deviations.
+
+    ``results`` holds every model's :class:`~mdband.potential.Result`, the first model's first.
+    """
 
     results: list[Result]
     deviation: ModelDeviation
@@ -44,7 +46,7 @@ def _on_host(graph: EdgeGraph) -> EdgeGraph:
 
 
 def filter_graph(graph: EdgeGraph, positions, cell, cutoff: float) -> EdgeGraph:
-    """The edges of ``graph`` shorter than ``cutoff`` (Å), in their original order."""
+    """Return the edges of ``graph`` shorter than ``cutoff`` (Å), in their original order."""
     pos = np.asarray(positions, dtype=np.float64)
     vec = pos[graph.src] - pos[graph.dst] + graph.shifts @ np.asarray(cell, dtype=np.float64)
     keep = np.flatnonzero(np.einsum("ij,ij->i", vec, vec) < cutoff * cutoff)
@@ -52,8 +54,10 @@ def filter_graph(graph: EdgeGraph, positions, cell, cutoff: float) -> EdgeGraph:
 
 
 def _without_charge_spin(item):
-    """``item`` of :meth:`Committee.evaluate_many` without a record's charge and spin (atoms
-    and frames carry theirs as data, which a model that takes none ignores)."""
+    """Return ``item`` of :meth:`Committee.evaluate_many` without a record's charge and spin.
+
+    Atoms and frames carry theirs as data, which a model that takes none ignores.
+    """
     if isinstance(item, BatchSystem):
         return item._replace(charge=None, spin=None)
     if isinstance(item, (tuple, list)) and len(item) == 6:
@@ -95,6 +99,7 @@ class Committee:
         return cls([load_model(p, device=device, dtype=dtype, head=head) for p in paths])
 
     def __len__(self) -> int:
+        """Return the number of models."""
         return len(self.potentials)
 
     @property
@@ -113,8 +118,11 @@ class Committee:
                 raise err from None
 
     def graphs(self, positions, cell, pbc, first_graph: EdgeGraph | None = None):
-        """The neighbour list of every model: the first model's (``first_graph``, or built with
-        its cutoff) for models with that cutoff, else the largest-cutoff list filtered."""
+        """Return the neighbour list of every model.
+
+        Models with the first model's cutoff get the first model's list (``first_graph``, or
+        built with its cutoff); the others get the largest-cutoff list filtered to their cutoff.
+        """
         c0 = self.cutoffs[0]
         if first_graph is None:  # the list the first model's own evaluate builds (on the GPU
             first_graph = self.potentials[0].edges(positions, cell, pbc)  # for CUDA models)
@@ -184,11 +192,13 @@ class Committee:
         return CommitteeResult(results, devi)
 
     def evaluate_many(self, systems, **options) -> list[CommitteeResult]:
-        """:meth:`evaluate` of every system, each model evaluating all of them in batches
-        (:meth:`mdband.Potential.evaluate_many`; ``options`` as there, ``progress`` excepted)
-        with its own neighbour lists; results in input order. Each system's total charge and
-        spin multiplicity reach the models that take them (:mod:`mdband.batch`); the others
-        take none, as in :meth:`evaluate`."""
+        """Evaluate every system as :meth:`evaluate` does, each model in batches.
+
+        Each model evaluates all of the systems in batches (:meth:`mdband.Potential.evaluate_many`;
+        ``options`` as there, ``progress`` excepted) with its own neighbour lists; results in input
+        order. Each system's total charge and spin multiplicity reach the models that take them
+        (:mod:`mdband.batch`); the others take none, as in :meth:`evaluate`.
+        """
         systems = list(systems)
         plain = [_without_charge_spin(s) for s in systems]
         per_model = []
@@ -211,4 +221,5 @@ class Committee:
         return out
 
     def __repr__(self) -> str:
+        """Show the number of models and their cutoffs."""
         return f"Committee({len(self)} models, cutoffs {self.cutoffs})"

@@ -35,7 +35,7 @@ class ModelDeviFileError(MdbandError):
 
 
 def header(atomic: bool = False) -> str:
-    """The header line (with its newline)."""
+    """Return the header line (with its newline)."""
     names = [*COLUMNS, ATOMIC_COLUMN] if atomic else list(COLUMNS)
     return "#" + f"{'step':>11}" + "".join(f"{name:>19}" for name in names) + "\n"
 
@@ -51,8 +51,10 @@ def format_row(step: int, devi: ModelDeviation, atomic: bool = False) -> str:
 
 
 def _locked(path: Path, mode: str):
-    """``open(path, mode)`` holding an exclusive lock, or ModelDeviFileError if another
-    process writes the file."""
+    """Return ``open(path, mode)`` holding an exclusive lock on the file.
+
+    Raises ModelDeviFileError if another process writes the file.
+    """
     fh = open(path, mode, buffering=1, encoding="ascii")
     try:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,8 +70,11 @@ def read_model_devi(path) -> np.ndarray:
 
 
 class ModelDeviWriter:
-    """Append rows to a model-deviation file; :meth:`create` starts one, :meth:`resume`
-    continues one. Steps must grow: a row for a step at or before the last one is skipped."""
+    """Append rows to a model-deviation file.
+
+    :meth:`create` starts one, :meth:`resume` continues one. Steps must grow: a row for a step
+    at or before the last one is skipped.
+    """
 
     def __init__(self, path: Path, fh, atomic: bool, last_step: int | None) -> None:
         self.path = path
@@ -79,8 +84,11 @@ class ModelDeviWriter:
 
     @classmethod
     def create(cls, path, atomic: bool = False, overwrite: bool = False) -> ModelDeviWriter:
-        """Start ``path`` with the header; an existing file is refused unless ``overwrite``,
-        which replaces it (or a link at ``path``) by a new file, never writing through it."""
+        """Start ``path`` with the header.
+
+        An existing file is refused unless ``overwrite``, which replaces it (or a link at
+        ``path``) by a new file, never writing through it.
+        """
         from mdband.io.files import OutputExistsError, start_new_file
 
         path = Path(path)
@@ -99,15 +107,21 @@ class ModelDeviWriter:
 
     @classmethod
     def resume(cls, path, through_step: int, atomic: bool = False) -> ModelDeviWriter:
-        """Continue ``path`` after dropping every row with ``step > through_step`` (and a partial
-        last row); the file is replaced atomically. A missing file is created."""
+        """Continue ``path`` after dropping every row with ``step > through_step``.
+
+        A partial last row is dropped too; the file is replaced atomically. A missing file is
+        created.
+        """
         return cls._continue(path, atomic, through_step)
 
     @classmethod
     def extend(cls, path, atomic: bool = False) -> ModelDeviWriter:
-        """Continue ``path`` keeping every whole row (a partial last row is dropped) and writing
-        the next row whatever its step: what ``pair_style deepmd`` does after ``read_restart``,
-        so rows stay aligned with a LAMMPS dump appended to (both repeat the restart step)."""
+        """Continue ``path`` keeping every whole row and writing the next row whatever its step.
+
+        A partial last row is dropped. This is what ``pair_style deepmd`` does after
+        ``read_restart``, so rows stay aligned with a LAMMPS dump appended to (both repeat the
+        restart step).
+        """
         return cls._continue(path, atomic, None)
 
     @classmethod
@@ -147,8 +161,10 @@ class ModelDeviWriter:
         return cls(path, _locked(path, "a"), atomic, None if through_step is None else last)
 
     def write(self, step: int, devi: ModelDeviation) -> bool:
-        """Append the row of ``step`` and flush it; False (nothing written) if the file already
-        has a row at or after ``step``."""
+        """Append the row of ``step`` and flush it.
+
+        Returns False (nothing written) if the file already has a row at or after ``step``.
+        """
         if self.last_step is not None and step <= self.last_step:
             return False
         self._fh.write(format_row(step, devi, self.atomic))
@@ -163,11 +179,14 @@ class ModelDeviWriter:
             os.fsync(self._fh.fileno())
 
     def close(self) -> None:
+        """Close the file (and release its lock)."""
         if not self._fh.closed:
             self._fh.close()
 
     def __enter__(self) -> ModelDeviWriter:
+        """Return the writer itself."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the file."""
         self.close()

@@ -47,7 +47,7 @@ class ModelDeviation:
     devi_e: float = math.nan
 
     def row(self) -> tuple[float, ...]:
-        """The six values of a ``model_devi.out`` row, in file order."""
+        """Return the six values of a ``model_devi.out`` row, in file order."""
         return tuple(getattr(self, name) for name in COLUMNS)
 
     def as_dict(self) -> dict[str, float]:
@@ -56,8 +56,11 @@ class ModelDeviation:
 
 
 def _centred(x: np.ndarray) -> np.ndarray:
-    """``x − mean(x)`` over the models (axis 0), computed about the first model so that
-    identical models give exactly zero (a plain mean of equal numbers need not round back)."""
+    """Return ``x − mean(x)`` over the models (axis 0).
+
+    Computed about the first model so that identical models give exactly zero (a plain mean of
+    equal numbers need not round back).
+    """
     d = x - x[:1]
     return d - d.mean(axis=0)
 
@@ -78,14 +81,16 @@ def virial_deviation(virials, n_atoms: int) -> np.ndarray:
 
 
 def energy_deviation(energies, n_atoms: int) -> float:
-    """Standard deviation over the models of the energy per atom (eV)."""
+    """Return the standard deviation over the models of the energy per atom (eV)."""
     e = np.asarray(energies, dtype=np.float64) / float(n_atoms)
     return float(np.sqrt(np.mean(_centred(e) ** 2)))
 
 
 def model_deviation(forces, virials, energies=None) -> ModelDeviation:
-    """Deviations of one frame from every model's forces (M, N, 3), virials (M, 3, 3) and,
-    optionally, energies (M,); float64 throughout."""
+    """Compute the deviations of one frame from every model's forces, virials and energies.
+
+    Forces (M, N, 3), virials (M, 3, 3) and, optionally, energies (M,); float64 throughout.
+    """
     devi_f = force_deviation(forces)
     n = devi_f.shape[0]
     if n == 0:
@@ -99,9 +104,12 @@ def model_deviation(forces, virials, energies=None) -> ModelDeviation:
 def from_partials(
     f_max: float, f_min: float, f_sum: float, n_atoms: int, virials, devi_f=None
 ) -> ModelDeviation:
-    """Deviations from per-atom force deviations reduced over domains (max, min and sum over all
-    atoms) and the total virial of every model (M, 3, 3): what ``pair_style mdband`` gathers
-    from its MPI ranks."""
+    """Compute the deviations from force deviations reduced over domains and total virials.
+
+    The per-atom force deviations come reduced over domains (max, min and sum over all atoms),
+    with the total virial of every model (M, 3, 3): what ``pair_style mdband`` gathers from its
+    MPI ranks.
+    """
     if n_atoms <= 0:
         nan = math.nan
         return ModelDeviation(nan, nan, nan, nan, nan, nan, devi_f)

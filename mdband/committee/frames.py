@@ -1,5 +1,7 @@
-"""``dp model-devi`` for mdband: a committee's deviations over a list of frames, every model
-evaluating them in batches (:meth:`mdband.committee.Committee.evaluate_many`)."""
+"""``dp model-devi`` for mdband: a committee's deviations over a list of frames.
+
+Every model evaluates the frames in batches (:meth:`mdband.committee.Committee.evaluate_many`).
+"""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ BLOCK_FRAMES = 512
 def read_frames(
     path, fmt: str | None = None, type_map=None, default_type_map=None, notes=None
 ) -> tuple[list, list[int] | None]:
-    """Every frame of ``path`` as ASE atoms, and the MD step of every frame when the file
-    records them (H5MD steps, LAMMPS dump timesteps, ``info["step"]`` of extxyz), else None.
+    """Read every frame of ``path`` as ASE atoms, with the MD step of every frame.
+
+    The steps are those the file records (H5MD steps, LAMMPS dump timesteps, ``info["step"]``
+    of extxyz), else None.
 
     Any format :func:`mdband.io.systems.read_systems` reads (``fmt``, ``type_map`` and
     ``default_type_map`` as there); its :class:`~mdband.io.frames.DatasetError` propagates.
@@ -45,8 +49,9 @@ def model_devi_frames(
     overwrite: bool = False,
     **batch,
 ) -> list[tuple[int, ModelDeviation]]:
-    """Evaluate ``committee`` on every frame (ASE atoms) and, with ``output``, write the rows to
-    a ``model_devi.out`` file.
+    """Evaluate ``committee`` on every frame (ASE atoms), writing ``model_devi.out`` if asked.
+
+    With ``output``, the rows are written to a ``model_devi.out`` file.
 
     Parameters
     ----------

@@ -44,6 +44,7 @@ class DeviationRecorder:
         self._cached: tuple[int, ModelDeviation] | None = None
 
     def describe(self) -> str:
+        """Return a one-line description: number of models, row interval and file."""
         n = len(self.calculator.committee)
         return f"Model deviation: {n} models, every {self.every} steps -> {self.path}"
 
@@ -55,7 +56,7 @@ class DeviationRecorder:
             self.writer = ModelDeviWriter.create(self.path, self.atomic, self.overwrite)
 
     def deviation(self, step: int, atoms) -> ModelDeviation:
-        """The deviations of ``atoms`` at ``step`` (evaluated once per step)."""
+        """Return the deviations of ``atoms`` at ``step`` (evaluated once per step)."""
         if self._cached is None or self._cached[0] != step:
             self._cached = (step, self.calculator.model_deviation(atoms))
         return self._cached[1]
@@ -66,13 +67,15 @@ class DeviationRecorder:
             self.writer.write(step, self.deviation(step, atoms))
 
     def observables(self, step: int, atoms) -> dict[str, float]:
-        """The six deviations as H5MD observables of the frame at ``step``."""
+        """Return the six deviations as H5MD observables of the frame at ``step``."""
         return self.deviation(step, atoms).as_dict()
 
     def sync(self) -> None:
+        """Flush the file's rows to disk (before a checkpoint refers to them)."""
         if self.writer is not None:
             self.writer.sync()
 
     def close(self) -> None:
+        """Close the file, if one is open."""
         if self.writer is not None:
             self.writer.close()

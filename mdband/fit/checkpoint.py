@@ -1,5 +1,7 @@
-"""The fit checkpoint (``OUTPUT.ckpt`` or ``checkpoint``): what it holds, writing it atomically,
-reading it back and checking that a resumed run is the run that wrote it.
+"""The fit checkpoint (``OUTPUT.ckpt`` or ``checkpoint``): writing, reading and checking it.
+
+This module says what the checkpoint holds, writes it atomically, reads it back and checks that
+a resumed run is the run that wrote it.
 
 A checkpoint is a ``torch.save`` dict (``format`` = :data:`CHECKPOINT_FORMAT`): the epoch and
 optimiser step, model kind/type map/config and weights, the EMA weights, AdamW's state, the
@@ -56,8 +58,10 @@ class CheckpointMismatchError(FitConfigError):
 
 
 def claim_outputs(cfg: FitConfig):
-    """:func:`check_outputs`, then the outputs are checked as files (none is an input or another
-    output: :func:`mdband.io.files.check_outputs`) and locked; returns the locks (release them).
+    """Check the fit's outputs and lock them; return the locks (release them).
+
+    First :func:`check_outputs`, then the outputs are checked as files (none is an input or
+    another output: :func:`mdband.io.files.check_outputs`) and locked.
     """
     from mdband.io.files import check_outputs as check_files
     from mdband.io.locks import OutputLocks
@@ -75,8 +79,10 @@ def claim_outputs(cfg: FitConfig):
 
 
 def check_outputs(cfg: FitConfig) -> None:
-    """Refuse an output, checkpoint or log that exists (unless overwrite/resume; a resumed run
-    appends to its log) or has no folder."""
+    """Refuse an output, checkpoint or log that exists or has no folder.
+
+    An existing file is accepted with overwrite or resume (a resumed run appends to its log).
+    """
     if cfg.log is not None and Path(cfg.log).exists() and not (cfg.overwrite or cfg.resume):
         raise OutputExistsError(f"log {cfg.log} exists (use --overwrite to replace it)")
     if cfg.output is not None:
@@ -110,8 +116,11 @@ def data_fingerprint(frames) -> str:
 
 
 def save_checkpoint(path: Path, state: dict, cfg: FitConfig) -> None:
-    """Write ``state`` (the entries listed in the module docstring, without the format and
-    settings, which are added here) to ``path`` atomically."""
+    """Write ``state`` to ``path`` atomically.
+
+    ``state`` holds the entries listed in the module docstring, without the format and the
+    settings, which are added here.
+    """
     obj = {"format": CHECKPOINT_FORMAT, "format_version": CHECKPOINT_VERSION}
     obj.update(state)
     obj["settings"] = {k: _plain(getattr(cfg, k)) for k in RUN_DEFINING}
@@ -120,6 +129,7 @@ def save_checkpoint(path: Path, state: dict, cfg: FitConfig) -> None:
 
 
 def read_checkpoint(path: Path) -> dict:
+    """Load the checkpoint at ``path``, refusing a missing, unreadable or foreign file."""
     if not path.is_file():
         raise FitConfigError(f"--resume: checkpoint {path} does not exist")
     try:
@@ -135,6 +145,11 @@ def read_checkpoint(path: Path) -> dict:
 
 
 def check_resume(ck: dict, cfg: FitConfig, fingerprint: str) -> None:
+    """Refuse to resume from ``ck`` unless it is the same run and has epochs left.
+
+    Raises :class:`CheckpointMismatchError` when the data fingerprint or a run-defining setting
+    differs, or when the checkpoint already finished ``cfg.epochs``.
+    """
     if ck["data_fingerprint"] != fingerprint:
         raise CheckpointMismatchError(
             f"checkpoint {cfg.checkpoint_path} was written for different training data"
@@ -154,6 +169,7 @@ def check_resume(ck: dict, cfg: FitConfig, fingerprint: str) -> None:
 
 
 def cpu_copy(sd: dict) -> dict:
+    """Return a detached CPU copy of every tensor of the state dict ``sd``."""
     return {k: v.detach().cpu().clone() for k, v in sd.items()}
 
 

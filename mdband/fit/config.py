@@ -90,6 +90,7 @@ class FitConfig:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_mapping(cls, data: dict, base_dir=None) -> FitConfig:
+        """Build a validated config from a dict of settings (relative paths from ``base_dir``)."""
         kw = normalise(data, base_dir)
         cfg = cls(**kw)
         cfg.validate()
@@ -97,6 +98,7 @@ class FitConfig:
 
     @classmethod
     def from_toml(cls, path, overrides: dict | None = None) -> FitConfig:
+        """Build a validated config from a TOML file, with ``overrides`` taking precedence."""
         data = read_toml(path)
         base = Path(path).parent
         data = normalise(data, base)
@@ -104,17 +106,19 @@ class FitConfig:
         return cls.from_mapping(data)
 
     def to_dict(self) -> dict:
+        """Return every setting as a dict."""
         return asdict(self)
 
     # ------------------------------------------------------------------ derived
     @property
     def checkpoint_path(self) -> Path:
+        """Return the checkpoint file: ``checkpoint`` if set, else ``OUTPUT.ckpt``."""
         if self.checkpoint:
             return Path(self.checkpoint)
         return Path(str(self.output) + ".ckpt")
 
     def model_config(self, type_map: list[str]) -> dict:
-        """The SeZMConfig dict of a model trained from scratch (validated)."""
+        """Return the SeZMConfig dict of a model trained from scratch (validated)."""
         d = dict(DEFAULT_MODEL)
         m = {k.replace("-", "_"): v for k, v in self.model.items()}
         lmax = m.pop("lmax", None)
@@ -142,6 +146,11 @@ class FitConfig:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
+        """Check every setting, raising :class:`FitConfigError` on the first bad one.
+
+        ``data`` is made a list of path strings on the way.
+        """
+
         def bad(msg):
             raise FitConfigError(msg)
 
@@ -223,6 +232,7 @@ class FitConfig:
 
 
 def read_toml(path) -> dict:
+    """Read a TOML config file, raising :class:`FitConfigError` if missing or unparsable."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10

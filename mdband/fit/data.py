@@ -24,8 +24,10 @@ from mdband.io.systems import read_dataset, read_frames  # noqa: F401
 
 
 def split_indices(n: int, val_fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """Random train/validation split; at least one frame each when ``n >= 2`` and
-    ``val_fraction > 0``."""
+    """Split ``range(n)`` at random into train and validation indices.
+
+    Each part gets at least one frame when ``n >= 2`` and ``val_fraction > 0``.
+    """
     order = np.random.default_rng(seed).permutation(n)
     n_val = int(round(val_fraction * n))
     if val_fraction > 0 and n >= 2:
@@ -51,10 +53,12 @@ class GraphFrame:
 
     @property
     def n_atoms(self) -> int:
+        """Return the number of atoms."""
         return int(self.types.shape[0])
 
 
 def to_graph(frame: Frame, type_index: dict[str, int], cutoff: float) -> GraphFrame:
+    """Convert ``frame`` to a :class:`GraphFrame` with its neighbour list within ``cutoff``."""
     unknown = sorted({s for s in frame.species if s not in type_index})
     if unknown:
         from mdband.errors import UnknownElementError
@@ -97,6 +101,7 @@ class Batch:
     n_frames: int
 
     def to(self, device) -> Batch:
+        """Return a copy of the batch with its tensors on ``device``."""
         kw = {k: getattr(self, k) for k in self.__dataclass_fields__}
         for k, v in kw.items():
             if isinstance(v, torch.Tensor):
@@ -105,6 +110,7 @@ class Batch:
 
 
 def collate(frames: list[GraphFrame]) -> Batch:
+    """Join ``frames`` into one :class:`Batch` (atom and edge indices offset per frame)."""
     off_n, off_e = 0, 0
     src, dst, afr, efr = [], [], [], []
     for i, f in enumerate(frames):

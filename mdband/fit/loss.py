@@ -35,12 +35,16 @@ class Metrics:
     n_atoms: int
 
     def to_dict(self) -> dict:
+        """Return the fields as a dict."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def predict(model, batch: Batch, dtype: torch.dtype, create_graph: bool):
-    """Frame energies (B,), forces (N, 3) and virials (B, 3, 3), float64 (a bridged model
-    takes float64 edge vectors whatever ``dtype``, as in :class:`mdband.Potential`)."""
+    """Predict the frame energies (B,), forces (N, 3) and virials (B, 3, 3), float64.
+
+    A bridged model takes float64 edge vectors whatever ``dtype``, as in
+    :class:`mdband.Potential`.
+    """
     ev_dtype = torch.float64 if model.float64_edges else dtype
     ev = batch.edge_vec.to(ev_dtype).detach().requires_grad_(True)
     atom_e = model(batch.types, batch.src, batch.dst, ev).to(torch.float64)
@@ -57,8 +61,10 @@ def predict(model, batch: Batch, dtype: torch.dtype, create_graph: bool):
 
 
 def loss_terms(pred, batch: Batch, cfg: FitConfig):
-    """``(L, energy term, force term, virial term or None)`` of the loss above (unweighted
-    terms, weighted total)."""
+    """Return ``(L, energy term, force term, virial term or None)`` of the loss above.
+
+    The terms are unweighted, the total ``L`` weighted.
+    """
     energy, forces, virial = pred
     le = (((energy - batch.energy) / batch.n_atoms) ** 2).mean()
     lf = ((forces - batch.forces) ** 2).mean()
@@ -79,7 +85,7 @@ def batches(frames: list[GraphFrame], order, batch_size: int):
 
 
 def evaluate_metrics(model, frames, cfg: FitConfig, dtype, device) -> Metrics | None:
-    """Validation loss and errors (no parameter gradients)."""
+    """Compute the validation loss and errors (no parameter gradients)."""
     if not frames:
         return None
     sq_e = ab_e = sq_f = ab_f = sq_v = 0.0
@@ -117,8 +123,10 @@ def evaluate_metrics(model, frames, cfg: FitConfig, dtype, device) -> Metrics | 
 
 
 def metrics_dict(m: Metrics | None):
+    """Return ``m`` as a dict, or None."""
     return None if m is None else m.to_dict()
 
 
 def metrics_from(d: dict | None) -> Metrics | None:
+    """Rebuild :class:`Metrics` from :func:`metrics_dict`'s dict, or None."""
     return None if d is None else Metrics(**d)

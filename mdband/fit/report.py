@@ -1,5 +1,8 @@
-"""What ``mdband fit`` shows while it trains: a rich progress bar with the running losses and
-one line per epoch, also appended to the log file."""
+"""What ``mdband fit`` shows while it trains.
+
+A rich progress bar with the running losses and one line per epoch, also appended to the log
+file.
+"""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ class Reporter:
             self.progress.start()
 
     def line(self, text: str) -> None:
+        """Append ``text`` to the log file and print it above the progress bar."""
         if self.log is not None:
             with open(self.log, "a", encoding="utf-8") as fh:
                 fh.write(text + "\n")
@@ -46,17 +50,20 @@ class Reporter:
             self.progress.console.print(text, highlight=False)
 
     def step(self, epoch: int, epochs: int, losses: str) -> None:
+        """Advance the progress bar by one step, showing the epoch and the running losses."""
         if self.progress is not None:
             self.progress.update(
                 self.task, advance=1, description=f"epoch {epoch}/{epochs}", losses=losses
             )
 
     def close(self) -> None:
+        """Stop the progress bar."""
         if self.progress is not None:
             self.progress.stop()
 
 
 def format_metrics(m: Metrics | None) -> str:
+    """Format the validation loss and RMSEs on one line."""
     if m is None:
         return "no validation frames"
     s = f"val loss {m.loss:.4g}  E {m.energy_rmse:.3g} meV/atom  F {m.force_rmse:.4g} meV/Å (RMSE)"

@@ -1,5 +1,8 @@
-"""The model ``mdband fit`` starts from: a resumed checkpoint's, a fine-tuned model's or a new
-random SeZM model, and its per-element energy shift (eV) fitted to the training energies."""
+"""The model ``mdband fit`` starts from, and its energy shift.
+
+The model is a resumed checkpoint's, a fine-tuned model's or a new random SeZM model, with its
+per-element energy shift (eV) fitted to the training energies.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ class StartModel:
 
 
 def start_model(cfg: FitConfig, ck: dict | None, frames) -> StartModel:
-    """The resumed (``ck``), fine-tuned (``cfg.init``) or new model (type map from ``frames``
-    unless ``cfg.type_map`` is given)."""
+    """Return the resumed (``ck``), fine-tuned (``cfg.init``) or new model.
+
+    A new model takes its type map from ``frames`` unless ``cfg.type_map`` is given.
+    """
     from mdband.model.factory import build_sezm, initialise_weights  # not at `import mdband`
 
     if ck is not None:
@@ -74,9 +79,12 @@ def start_model(cfg: FitConfig, ck: dict | None, frames) -> StartModel:
 
 
 def energy_shift(model, cfg: FitConfig, ck: dict | None, train, n_types: int, dtype, device):
-    """Per-type energy shift (eV) applied to ``model``: the checkpoint's (whose weights are
-    loaded here), a least-squares fit of the training energies left over by the model (new
-    models, or ``refit_shift``), or zero (fine-tuning)."""
+    """Return the per-type energy shift (eV) applied to ``model``.
+
+    The shift is the checkpoint's (whose weights are loaded here), a least-squares fit of the
+    training energies left over by the model (new models, or ``refit_shift``), or zero
+    (fine-tuning).
+    """
     shift = np.zeros(n_types)
     if ck is not None:
         model.load_state_dict(ck["model_state"], strict=True)  # copy_ keeps buffer dtypes

@@ -1,5 +1,6 @@
-"""The training loop of ``mdband fit``: AdamW on the loss of :mod:`mdband.fit.loss`, EMA,
-checkpoints.
+"""The training loop of ``mdband fit``: AdamW on the loss of :mod:`mdband.fit.loss`.
+
+It keeps an EMA of the weights and writes checkpoints.
 
 The learning rate warms up linearly over ``warmup`` of the steps and then follows a cosine down
 to ``lr · lr_final_ratio``. The weights validated, checkpointed as "ema" and written to the
@@ -154,8 +155,9 @@ def fit(
     console=None,
     **settings,
 ) -> FitResult:
-    """Train a SeZM model from scratch or fine-tune one; write it as an mdband model file or a
-    deepmd-kit checkpoint.
+    """Train a SeZM model from scratch or fine-tune one.
+
+    The result is written (with ``output``) as an mdband model file or a deepmd-kit checkpoint.
 
     Parameters
     ----------
@@ -348,7 +350,7 @@ def _fit(cfg: FitConfig, progress: bool, console) -> FitResult:
 
 
 def _final_potential(model, start, cutoff, shift, cfg, train, val):
-    """The trained weights as a float64 CPU :class:`Potential` and its validation metrics."""
+    """Return the trained weights as a float64 CPU :class:`Potential` and its validation metrics."""
     from mdband.model.factory import build_sezm
 
     # the returned potential runs with the default engine settings (fused ops on CUDA)

@@ -57,8 +57,10 @@ TIMESTEP_BOUNDS_FS = (0.01, 20.0)  # outside: refused unless allow_unusual_times
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Settings of one ``mdband run``; each is a TOML key and a flag (``traj_every`` is
-    ``--traj-every``), declared once below with its help text (:mod:`mdband.md.setting_table`).
+    """Settings of one ``mdband run``.
+
+    Each is a TOML key and a flag (``traj_every`` is ``--traj-every``), declared once below with
+    its help text (:mod:`mdband.md.setting_table`).
 
     Units: fs, K, GPa, ps⁻¹ and Å, as the help of each setting says. ``device="auto"`` is
     CUDA when available, else CPU (the rule of every mdband front end).
@@ -271,6 +273,7 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
+        """Split a model list into model and committee, then validate the settings."""
         for name, value in split_models(self.model, self.committee).items():
             object.__setattr__(self, name, value)
         _validate(self)
@@ -282,18 +285,21 @@ class RunConfig:
         return cls(**normalise_mapping(data, base_dir))
 
     def to_dict(self) -> dict:
+        """Return every setting as a dict."""
         return asdict(self)
 
     def to_toml(self) -> str:
-        """The settings as TOML that ``mdband run --config`` (or :meth:`from_mapping` of
-        ``tomllib.loads``) reads back to an equal config; paths become absolute."""
+        """Return the settings as TOML that reads back to an equal config; paths become absolute.
+
+        ``mdband run --config`` (or :meth:`from_mapping` of ``tomllib.loads``) reads it back.
+        """
         from mdband._version import __version__
 
         header = f"mdband {__version__} run settings; run them with: mdband run --config FILE"
         return to_toml(self, header, path_fields=(*PATH_FIELDS, "committee"))
 
     def resolved(self) -> RunConfig:
-        """A copy with the seed and damping times made concrete (what a run records)."""
+        """Return a copy with the seed and damping times made concrete (what a run records)."""
         return replace(
             self,
             seed=secrets.randbits(63) if self.seed is None else self.seed,
@@ -311,8 +317,11 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
 def split_models(model, committee=()) -> dict:
-    """``model`` and ``committee`` from a model given as a list (TOML array, repeated
-    ``--model``): the first entry drives the dynamics, the others form the committee."""
+    """Return ``model`` and ``committee`` from a model given as a list.
+
+    The list is a TOML array or a repeated ``--model``: the first entry drives the dynamics, the
+    others form the committee.
+    """
     if not isinstance(model, (list, tuple)):
         return {"model": model, "committee": committee}
     if committee:
@@ -322,8 +331,10 @@ def split_models(model, committee=()) -> dict:
 
 
 def normalise_mapping(data: dict, base_dir: str | Path | None = None) -> dict:
-    """Check keys (``traj-every`` and ``traj_every`` both accepted), coerce numbers, and make
-    relative paths absolute against ``base_dir``."""
+    """Check keys, coerce numbers, and make relative paths absolute against ``base_dir``.
+
+    ``traj-every`` and ``traj_every`` are both accepted as keys.
+    """
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
@@ -446,7 +457,9 @@ def _positive(c: RunConfig, *names: str) -> None:
 
 
 def merge_for_resume(recorded: dict, explicit: dict) -> RunConfig:
-    """Settings of a resumed run: the checkpoint's ``recorded`` ones, updated by ``explicit``.
+    """Return the settings of a resumed run.
+
+    They are the checkpoint's ``recorded`` ones, updated by ``explicit``.
 
     Raises :class:`ConfigError` naming every explicit physics setting that differs from the
     recorded run.

@@ -1,5 +1,7 @@
-"""ASE constraints in ``mdband run``: which are carried, why the others are refused, and how
-they are stored in a checkpoint (so a resumed run continues with the same constraints).
+"""ASE constraints in ``mdband run``: which are carried and how a checkpoint stores them.
+
+This module says which constraints are carried, why the others are refused, and how they are
+stored in a checkpoint (so a resumed run continues with the same constraints).
 
 Carried: ``FixAtoms``, ``FixCartesian`` (held coordinates) and ``FixCom`` (centre of mass at
 rest). ASE's integrators apply them (positions, momenta and forces are adjusted) and
@@ -49,8 +51,10 @@ _ENSEMBLE_REASONS = {
 
 
 def carried_constraints(constraints, config: RunConfig, source: str) -> list:
-    """The constraints of a structure that ``config``'s run can honour; raises
-    :class:`StructureError` naming the first one it cannot, and why."""
+    """Return the constraints of a structure, checking that ``config``'s run can honour them.
+
+    Raises :class:`StructureError` naming the first one it cannot, and why.
+    """
     constraints = list(constraints or [])
     for c in constraints:
         name = type(c).__name__
@@ -78,7 +82,10 @@ def carried_constraints(constraints, config: RunConfig, source: str) -> list:
 
 
 def describe(atoms: Atoms) -> str:
-    """A note for the run's header, e.g. ``Constraints: FixAtoms (12 degrees of freedom ...``."""
+    """Return a note on the constraints for the run's header.
+
+    For example ``Constraints: FixAtoms (12 degrees of freedom ...``.
+    """
     names = ", ".join(dict.fromkeys(type(c).__name__ for c in atoms.constraints))
     removed = 3 * len(atoms) - atoms.get_number_of_degrees_of_freedom()
     return f"Constraints: {names} ({removed} degrees of freedom removed; kept in checkpoints)"

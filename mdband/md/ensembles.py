@@ -109,10 +109,11 @@ class Ensemble:
         return cls(_key(config), dyn, rng if stochastic else None, attributes)
 
     def step(self) -> None:
+        """Advance the dynamics by one time step."""
         self.dyn.step()
 
     def conserved_energy(self) -> float:
-        """The quantity the integrator conserves (eV); NaN for Langevin."""
+        """Return the quantity the integrator conserves (eV); NaN for Langevin."""
         atoms = self.dyn.atoms
         if self.name == "nvt-langevin":
             return math.nan
@@ -125,10 +126,11 @@ class Ensemble:
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, np.ndarray]:
-        """Copies of the integrator internals (float64 arrays, keyed by attribute path)."""
+        """Return copies of the integrator internals (float64 arrays, keyed by attribute path)."""
         return {name: np.array(_get(self.dyn, name), dtype=np.float64) for name in self.attributes}
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore the integrator internals from :meth:`get_state`'s dict (shapes checked)."""
         missing = sorted(set(self.attributes) - set(state))
         if missing:
             raise CheckpointError(f"checkpoint lacks {self.name} state: {', '.join(missing)}")
@@ -143,9 +145,11 @@ class Ensemble:
             _set(self.dyn, name, value.copy() if value.ndim else float(value))
 
     def rng_state(self) -> dict:
+        """Return the thermostat generator's state (empty for a deterministic ensemble)."""
         return {} if self.rng is None else {"thermostat": self.rng.bit_generator.state}
 
     def set_rng_state(self, states: dict) -> None:
+        """Restore the thermostat generator's state from :meth:`rng_state`'s dict."""
         if self.rng is None:
             return
         if "thermostat" not in states:
@@ -172,10 +176,10 @@ def _set(obj, path: str, value) -> None:
 
 
 def thermostat_rng(seed: int) -> np.random.Generator:
-    """The generator of thermostat noise (independent of the initial-velocity stream)."""
+    """Return the generator of thermostat noise (independent of the initial-velocity stream)."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(2)[1]))
 
 
 def velocity_rng(seed: int) -> np.random.Generator:
-    """The generator of the initial Maxwell-Boltzmann velocities."""
+    """Return the generator of the initial Maxwell-Boltzmann velocities."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(2)[0]))

@@ -1,5 +1,7 @@
-"""Errors of the MD driver (all :class:`~mdband.errors.MdbandError`, so front ends report them
-as one line)."""
+"""Errors of the MD driver.
+
+All are :class:`~mdband.errors.MdbandError`, so front ends report them as one line.
+"""
 
 from __future__ import annotations
 

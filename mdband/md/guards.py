@@ -23,14 +23,22 @@ DEFAULT_MAX_TEMPERATURE = 10_000.0  # K; the default limit is max(10 × target, 
 
 @dataclass(frozen=True)
 class RunawayGuard:
-    """Limits of one run: ``max_temperature`` in K (inf: none), ``min_distance`` in Å (0:
-    none)."""
+    """Limits of one run.
+
+    ``max_temperature`` in K (inf: none), ``min_distance`` in Å (0: none).
+    """
 
     max_temperature: float
     min_distance: float
 
     @classmethod
     def from_config(cls, c: RunConfig) -> RunawayGuard:
+        """Build the limits of ``c``'s run.
+
+        Without ``max_temperature``, the limit is ``max(10 × temperature,
+        DEFAULT_MAX_TEMPERATURE)``; a ``max_temperature`` of 0 or less means no limit.
+        ``min_distance`` is ``guard_distance``.
+        """
         if c.max_temperature is None:
             limit = max(10.0 * c.temperature, DEFAULT_MAX_TEMPERATURE)
         else:

@@ -142,8 +142,7 @@ def run_lammps(config: RunConfig, *, console=None):
 
 
 class _LammpsRun:
-    """One run on every rank: LAMMPS set-up, the loop of ``run N`` chunks, samples and
-    checkpoints (written by rank 0)."""
+    """A run on every rank: LAMMPS set-up, ``run N`` chunk loop, samples, rank 0's checkpoints."""
 
     def __init__(self, start: Start, comm, console) -> None:
         from mdband.md.progress import Reporter

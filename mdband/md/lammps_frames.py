@@ -1,5 +1,7 @@
-"""Gathering a frame of ``--engine lammps`` on rank 0: positions, velocities, forces, cell and
-observables of all atoms (by atom ID = index in the structure), in the frame of the input cell.
+"""Gathering a frame of ``--engine lammps`` on rank 0, in the frame of the input cell.
+
+The frame holds the positions, velocities, forces, cell and observables of all atoms (by atom
+ID = index in the structure).
 
 Positions are unwrapped with LAMMPS' image flags; stress and pressure come from LAMMPS'
 pressure tensor (bar, converted to GPa; stress = −pressure tensor).
@@ -90,8 +92,11 @@ def gather_state(
 
 
 def trajectory_header(s, lammps_version: int, mpi_ranks: int) -> TrajectoryHeader:
-    """The H5MD header of a run started from ``s`` (a :class:`mdband.md.lammps_start.Start`):
-    the ASE engine's layout, with the engine, LAMMPS version and rank count as parameters."""
+    """Return the H5MD header of a run started from ``s`` (a :class:`mdband.md.lammps_start.Start`).
+
+    The header has the ASE engine's layout, with the engine, LAMMPS version and rank count as
+    parameters.
+    """
     c = s.config
     params = {
         "config_json": json.dumps(recorded_config(c), sort_keys=True),

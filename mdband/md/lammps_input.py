@@ -18,6 +18,10 @@ DIVERGED = re.compile(r"lost atoms|\bnan\b|\binf\b|out of range|non-numeric|too 
 
 
 def lammps_cell(cell: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
+    """Return ``cell`` rotated by ``rotation`` into LAMMPS' form (a copy when None).
+
+    The components that LAMMPS' form has zero (a ∥ x, b in the xy plane) are set to exactly 0.
+    """
     if rotation is None:
         return np.array(cell, dtype=np.float64)
     out = cell @ rotation
@@ -35,7 +39,7 @@ def species_types(numbers: np.ndarray, masses: np.ndarray):
 
 
 def fix_seed(seed: int, step: int, what: int) -> int:
-    """A LAMMPS random seed (1 ≤ s < 8e8, room for + rank) for a fix started at ``step``."""
+    """Return a LAMMPS random seed (1 ≤ s < 8e8, room for + rank) for a fix started at ``step``."""
     state = np.random.SeedSequence([int(seed), int(step), what]).generate_state(1)[0]
     return 1 + int(state) % 800_000_000
 
@@ -56,7 +60,7 @@ def box_commands(cell: np.ndarray, c: RunConfig, type_masses: list[float]) -> li
 
 
 def fix_commands(c: RunConfig, step: int) -> list[str]:
-    """The integrator and thermostat fixes of ``c.ensemble`` for a run starting at ``step``."""
+    """Return the integrator and thermostat fixes of ``c.ensemble`` for a run from ``step``."""
     t = num(c.temperature)
     tdamp, pdamp = c.tdamp / 1000.0, c.pdamp / 1000.0
     seed = c.seed if c.seed is not None else 0
@@ -85,7 +89,7 @@ def fix_commands(c: RunConfig, step: int) -> list[str]:
 
 
 def num(value) -> str:
-    """A float as LAMMPS reads it back exactly (shortest round-trip repr)."""
+    """Format a float as LAMMPS reads it back exactly (shortest round-trip repr)."""
     return repr(float(value))
 
 

@@ -14,8 +14,10 @@ from mdband.errors import MdbandError
 
 
 def launcher_rank_size() -> tuple[int, int]:
-    """``(rank, size)`` of this process as set by ``mpirun`` (MPICH, Open MPI); ``(0, 1)``
-    outside a launcher. Read from the environment, so it costs no MPI start-up."""
+    """Return ``(rank, size)`` of this process as set by ``mpirun`` (MPICH, Open MPI).
+
+    ``(0, 1)`` outside a launcher. Read from the environment, so it costs no MPI start-up.
+    """
     for rank_var, size_var in (
         ("PMI_RANK", "PMI_SIZE"),
         ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
@@ -39,8 +41,11 @@ def all_ranks(exc: BaseException) -> BaseException:
 
 
 def serial_ase(fn, *args):
-    """Call ``fn`` with ASE's MPI world set to one process: once mpi4py is imported, ASE's
-    readers broadcast from rank 0 to all ranks, which would deadlock a rank-0-only call."""
+    """Call ``fn`` with ASE's MPI world set to one process.
+
+    Once mpi4py is imported, ASE's readers broadcast from rank 0 to all ranks, which would
+    deadlock a rank-0-only call.
+    """
     import ase.parallel
 
     world = ase.parallel.world
@@ -73,4 +78,5 @@ def on_root(comm, fn):
 
 
 def one_line(exc: BaseException) -> str:
+    """Return the message of ``exc`` on one line (its type name when empty)."""
     return " ".join(str(exc).split()) or type(exc).__name__

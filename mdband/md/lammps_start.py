@@ -48,6 +48,7 @@ class Start:
 
     @property
     def resumed(self) -> bool:
+        """Tell whether the run resumes from a checkpoint (it has a LAMMPS restart file)."""
         return self.restart is not None
 
 
@@ -131,10 +132,12 @@ def checkpoint_record(
     bath: float,
     written: tuple[int, int | None] | None = None,
 ) -> Checkpoint:
-    """The checkpoint of gathered ``state`` (a :class:`mdband.md.lammps_frames.State`) with
-    LAMMPS' restart file ``restart`` and the Bussi bath energy ``bath`` (eV) as its
+    """Return the checkpoint of gathered ``state`` (a :class:`mdband.md.lammps_frames.State`).
+
+    LAMMPS' restart file ``restart`` and the Bussi bath energy ``bath`` (eV) are its
     ``integrator`` entries; ``time_ps`` in ps; ``written``: the trajectory's (frames, last
-    step) on disk, recorded with the other outputs (:func:`mdband.md.outputs.record`)."""
+    step) on disk, recorded with the other outputs (:func:`mdband.md.outputs.record`).
+    """
     rotation = np.eye(3) if s.rotation is None else s.rotation
     return Checkpoint(
         step=state.step,
@@ -158,8 +161,10 @@ def checkpoint_record(
 
 
 def rotation_to_lammps(cell: np.ndarray) -> np.ndarray | None:
-    """The rotation taking ``cell`` (rows a, b, c) to LAMMPS' form (a ∥ x, b in the xy plane);
-    None when the cell already has that form."""
+    """Return the rotation taking ``cell`` (rows a, b, c) to LAMMPS' form.
+
+    LAMMPS' form has a ∥ x and b in the xy plane; None when the cell already has that form.
+    """
     if cell[0, 1] == 0 and cell[0, 2] == 0 and cell[1, 2] == 0 and np.all(np.diag(cell) > 0):
         return None
     a, b = cell[0], cell[1]
@@ -179,6 +184,7 @@ def pack_bytes(data: bytes) -> np.ndarray:
 
 
 def unpack_bytes(words: np.ndarray, nbytes: int) -> bytes:
+    """Return the first ``nbytes`` bytes packed by :func:`pack_bytes` into ``words``."""
     ints = np.asarray(words, dtype=np.float64).astype(np.uint64)
     shifts = np.arange(6, dtype=np.uint64) * np.uint64(8)
     raw = ((ints[:, None] >> shifts) & np.uint64(255)).astype(np.uint8)

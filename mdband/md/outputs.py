@@ -1,5 +1,7 @@
-"""The output files of a run: checks before anything is written, locks, and what a checkpoint
-records of them so ``--resume`` continues the same files and nothing else.
+"""The output files of a run: checks before anything is written, locks, and checkpoint records.
+
+A checkpoint records the outputs so that ``--resume`` continues the same files and nothing
+else.
 
 The outputs are the trajectory, checkpoint, log, final structure (also the default one) and
 a committee's model-deviation file. Before a run writes anything: each output's directory
@@ -37,11 +39,12 @@ OUTPUTS = ("trajectory", "checkpoint", "log", "final", "model_devi")
 
 
 def new_run_id() -> str:
+    """Return a new random run id (32 hexadecimal digits)."""
     return uuid.uuid4().hex
 
 
 def output_paths(c: RunConfig) -> dict[str, Path]:
-    """The files the run writes (the final structure also where it is the default one)."""
+    """Return the files the run writes (the final structure also where it is the default one)."""
     out = {name: Path(getattr(c, name)) for name in OUTPUTS if getattr(c, name)}
     if not c.final and default_final(c.trajectory, c.log):
         out["final"] = Path(default_final(c.trajectory, c.log))
@@ -49,8 +52,11 @@ def output_paths(c: RunConfig) -> dict[str, Path]:
 
 
 def input_paths(c: RunConfig, extra: dict | None = None) -> dict[str, Path]:
-    """Files a run reads: structure, model (a file, not ``builtin:``) and ``extra``
-    (``{what: path}``, e.g. the config file); the checkpoint of a resumed run is both."""
+    """Return the files a run reads: structure, model (a file, not ``builtin:``) and ``extra``.
+
+    ``extra`` is ``{what: path}``, e.g. the config file; the checkpoint of a resumed run is both
+    an input and an output.
+    """
     out = {}
     if c.structure:
         out["structure"] = Path(c.structure)
@@ -71,8 +77,10 @@ def check_output_paths(c: RunConfig, extra_inputs: dict | None = None) -> None:
 
 
 def claim_outputs(c: RunConfig, extra_inputs: dict | None = None) -> OutputLocks:
-    """Check the outputs, lock them and (under the locks) refuse existing ones unless
-    ``overwrite`` or ``resume``. The caller releases the returned locks."""
+    """Check the outputs, lock them and refuse existing ones unless ``overwrite`` or ``resume``.
+
+    Existing outputs are looked for under the locks. The caller releases the returned locks.
+    """
     check_output_paths(c, extra_inputs)
     locks = OutputLocks.acquire({name: str(p) for name, p in output_paths(c).items()})
     try:
@@ -96,8 +104,10 @@ def clean_temps(c: RunConfig) -> None:
 
 
 def recorded_config(c: RunConfig) -> dict:
-    """``c`` as a checkpoint records it: paths absolute, so a resume from another working
-    directory finds the same files."""
+    """Return ``c`` as a checkpoint records it: paths absolute.
+
+    Absolute paths let a resume from another working directory find the same files.
+    """
     out = c.to_dict()
     for name in PATH_FIELDS:
         value = out.get(name)
@@ -110,8 +120,10 @@ def recorded_config(c: RunConfig) -> dict:
 
 
 def record(c: RunConfig, run_id: str, trajectory: tuple[int, int | None] | None) -> dict:
-    """``Checkpoint.outputs`` of a run at this moment; ``trajectory``: (frames, last step)
-    on disk."""
+    """Return ``Checkpoint.outputs`` of a run at this moment.
+
+    ``trajectory`` is the trajectory's (frames, last step) on disk.
+    """
     out: dict = {"run_id": run_id}
     if c.trajectory and trajectory is not None:
         frames, last = trajectory
@@ -131,8 +143,11 @@ def record(c: RunConfig, run_id: str, trajectory: tuple[int, int | None] | None)
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """What a resumed run does with its outputs: ``trajectory`` is "append", "create" or
-    "none"; ``log_size``: cut the log to this many bytes first (None: append as it is)."""
+    """What a resumed run does with its outputs.
+
+    ``trajectory`` is "append", "create" or "none"; ``log_size``: cut the log to this many bytes
+    first (None: append as it is).
+    """
 
     run_id: str
     trajectory: str
@@ -198,8 +213,11 @@ def _trajectory_plan(c: RunConfig, ck: Checkpoint, atoms, model_hash: str, notes
 
 
 def _model_devi_plan(c: RunConfig, ck: Checkpoint, notes: list) -> None:
-    """The committee's recorder continues the file (rows after the checkpoint dropped, see
-    :meth:`mdband.committee.devi_file.ModelDeviWriter.resume`); say when it starts anew."""
+    """Note in ``notes`` when the model-deviation file of a resumed run starts anew.
+
+    Otherwise the committee's recorder continues the file (rows after the checkpoint dropped,
+    see :meth:`mdband.committee.devi_file.ModelDeviWriter.resume`).
+    """
     if not c.model_devi or Path(c.model_devi).exists():
         return
     rec = ck.outputs.get("model_devi")

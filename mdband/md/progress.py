@@ -105,16 +105,19 @@ class Reporter:
             self._task = self._progress.add_task("MD", total=total)
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
+        """Keep a thermo sample, write it to the log and print its table row."""
         self.samples.append((step, time_ps, obs))
         if self._log is not None:
             self._log.thermo(step, time_ps, obs)
         self._emit(self.table.row(step, time_ps, obs))
 
     def advance(self, step: int) -> None:
+        """Move the progress bar to ``step``."""
         if self._progress is not None:
             self._progress.update(self._task, completed=step - self.first_step)
 
     def message(self, text: str) -> None:
+        """Print ``text`` on the console."""
         self._emit(text)
 
     def finish(self, step: int, n_atoms: int, extra: list[str] | None = None) -> list[str]:
@@ -146,11 +149,13 @@ class Reporter:
         return lines
 
     def close_bar(self) -> None:
+        """Stop the progress bar, if it runs."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
 
     def close(self) -> None:
+        """Stop the progress bar and close the log."""
         self.close_bar()
         if self._log is not None:
             self._log.close()

@@ -112,6 +112,7 @@ class RelaxConfig:
     )
 
     def __post_init__(self) -> None:
+        """Make ``structure`` a list and check the settings (:class:`ConfigError` if bad)."""
         if isinstance(self.structure, (str, tuple)):  # one file, or a tuple from the API
             one = isinstance(self.structure, str)
             object.__setattr__(self, "structure", [self.structure] if one else list(self.structure))
@@ -140,6 +141,7 @@ class RelaxConfig:
         _check_format_and_type_map(self)
 
     def to_dict(self) -> dict:
+        """Return every setting as a dict."""
         return asdict(self)
 
 
@@ -157,8 +159,11 @@ def _check_format_and_type_map(c: RelaxConfig) -> None:
 
 
 def structure_paths(c: RelaxConfig) -> list[str]:
-    """The ``structure`` entries with glob patterns expanded (each pattern's matches in natural
-    order); an existing path is taken as it is, a pattern that matches nothing is an error."""
+    """Return the ``structure`` entries with glob patterns expanded.
+
+    Each pattern's matches come in natural order; an existing path is taken as it is, a pattern
+    that matches nothing is an error.
+    """
     import glob
     import re
 
@@ -201,7 +206,10 @@ class RelaxResult:
 
 
 def output_format(path, what: str = "output") -> str:
-    """The ASE format ``path``'s name asks for; :class:`ConfigError` when none can write it."""
+    """Return the ASE format ``path``'s name asks for.
+
+    Raises :class:`ConfigError` when no ASE format that can write it is found.
+    """
     from ase.io.formats import filetype, ioformats
 
     try:
@@ -214,8 +222,11 @@ def output_format(path, what: str = "output") -> str:
 
 
 def _claim_outputs(c: RelaxConfig):
-    """Check the outputs (not an input, not one file, :mod:`mdband.io.files`), lock them and
-    refuse existing ones unless ``overwrite``; the caller releases the returned locks."""
+    """Check the outputs, lock them and refuse existing ones unless ``overwrite``.
+
+    The outputs must not be an input nor one file (:mod:`mdband.io.files`); the caller releases
+    the returned locks.
+    """
     from mdband.io.files import claim_outputs
 
     output_format(c.output)
@@ -238,7 +249,7 @@ def _claim_outputs(c: RelaxConfig):
 
 
 def _snapshot(atoms: Atoms) -> Atoms:
-    """A copy of ``atoms`` carrying the calculator's latest results (for writing)."""
+    """Return a copy of ``atoms`` carrying the calculator's latest results (for writing)."""
     snap = atoms.copy()
     results = atoms.calc.results
     keep = {k: results[k] for k in ("energy", "free_energy", "forces", "stress") if k in results}
@@ -367,11 +378,13 @@ def _relax(config: RelaxConfig, potential, logfile, fmt: str) -> RelaxResult:
 
 
 def _charge_spin(config: RelaxConfig, potential, atoms: Atoms, where: str | None = None):
-    """``--charge`` / ``--spin`` into ``atoms.info`` (over the structure file's values, which
-    a charge/spin model reads otherwise); checked against the model before any step (a model
-    without the embedding refuses the flags and ignores the file's values). The (charge, spin)
-    row evaluated, None for other models; a bad value is a :class:`ConfigError` (prefixed
-    ``where:``)."""
+    """Put ``--charge`` / ``--spin`` into ``atoms.info`` and check them against the model.
+
+    The flags go over the structure file's values, which a charge/spin model reads otherwise;
+    they are checked against the model before any step (a model without the embedding refuses
+    the flags and ignores the file's values). Returns the (charge, spin) row evaluated, None for
+    other models; a bad value is a :class:`ConfigError` (prefixed ``where:``).
+    """
     for k in ("charge", "spin"):
         if getattr(config, k) is not None:
             atoms.info[k] = getattr(config, k)

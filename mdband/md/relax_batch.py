@@ -47,8 +47,11 @@ logger = logging.getLogger(__name__)
 
 
 class _BatchSlot(Calculator):
-    """mdband's calculator for one structure of the batch: an evaluation of the positions and
-    cell the batch primed it with returns the batched result; any other evaluates alone."""
+    """mdband's calculator for one structure of the batch.
+
+    An evaluation of the positions and cell the batch primed it with returns the batched result;
+    any other evaluates alone.
+    """
 
     def __init__(self, potential) -> None:
         super().__init__(potential)
@@ -93,17 +96,21 @@ class BatchRelaxResult:
 
     @property
     def converged(self) -> bool:
+        """Tell whether every structure converged."""
         return all(r.converged for r in self.structures)
 
     @property
     def steps(self) -> int:
+        """Return the largest number of optimiser steps of a structure (0 without any)."""
         return max((r.steps for r in self.structures), default=0)
 
 
 def read_batch(config: RelaxConfig, potential, notes: list[str]) -> list[tuple[str, Atoms]]:
-    """``(source, atoms)`` of every structure to relax: each image of each file with
-    ``all_frames``, else image ``frame`` of each; checked like one structure is
-    (:func:`~mdband.md.system.check_structure`), errors naming the structure."""
+    """Read ``(source, atoms)`` of every structure to relax.
+
+    Each image of each file with ``all_frames``, else image ``frame`` of each; checked like one
+    structure is (:func:`~mdband.md.system.check_structure`), errors naming the structure.
+    """
     from mdband.io.structure import read_images, read_structure
 
     out = []
@@ -131,8 +138,9 @@ def read_batch(config: RelaxConfig, potential, notes: list[str]) -> list[tuple[s
 
 
 def relax_many(config: RelaxConfig, *, potential=None, logfile=sys.stdout) -> BatchRelaxResult:
-    """Relax every structure of ``config`` together and write ``config.output`` (all of them,
-    in input order).
+    """Relax every structure of ``config`` together and write ``config.output``.
+
+    The output holds all of them, in input order.
 
     Parameters
     ----------
@@ -220,8 +228,10 @@ def _relax_many(config: RelaxConfig, potential, logfile, fmt: str) -> BatchRelax
 
 
 def _lockstep(potential, atoms, slots, opts, logfile) -> tuple[int, list[bool]]:
-    """Run every optimiser as ``Optimizer.run`` would, stepping them together; (batched model
-    calls, converged flag of each)."""
+    """Run every optimiser as ``Optimizer.run`` would, stepping them together.
+
+    Returns (batched model calls, converged flag of each).
+    """
     n = len(atoms)
     converged = [False] * n
     calls = 0
@@ -260,8 +270,11 @@ def _lockstep(potential, atoms, slots, opts, logfile) -> tuple[int, list[bool]]:
 
 
 def _log(logfile, step: int, active: int, total: int, worst: float, header=False) -> None:
-    """One line per lockstep step: structures still relaxing and the largest fmax of those
-    evaluated (ASE's ``fmax``: the force, or with the cell filter the generalised force)."""
+    """Write one line per lockstep step to ``logfile`` (the column header first if asked).
+
+    The line gives the structures still relaxing and the largest fmax of those evaluated (ASE's
+    ``fmax``: the force, or with the cell filter the generalised force).
+    """
     if logfile is None:
         return
     if header:

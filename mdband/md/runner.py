@@ -157,7 +157,7 @@ class _Run:
         return ResourceExhaustedError(f"run stopped at step {self.step}: {what}; {self._kept()}")
 
     def _sample(self, step: int, thermo: bool = True, frame: bool = True) -> None:
-        """A thermo line (``thermo``) and/or a trajectory frame (``frame``) of this step."""
+        """Emit a thermo line (``thermo``) and/or a trajectory frame (``frame``) of this step."""
         self._check_runaway(step)
         try:
             conserved = self.p.ensemble.conserved_energy()
@@ -221,7 +221,7 @@ class _Run:
         self.last_checkpoint = step
 
     def _magmoms(self):
-        """A spin model's fixed moments (N, 3), else None."""
+        """Return a spin model's fixed moments (N, 3), else None."""
         if self.p.potential.spin is None:
             return None
         return self.atoms.get_initial_magnetic_moments()
@@ -375,8 +375,10 @@ class _Run:
         return RunResult(c, self.atoms, start, c.steps, wall, summary, self.reporter.samples)
 
     def _close(self, quiet: bool) -> None:
-        """Close the trajectory (writing its waiting frames) and the log; after a failure an
-        error here (the disk is still full) must not hide the first one."""
+        """Close the trajectory (writing its waiting frames) and the log.
+
+        After a failure an error here (the disk is still full) must not hide the first one.
+        """
         try:
             if self.writer is not None:
                 self.writer.close()
@@ -402,7 +404,7 @@ class _Run:
 
 
 def time_split(wall: float, model: float, steps: int) -> str:
-    """The summary line splitting a step's wall time between the model and everything else."""
+    """Return the summary line splitting a step's wall time between the model and the rest."""
     per, in_model = 1e3 * wall / steps, 1e3 * model / steps
     return (f"Time per step: {per:.2f} ms, of which {in_model:.2f} ms in the model (forces, "
             f"neighbour list) and {per - in_model:.2f} ms elsewhere (integrator, trajectory, "
@@ -410,8 +412,11 @@ def time_split(wall: float, model: float, steps: int) -> str:
 
 
 def steady_split(wall: float, model: float, steps: int) -> str:
-    """The summary's tail for the steps after the warm-up (first calls compile kernels and
-    capture CUDA graphs, or torch.compile): what a longer run costs per step."""
+    """Return the summary's tail for the steps after the warm-up.
+
+    The first calls compile kernels and capture CUDA graphs, or torch.compile; the tail says
+    what a longer run costs per step.
+    """
     return (f"; after the first {WARMUP_STEPS} steps (kernel compilation, graph capture): "
             f"{1e3 * wall / steps:.2f} ms per step, {1e3 * model / steps:.2f} ms in the "
             "model")  # fmt: skip
@@ -443,8 +448,11 @@ def _resources(run: _Run):
 
 
 class _Stop(list):
-    """The signals that arrived (names); true once one did. Within :meth:`shielded` a second
-    SIGINT waits too (the checkpoint and final structure being written complete)."""
+    """The signals that arrived (names); true once one did.
+
+    Within :meth:`shielded` a second SIGINT waits too (the checkpoint and final structure being
+    written complete).
+    """
 
     def __init__(self) -> None:
         super().__init__()

@@ -48,7 +48,7 @@ def setting(
     default_factory=MISSING,
     repeatable: bool = False,
 ):
-    """A dataclass field that is a documented setting (see the module docstring)."""
+    """Declare a dataclass field that is a documented setting (see the module docstring)."""
     info = SettingInfo(
         help=help,
         unit=unit,
@@ -73,14 +73,17 @@ class Spec:
 
     @property
     def flag(self) -> str:
+        """Return the command-line flag, e.g. ``--traj-every`` for ``traj_every``."""
         return "--" + self.name.replace("_", "-")
 
     @property
     def choices(self) -> tuple[str, ...] | None:
+        """Return the allowed values, or None when any value of the type is allowed."""
         return None if self.info is None else self.info.choices
 
     @property
     def metavar(self) -> str | None:
+        """Return the metavar ``--help`` shows, or None where click shows the values itself."""
         if (self.kind == "bool" and not self.is_list) or (self.choices and not self.is_list):
             return None  # click shows --x/--no-x and [a|b|c] itself
         if self.info is not None and self.info.metavar:
@@ -90,7 +93,7 @@ class Spec:
         return _METAVARS[self.kind] + (",..." if self.is_list else "")
 
     def default_shown(self) -> str | None:
-        """The default as ``--help`` and the docstring show it (None: nothing to show)."""
+        """Return the default as ``--help`` and the docstring show it (None: nothing to show)."""
         if self.info is not None and self.info.default_text:
             return self.info.default_text
         value = self.default
@@ -108,14 +111,17 @@ class Spec:
         return f"{text} {unit}" if unit and not isinstance(value, bool) else text
 
     def help_text(self) -> str:
+        """Return the help text followed by the shown default in brackets, if any."""
         text = self.info.help if self.info is not None else ""
         shown = self.default_shown()
         return f"{text} [{shown}]" if shown else text
 
 
 def kind_of(annotation) -> tuple[str, bool, bool]:
-    """``(element kind, optional, is_list)`` of a field annotation such as ``"int | None"``
-    or ``"list[str] | None"``."""
+    """Return ``(element kind, optional, is_list)`` of a field annotation.
+
+    Annotations are such as ``"int | None"`` or ``"list[str] | None"``.
+    """
     if isinstance(annotation, str):  # postponed annotations (from __future__ import ...)
         text = annotation
     elif isinstance(annotation, type):
@@ -135,7 +141,7 @@ def kind_of(annotation) -> tuple[str, bool, bool]:
 
 
 def table(cls) -> tuple[Spec, ...]:
-    """The settings of dataclass ``cls``, in field order."""
+    """Return the settings of dataclass ``cls``, in field order."""
     out = []
     for f in fields(cls):
         kind, optional, is_list = kind_of(f.type)
@@ -196,7 +202,7 @@ def _one_of(choices) -> str:
 
 # ---------------------------------------------------------------------- documentation
 def parameters_doc(cls) -> str:
-    """A NumPy-style ``Parameters`` section listing every setting of ``cls``."""
+    """Return a NumPy-style ``Parameters`` section listing every setting of ``cls``."""
     lines = ["", "    Parameters", "    ----------"]
     for spec in table(cls):
         kind = " or ".join(f'"{c}"' for c in spec.choices) if spec.choices else spec.kind

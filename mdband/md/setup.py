@@ -120,11 +120,14 @@ def _prepare(config: RunConfig, potential: Potential | None, locks: OutputLocks)
 
 
 def charge_spin_of_run(config: RunConfig, potentials, atoms: Atoms, notes: list[str]) -> RunConfig:
-    """The run's total charge and spin multiplicity (:mod:`mdband.charge_spin`), as settings
-    a checkpoint keeps: ``charge`` / ``spin`` as given, else (a fresh run of a charge/spin
-    model) the structure file's ``atoms.info`` values, else None (the model's default). Checked
-    against every model (a one-line typed error: a value missing without a default, or given
-    to models that take none); written to ``atoms.info`` for the calculator."""
+    """Return the run's config with its total charge and spin multiplicity made settings.
+
+    The charge and spin multiplicity (:mod:`mdband.charge_spin`) become settings a checkpoint keeps:
+    ``charge`` / ``spin`` as given, else (a fresh run of a charge/spin model) the structure file's
+    ``atoms.info`` values, else None (the model's default). Checked against every model (a one-line
+    typed error: a value missing without a default, or given to models that take none); written to
+    ``atoms.info`` for the calculator.
+    """
     takes = [p for p in potentials if p.charge_spin is not None]
     found = {k: atoms.info.pop(k, None) for k in ("charge", "spin")}
     if not takes:
@@ -152,9 +155,12 @@ def charge_spin_of_run(config: RunConfig, potentials, atoms: Atoms, notes: list[
 
 
 def compile_for(config: RunConfig, start: int = 0) -> str | None:
-    """The ``compile`` engine setting of a run from step ``start``: ``on``/``off`` as given;
-    ``auto`` leaves it to ``$MDBAND_COMPILE`` when that is set (None), else is on for CUDA
-    runs with at least ``COMPILE_AUTO_STEPS`` steps still to go (the compile pays for itself)."""
+    """Return the ``compile`` engine setting of a run from step ``start``.
+
+    ``on``/``off`` as given; ``auto`` leaves it to ``$MDBAND_COMPILE`` when that is set (None), else
+    is on for CUDA runs with at least ``COMPILE_AUTO_STEPS`` steps still to go (the compile pays for
+    itself).
+    """
     if config.compile != "auto":
         return config.compile
     if ENV["compile"] in os.environ:
@@ -181,7 +187,7 @@ def model_options(config: RunConfig, start: int = 0) -> dict:
 
 
 def _committee(config: RunConfig, potential: Potential, atoms: Atoms, start: int = 0):
-    """The committee's calculator (first model = ``potential``) and its recorder."""
+    """Build the committee's calculator (first model = ``potential``) and its recorder."""
     from mdband.committee import CommitteeCalculator
     from mdband.committee.recorder import DeviationRecorder
     from mdband.loader import load_model

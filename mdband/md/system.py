@@ -28,9 +28,11 @@ def check_structure(atoms: Atoms, potential: Potential, min_distance: float) -> 
 
 
 def closest_pair(positions, cell, pbc, cutoff: float):
-    """The closest pair ``(i, j, distance)`` below ``cutoff``, or ``(None, None, None)``
-    (the neighbour list of :func:`mdband.neighbours.host_edge_graph`: bounded work, and no
-    box vesin cannot search)."""
+    """Return the closest pair ``(i, j, distance)`` below ``cutoff``, or ``(None, None, None)``.
+
+    The pairs come from the neighbour list of :func:`mdband.neighbours.host_edge_graph`: bounded
+    work, and no box vesin cannot search.
+    """
     from mdband.neighbours import host_edge_graph
 
     g = host_edge_graph(positions, cell, pbc, cutoff)
@@ -44,7 +46,7 @@ def closest_pair(positions, cell, pbc, cutoff: float):
 
 
 def has_velocities(atoms: Atoms) -> bool:
-    """True when the structure carries non-zero momenta."""
+    """Tell whether the structure carries non-zero momenta."""
     return atoms.has("momenta") and bool(np.any(atoms.get_momenta() != 0))
 
 

@@ -1,5 +1,7 @@
-"""Thermodynamic observables of a frame and the thermo table's text (columns:
-:class:`mdband.io.thermo_table.ThermoTable`)."""
+"""Thermodynamic observables of a frame and the thermo table's text.
+
+The table's columns are those of :class:`mdband.io.thermo_table.ThermoTable`.
+"""
 
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ _G_CM3 = 1e24 / units._Nav
 
 
 def observables(atoms: Atoms, conserved_energy: float = math.nan) -> dict:
-    """Energies (eV), temperature (K), pressure and stress (GPa, kinetic part included),
-    volume (Å³), density (g/cm³) and cell lengths (Å) of ``atoms``; pressure, stress, volume
-    and density are NaN unless fully periodic."""
+    """Return the observables of ``atoms``: energies, temperature, pressure, stress and cell.
+
+    Energies (eV), temperature (K), pressure and stress (GPa, kinetic part included), volume
+    (Å³), density (g/cm³) and cell lengths (Å); pressure, stress, volume and density are NaN
+    unless fully periodic.
+    """
     epot = float(atoms.get_potential_energy())
     ekin = float(atoms.get_kinetic_energy())
     out = {
@@ -63,12 +68,12 @@ _DEFAULT = ThermoTable()
 
 
 def header() -> str:
-    """The default table's header (no extra columns, pressure in GPa)."""
+    """Return the default table's header (no extra columns, pressure in GPa)."""
     return _DEFAULT.header()
 
 
 def row(step: int, time_ps: float, obs: dict) -> str:
-    """A row of the default table."""
+    """Return a row of the default table."""
     return _DEFAULT.row(step, time_ps, obs)
 
 

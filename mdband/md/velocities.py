@@ -1,5 +1,8 @@
-"""Initial velocities of a fresh run: from the structure file, or Maxwell-Boltzmann at exactly
-the target temperature (ASE's ``Stationary``, ``ZeroRotation`` and ``force_temperature``)."""
+"""Initial velocities of a fresh run: from the structure file, or Maxwell-Boltzmann.
+
+Maxwell-Boltzmann velocities are set at exactly the target temperature (ASE's ``Stationary``,
+``ZeroRotation`` and ``force_temperature``).
+"""
 
 from __future__ import annotations
 
@@ -58,5 +61,5 @@ def set_initial_velocities(atoms: Atoms, src: Atoms, config: RunConfig) -> str:
 
 
 def _holds_atoms(atoms: Atoms) -> bool:
-    """True when a constraint holds some atoms in place (the total momentum then changes)."""
+    """Tell whether a constraint holds some atoms in place (the total momentum then changes)."""
     return any(type(c).__name__ != "FixCom" for c in atoms.constraints)

@@ -59,8 +59,10 @@ def capturing(device) -> bool:
 
 @dataclass
 class EdgeCache:
-    """Per-edge quantities of a set of edges (all edges, built once per evaluation and shared
-    by every block; or one chunk's edges, rebuilt per chunk).
+    """Per-edge quantities of a set of edges.
+
+    The set is either all edges (built once per evaluation and shared by every block) or one
+    chunk's edges (rebuilt per chunk).
 
     ``dst`` indexes the ``n_nodes`` destination rows, which are the rows ``rows`` of the whole
     node tensors; ``src`` indexes the whole node tensors (``n_src`` rows, default n_nodes).
@@ -98,6 +100,11 @@ class EdgeCache:
 
 
 class InteractionBlock(nn.Module):
+    """SeZM interaction block: an SO(2) convolution, then ``cfg.ffn_blocks`` FFN sub-blocks.
+
+    Each stage is a residual update between the norms that ``cfg.sandwich_norm`` turns on.
+    """
+
     def __init__(self, cfg, lmax: int, settings=None) -> None:
         super().__init__()
         C = cfg.channels
@@ -119,14 +126,19 @@ class InteractionBlock(nn.Module):
         self.ffns = nn.ModuleList([build_block_ffn(lmax, C, opts) for _ in range(n)])
 
     def node_inputs(self, x):
-        """The node tensors every chunk of this block reads: x1 (N, D, Cw) and its attention
-        terms (see :meth:`SO2Convolution.node_terms`)."""
+        """Return the node tensors every chunk of this block reads.
+
+        They are x1 (N, D, Cw) and its attention terms (see :meth:`SO2Convolution.node_terms`).
+        """
         x1 = self.so2_conv.pre_focus_mix(self.pre_so2_norm(x))
         return x1, self.so2_conv.node_terms(x1)
 
     def chunk_rows(self, x_rows, x1, nodes, ec, radf):
-        """Block output of the destination rows ``ec.rows`` from their input rows ``x_rows``
-        and the whole node tensors ``x1``, ``nodes`` (what :meth:`forward` computes there)."""
+        """Compute the block output of the destination rows ``ec.rows``.
+
+        It is computed from their input rows ``x_rows`` and the whole node tensors ``x1``,
+        ``nodes`` (what :meth:`forward` computes there).
+        """
         conv, rows = self.so2_conv, ec.rows
         out, _ = conv.aggregate_edges(x1, nodes, ec, radf)
         rows_nodes = None if nodes is None else tuple(t[rows] for t in nodes)
@@ -136,6 +148,12 @@ class InteractionBlock(nn.Module):
         return x
 
     def forward(self, x, ec, radf, recompute: str = "off"):
+        """Apply the block to the node features ``x`` over the edges ``ec``.
+
+        ``radf``: the edge features; ``recompute``: "off", "stack" (the convolution's mixing stack
+        is rebuilt in the backward) or "all" (with gradients on, the convolution is checkpointed:
+        only node-sized tensors are kept and its edge work is redone in the backward).
+        """
         h = self.pre_so2_norm(x)
         if recompute == "all" and torch.is_grad_enabled():
             # keep only node-sized tensors: the block's edge work is redone in the backward
@@ -149,8 +167,11 @@ class InteractionBlock(nn.Module):
 
 
 class SeZMDescriptor(nn.Module):
-    """Scalar SeZM descriptor (N, C) from edges; parameter names follow deepmd-kit. It plans
-    the chunks of an evaluation: the model's :class:`~mdband.contract.Chunking`."""
+    """Scalar SeZM descriptor (N, C) from edges.
+
+    Parameter names follow deepmd-kit. It plans the chunks of an evaluation: the model's
+    :class:`~mdband.contract.Chunking`.
+    """
 
     def __init__(self, cfg, rotation_layout: st.RotationLayout, settings=None) -> None:
         super().__init__()
@@ -205,14 +226,17 @@ class SeZMDescriptor(nn.Module):
         self.__dict__["_compiled"] = None  # _unchunked under torch.compile (compile=on)
 
     def needs_rotations(self) -> bool:
+        """Tell whether the edges' rotations are needed (geometric embedding or a local frame)."""
         return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
 
     def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None,
                    csr_pair=None, gate=None) -> EdgeCache:  # fmt: skip
-        """Geometry of edges ending at ``n_nodes`` destination rows (``rows`` of the node
-        tensors, all by default; ``src`` indexes ``n_src`` nodes, default ``n_nodes``).
-        ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has them; ``gate``:
-        their bridging source gate (E,) or None."""
+        """Build the geometry of edges ending at ``n_nodes`` destination rows.
+
+        The rows are ``rows`` of the node tensors (all by default); ``src`` indexes ``n_src`` nodes
+        (default ``n_nodes``). ``csr_pair``: (dst CSR, src CSR) of these edges when the caller has
+        them; ``gate``: their bridging source gate (E,) or None.
+        """
         dst_csr, src_csr = csr_pair if csr_pair is not None else (None, None)
         return self.edge_cache_from(src, dst, edge_vec, *self.edge_geometry(edge_vec), n_nodes,
                                     rows=rows, n_src=n_src, dst_csr=dst_csr,
@@ -240,9 +264,11 @@ class SeZMDescriptor(nn.Module):
     def edge_cache_from(self, src, dst, edge_vec, r, env, rbf, rot, n_nodes: int, rows=None,
                         n_src=None, dst_csr=None, src_csr=None,
                         gate=None) -> EdgeCache:  # fmt: skip
-        """:meth:`edge_cache` from the edges' geometry (:meth:`edge_geometry`; ``dst_csr``,
-        ``src_csr``: the destinations' and sources' CSR when known; ``gate``: the bridging
-        source gate (E,) or None)."""
+        """Build the :meth:`edge_cache` result from the edges' geometry (:meth:`edge_geometry`).
+
+        ``dst_csr``, ``src_csr``: the destinations' and sources' CSR when known; ``gate``: the
+        bridging source gate (E,) or None.
+        """
         if dst_csr is None:
             dst_csr = csr(dst, n_nodes)  # node sums in a fixed order: repeatable on CUDA
         deg = segment_sum(env[:, 0] ** 2, dst, dst_csr)
@@ -277,11 +303,14 @@ class SeZMDescriptor(nn.Module):
         return radial + (t_src + t_dst)[:, None, :]
 
     def node_embedding(self, types, magmoms=None, charge_spin=None, systems=None) -> torch.Tensor:
-        """Type embedding of every node (N, C), plus for a charge/spin model
-        (``add_chg_spin_ebd``) the condition of each atom's system, then the l = 0 term of its
-        magnetic moment in native spin models (``magmoms`` (N, 3); None: zero moments), in
-        deepmd-kit's order. ``charge_spin``: int64 (S, 2) rows (charge, spin multiplicity);
-        ``systems``: the system of each atom (None: one system, S = 1)."""
+        """Return the embedding of every node (N, C).
+
+        It is the type embedding, plus for a charge/spin model (``add_chg_spin_ebd``) the condition
+        of each atom's system, then the l = 0 term of its magnetic moment in native spin models
+        (``magmoms`` (N, 3); None: zero moments), in deepmd-kit's order. ``charge_spin``: int64
+        (S, 2) rows (charge, spin multiplicity); ``systems``: the system of each atom
+        (None: one system, S = 1).
+        """
         te = self.type_embedding(types)
         if not self.cfg.add_chg_spin_ebd:
             if charge_spin is not None:
@@ -299,9 +328,11 @@ class SeZMDescriptor(nn.Module):
         return te
 
     def initial_features(self, ec, radial, te, types, magmoms=None) -> torch.Tensor:
-        """Initial node state of the destination rows (n_nodes, (L+1)², C): type embedding with
-        the environment FiLM, plus the geometric initial embedding (and, in native spin models,
-        the l = 1 terms of the moments ``magmoms`` of every node)."""
+        """Compute the initial node state of the destination rows (n_nodes, (L+1)², C).
+
+        It is the type embedding with the environment FiLM, plus the geometric initial embedding
+        (and, in native spin models, the l = 1 terms of the moments ``magmoms`` of every node).
+        """
         cfg = self.cfg
         N, C, L = ec.n_nodes, cfg.channels, cfg.lmax
         x0 = te[ec.rows]
@@ -338,8 +369,10 @@ class SeZMDescriptor(nn.Module):
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
                 energy_rows=None, csr_pair=None, latent=False, magmoms=None, gate=None,
                 charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
-        """Descriptor (N, C), or ``head(descriptor, slice(None))`` when a head is given, or with
-        ``latent`` (no head) the pair (descriptor, the readout's input (N, (L+1)², C)).
+        """Compute the descriptor (N, C), or ``head(descriptor, slice(None))`` given a head.
+
+        With ``latent`` (no head) it returns the pair (descriptor, the readout's input
+        (N, (L+1)², C)).
 
         ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) runs the evaluation in chunks of
         destination atoms; without one the memory budget decides. ``head(desc_rows, rows)``
@@ -350,7 +383,8 @@ class SeZMDescriptor(nn.Module):
         unchunked evaluation then sorts no edges itself). ``magmoms`` (N, 3): the atoms'
         magnetic moments (μB) of a native spin model. ``gate`` (E,): the zone-bridging source
         gate of each edge (:mod:`mdband.model.bridging`), None without bridging.
-        ``charge_spin``, ``systems``: see :meth:`node_embedding`."""
+        ``charge_spin``, ``systems``: see :meth:`node_embedding`.
+        """
         N = types.shape[0]
         if plan is None:
             plan = self.choose_plan(dst, N, edge_vec)
@@ -383,8 +417,10 @@ class SeZMDescriptor(nn.Module):
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
                    latent=False, magmoms=None, gate=None, charge_spin=None,
                    systems=None) -> torch.Tensor:  # fmt: skip
-        """Descriptor (N, C) of one unchunked evaluation (compiled under compile=on); with
-        ``latent`` also the readout's input."""
+        """Compute the descriptor (N, C) of one unchunked evaluation.
+
+        It is compiled under compile=on; with ``latent`` it also returns the readout's input.
+        """
         cfg, N = self.cfg, types.shape[0]
         ec = self.edge_cache(src, dst, edge_vec, N, csr_pair=csr_pair, gate=gate)
         te = self.node_embedding(types, magmoms, charge_spin, systems)  # (N, C)
@@ -400,9 +436,11 @@ class SeZMDescriptor(nn.Module):
         return (self.output_ffn(x), x) if latent else self.output_ffn(x)
 
     def choose_plan(self, dst, n_atoms: int, like: torch.Tensor):
-        """The chunk plan the memory budget asks for (None: unchunked). None inside a CUDA-graph
-        capture: the step graph captures only a bucket it found unchunked just before (a plan
-        needs a host sync; an out-of-memory capture falls back to eager calls)."""
+        """Return the chunk plan the memory budget asks for (None: unchunked).
+
+        None inside a CUDA-graph capture: the step graph captures only a bucket it found unchunked
+        just before (a plan needs a host sync; an out-of-memory capture falls back to eager calls).
+        """
         if capturing(like.device):
             return None
         budget = resolve_budget(self.settings.memory_budget, like.device)
@@ -412,10 +450,12 @@ class SeZMDescriptor(nn.Module):
         return plan_for_budget(est, budget, dst, n_atoms, self.chunk_edge_cap)
 
     def shrink_chunks(self, device, n_atoms: int) -> bool:
-        """After an out-of-memory error of an evaluation of ``n_atoms`` the budget planned:
-        cap the chunks at half the edges of its largest chunk, for it and the next
-        evaluations. False when that cannot help (no budget: "off", or "auto" on a CPU; or
-        chunks of one atom already)."""
+        """Shrink the chunks after an out-of-memory error of an evaluation the budget planned.
+
+        After such an error of an evaluation of ``n_atoms``: cap the chunks at half the edges of its
+        largest chunk, for it and the next evaluations. Return False when that cannot help (no
+        budget: "off", or "auto" on a CPU; or chunks of one atom already).
+        """
         if resolve_budget(self.settings.memory_budget, device) is None:
             return False
         if self.last_chunks >= n_atoms or self.last_chunk_edges <= 1:
@@ -424,14 +464,19 @@ class SeZMDescriptor(nn.Module):
         return True
 
     def memory_estimate(self, dtype, like: torch.Tensor | None = None) -> MemoryEstimate:
-        """Bytes per edge and per atom of an evaluation in ``dtype`` (from the config), for
-        tensors like ``like`` (CUDA tensors with the fused ops keep fewer)."""
+        """Estimate the bytes per edge and per atom of an evaluation in ``dtype``.
+
+        The estimate comes from the config, for tensors like ``like`` (CUDA tensors with the
+        fused ops keep fewer).
+        """
         fused = like is not None and like.is_cuda and self.settings.ops_on(like)
         return MemoryEstimate.of(self, dtype, fused_cuda=fused)
 
     def would_chunk(self, n_atoms: int, n_edges: int, like: torch.Tensor) -> bool:
-        """Whether an evaluation of this size would run in chunks under the memory budget
-        (no device sync: the estimate against the budget)."""
+        """Tell whether an evaluation of this size would run in chunks under the memory budget.
+
+        No device sync: the estimate is compared against the budget.
+        """
         budget = resolve_budget(self.settings.memory_budget, like.device)
         est = self.memory_estimate(like.dtype, like)
         if budget is None:
@@ -440,5 +485,5 @@ class SeZMDescriptor(nn.Module):
         return est.unchunked(n_atoms, n_edges) > budget or (cap is not None and n_edges > cap)
 
     def memory_budget_text(self, device) -> str:
-        """The memory budget setting and what it resolves to on ``device`` (one line)."""
+        """Describe the memory budget setting and what it resolves to on ``device`` (one line)."""
         return describe_budget(self.settings.memory_budget, device)

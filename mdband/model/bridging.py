@@ -40,12 +40,12 @@ R_FLOOR = 1e-10
 
 
 def window(r: torch.Tensor, r_in: float, r_out: float) -> torch.Tensor:
-    """t = clip((r − r_in) / (r_out − r_in), 0, 1)."""
+    """Return the window coordinate t = clip((r − r_in) / (r_out − r_in), 0, 1)."""
     return ((r - r_in) / (r_out - r_in)).clamp(0.0, 1.0)
 
 
 def clamp_length(r: torch.Tensor, r_in: float, r_out: float) -> torch.Tensor:
-    """The clamped length r̃(r) (deepmd-kit's ``InnerClamp``)."""
+    """Return the clamped length r̃(r) (deepmd-kit's ``InnerClamp``)."""
     t = window(r, r_in, r_out)
     t4 = (t * t) * (t * t)
     h = t4 * (20.0 + t * (-45.0 + t * (36.0 - 10.0 * t)))
@@ -53,7 +53,7 @@ def clamp_length(r: torch.Tensor, r_in: float, r_out: float) -> torch.Tensor:
 
 
 def switch(r: torch.Tensor, r_in: float, r_out: float) -> torch.Tensor:
-    """The gate amplitude w(r) ∈ [0, 1] (deepmd-kit's ``BridgingSwitch``)."""
+    """Return the gate amplitude w(r) ∈ [0, 1] (deepmd-kit's ``BridgingSwitch``)."""
     t = window(r, r_in, r_out)
     t4 = (t * t) * (t * t)
     return t4 * (35.0 + t * (-84.0 + t * (70.0 - 20.0 * t)))
@@ -96,8 +96,11 @@ class ZBLBridging(nn.Module):
         return out
 
     def clamp_vectors(self, edge_vec: torch.Tensor, eps: float):
-        """(edge vectors rescaled to the clamped length (E, 3), that length r̃ (E,)); ``eps``
-        is the model's safe-norm ε (the length is √(|v|² + ε²))."""
+        """Rescale edge vectors to their clamped length.
+
+        Return (edge vectors rescaled to the clamped length (E, 3), that length r̃ (E,));
+        ``eps`` is the model's safe-norm ε (the length is √(|v|² + ε²)).
+        """
         r = torch.sqrt((edge_vec * edge_vec).sum(-1, keepdim=True) + eps * eps)
         r_c = clamp_length(r, self.r_inner, self.r_outer)
         return edge_vec * (r_c / r), r_c[:, 0]
@@ -108,7 +111,8 @@ class ZBLBridging(nn.Module):
 
         ``η_j`` is ``exp(Σ log w)`` over j's edges with w > 0, or 0 when one has w = 0; both
         sums are per-node partials, completed over the ranks by ``exchange.complete`` (each
-        edge lives on one rank) when an exchange is given."""
+        edge lives on one rank) when an exchange is given.
+        """
         w = switch(r_clamped, self.r_inner, self.r_outer)
         zero = w <= 0.0
         log_w = torch.log(torch.where(zero, torch.ones_like(w), w))

@@ -49,10 +49,12 @@ CACHE_GEOMETRY = False
 
 
 class Stage(NamedTuple):
-    """One stage of a chunked evaluation: ``rows(c, edge_c, x_c, *prepared, *consts)`` the
-    output rows of chunk c (its destination atoms, or its edges when ``per_edge``);
-    ``prepare(x)`` the whole node tensors every chunk reads (None: none); ``name`` labels
-    its profiler ranges (``chunked: NAME ...``)."""
+    """One stage of a chunked evaluation.
+
+    ``rows(c, edge_c, x_c, *prepared, *consts)``: the output rows of chunk c (its destination
+    atoms, or its edges when ``per_edge``); ``prepare(x)``: the whole node tensors every chunk
+    reads (None: none); ``name`` labels its profiler ranges (``chunked: NAME ...``).
+    """
 
     rows: Callable
     prepare: Callable | None = None
@@ -69,7 +71,8 @@ class _ChunkedStage(torch.autograd.Function):
     equals ``cot`` (one ``torch.equal``), otherwise recomputes. Under ``create_graph`` the
     recomputation reads views of the inputs, so the gradients stay differentiable (forces of
     forces) while each input gets only its own partial derivative. ``rows`` and ``prepare``
-    must not read tensors that require grad other than the inputs (frozen weights)."""
+    must not read tensors that require grad other than the inputs (frozen weights).
+    """
 
     @staticmethod
     def forward(ctx, chunks, stage, cot, vec, x, *consts):
@@ -98,8 +101,10 @@ class _ChunkedStage(torch.autograd.Function):
 
 
 class EdgeChunks:
-    """The dst-sorted edges of one evaluation cut by ``plan``; builds a chunk's geometry and
-    runs a stage over the chunks."""
+    """The dst-sorted edges of one evaluation cut by ``plan``.
+
+    It builds a chunk's geometry and runs a stage over the chunks.
+    """
 
     def __init__(self, desc, src, dst, edge_vec, n_nodes: int, plan) -> None:
         if not plan.dst_sorted and src.shape[0] > 1:
@@ -119,13 +124,16 @@ class EdgeChunks:
         self._n_rbf = 0  # radial basis columns of the packed geometry
 
     def vectors(self, c: int) -> torch.Tensor:
+        """Return chunk c's rows of the dst-sorted edge input (vectors, and the gate column)."""
         _, _, e0, e1 = self.bounds[c]
         return self.vec[e0:e1]
 
     def geometry(self, c: int, edge: torch.Tensor, packed: bool | None = None):
-        """EdgeCache of chunk c (destinations local to it) from its rows ``edge`` of the
-        stages' edge input: the packed geometry once cached (``packed``, by default whether
-        it is), else the edge vectors."""
+        """Build the EdgeCache of chunk c (destinations local to it).
+
+        It is built from its rows ``edge`` of the stages' edge input: the packed geometry once
+        cached (``packed``, by default whether it is), else the edge vectors.
+        """
         a0, a1, e0, e1 = self.bounds[c]
         src, dst = self.src[e0:e1], self.dst[e0:e1] - a0
         if not (self.geo is not None if packed is None else packed):
@@ -140,9 +148,11 @@ class EdgeChunks:
         return ec
 
     def cache_geometry(self) -> None:
-        """Build every chunk's geometry once, as a stage (its backward recomputes it to the
-        edge vectors), and give the later stages the packed (E, G) tensor instead of the
-        vectors."""
+        """Build every chunk's geometry once, as a stage.
+
+        Its backward recomputes it to the edge vectors; the later stages get the packed (E, G)
+        tensor instead of the vectors.
+        """
 
         def pack(c, vec, _x):  # also in its backward, when self.geo is already set
             ec = self.geometry(c, vec, packed=False)
@@ -169,14 +179,16 @@ class EdgeChunks:
 
     def stage(self, rows, x, *consts, prepare=None, cot=None, name="stage",
               per_edge=False) -> torch.Tensor:  # fmt: skip
-        """``cat_c rows(c, edge_c, x_c, *prepare(x), *consts)``: a stage over the chunks, each
-        chunk recomputed in the backward (``cot``: its backward done in the forward for that
-        cotangent, see :class:`_ChunkedStage`). ``edge_c`` are chunk c's rows of the edge
-        vectors (or of the packed geometry, :meth:`cache_geometry`); ``x`` (N, ...) is split
-        into the chunks' destination rows (None: no node input); ``prepare(x)`` gives the
-        whole node tensors every chunk reads; ``consts`` are whole node tensors; ``per_edge``:
-        the output rows are the chunk's edges, not its atoms; ``name`` labels the stage's
-        profiler ranges (``chunked: NAME ...``)."""
+        """Run a stage over the chunks: ``cat_c rows(c, edge_c, x_c, *prepare(x), *consts)``.
+
+        Each chunk is recomputed in the backward (``cot``: its backward done in the forward for that
+        cotangent, see :class:`_ChunkedStage`). ``edge_c`` are chunk c's rows of the edge vectors
+        (or of the packed geometry, :meth:`cache_geometry`); ``x`` (N, ...) is split into the
+        chunks' destination rows (None: no node input); ``prepare(x)`` gives the whole node tensors
+        every chunk reads; ``consts`` are whole node tensors; ``per_edge``: the output rows are the
+        chunk's edges, not its atoms; ``name`` labels the stage's profiler ranges
+        (``chunked: NAME ...``).
+        """
         spec = Stage(rows, prepare, name, per_edge)
         grad = torch.is_grad_enabled()
         if grad and self.trainable:  # weights need gradients: torch's checkpoint per chunk
@@ -197,14 +209,16 @@ class EdgeChunks:
         return _ChunkedStage.apply(self, spec, cot, *inputs)
 
     def vjp(self, spec: Stage, inputs, need, cot, higher: bool, name: str = "stage"):
-        """``(out, grads)`` of a stage: ``out = cat_c rows(c, edge_c, x_c, *prepare(x),
-        *consts)`` for ``inputs = (edge, x, *consts)``, and the gradients of ⟨cot, out⟩ with
-        respect to the inputs (None where ``need`` is False; no gradients when ``cot`` is
-        None), one chunk's graph at a time. ``prepare(x)`` runs once; the chunks read its
-        outputs as leaves whose summed cotangents go back through it once. ``higher``:
-        gradients that stay differentiable (the inputs are viewed, not detached, and each
-        chunk differentiates through ``prepare``; ``out`` is then None). Profiler ranges:
-        ``chunked: NAME prepare | forward | backward | prepare backward``."""
+        """Return ``(out, grads)`` of a stage, one chunk's graph at a time.
+
+        ``out = cat_c rows(c, edge_c, x_c, *prepare(x), *consts)`` for
+        ``inputs = (edge, x, *consts)``; ``grads``: the gradients of ⟨cot, out⟩ with respect to the
+        inputs (None where ``need`` is False; no gradients when ``cot`` is None). ``prepare(x)``
+        runs once; the chunks read its outputs as leaves whose summed cotangents go back through it
+        once. ``higher``: gradients that stay differentiable (the inputs are viewed, not detached,
+        and each chunk differentiates through ``prepare``; ``out`` is then None). Profiler ranges:
+        ``chunked: NAME prepare | forward | backward | prepare backward``.
+        """
         back = cot is not None
         if higher:
             base = [t.view_as(t) if n else t for t, n in zip(inputs, need)]
@@ -280,7 +294,8 @@ def _or_zeros(g, like):
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
                        energy_rows=None, latent=False, magmoms=None, gate=None,
                        charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
-    """:meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding);
+    """Run :meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding).
+
     ``latent`` (no head): also return the readout's input.
 
     ``head(desc_rows, rows)`` (atom energies of the node rows ``rows``) is applied to the
@@ -290,7 +305,8 @@ def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, hea
     model (every chunk of the initial stage reads them whole). ``gate`` (E,), the bridging
     source gate of each edge (from all edges), rides as a 4th column of the edge input.
     ``charge_spin``, ``systems``: the systems' charge/spin conditions
-    (:meth:`SeZMDescriptor.node_embedding`)."""
+    (:meth:`SeZMDescriptor.node_embedding`).
+    """
     cfg = desc.cfg
     N = types.shape[0]
     edge_in = edge_vec if gate is None else torch.cat([edge_vec, gate[:, None]], dim=1)

@@ -45,6 +45,7 @@ class ChunkPlan:
     dst_sorted: bool = False
 
     def __post_init__(self) -> None:
+        """Store the bounds as int tuples and check them (ValueError on a malformed plan)."""
         a, e = tuple(int(v) for v in self.atom_bounds), tuple(int(v) for v in self.edge_bounds)
         object.__setattr__(self, "atom_bounds", a)
         object.__setattr__(self, "edge_bounds", e)
@@ -55,6 +56,7 @@ class ChunkPlan:
 
     @property
     def n_chunks(self) -> int:
+        """Number of chunks."""
         return len(self.atom_bounds) - 1
 
     @property
@@ -65,10 +67,12 @@ class ChunkPlan:
 
     @property
     def n_atoms(self) -> int:
+        """Destination atoms the plan covers (N)."""
         return self.atom_bounds[-1]
 
     @property
     def n_edges(self) -> int:
+        """Edges the plan covers (E)."""
         return self.edge_bounds[-1]
 
     def chunks(self):
@@ -112,9 +116,11 @@ def plan_chunks(row_ptr: Sequence[int], max_edges: int, dst_sorted: bool = False
 
 
 def plan_even(row_ptr: Sequence[int], n_chunks: int, dst_sorted: bool = False) -> ChunkPlan:
-    """``n_chunks`` chunks of consecutive destination atoms with about the same number of
-    edges: chunk c starts at the first atom whose edges start at or after c·E/n (fewer chunks
-    where atoms are larger than that). Pure function of its arguments."""
+    """Plan ``n_chunks`` chunks of consecutive destination atoms with about equal edge counts.
+
+    Chunk c starts at the first atom whose edges start at or after c·E/n (fewer chunks
+    where atoms are larger than that). Pure function of its arguments.
+    """
     ptr = np.asarray(row_ptr, dtype=np.int64).reshape(-1)
     n, e = ptr.shape[0] - 1, int(ptr[-1])
     targets = (np.arange(1, max(1, int(n_chunks)), dtype=np.int64) * e) // max(1, int(n_chunks))
@@ -124,8 +130,10 @@ def plan_even(row_ptr: Sequence[int], n_chunks: int, dst_sorted: bool = False) -
 
 
 def row_pointer(dst: torch.Tensor, n_atoms: int) -> tuple[np.ndarray, bool]:
-    """Host CSR row pointer (N+1,) of ``dst`` and whether ``dst`` is already sorted (one
-    device sync)."""
+    """Return the host CSR row pointer (N+1,) of ``dst`` and whether ``dst`` is already sorted.
+
+    One device sync.
+    """
     counts = torch.bincount(dst, minlength=n_atoms)
     if dst.shape[0] > 1:
         unsorted = (dst[1:] < dst[:-1]).any().reshape(1).to(counts.dtype)
@@ -177,7 +185,7 @@ def describe_budget(setting: str, device) -> str:
 
 def plan_for_budget(estimate, budget: int | None, dst: torch.Tensor, n_atoms: int,
                     max_chunk_edges: int | None = None):  # fmt: skip
-    """The plan of one call under ``budget`` bytes, or None to run unchunked.
+    """Return the plan of one call under ``budget`` bytes, or None to run unchunked.
 
     ``estimate`` is the model's :class:`~mdband.model.memory.MemoryEstimate`. Unchunked when
     no budget is set or its estimate fits and the call has at most ``max_chunk_edges`` edges

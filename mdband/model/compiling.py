@@ -21,9 +21,11 @@ BACKEND = "inductor"
 
 
 def make_opaque(module, names) -> None:
-    """Module attributes ``names`` become graph breaks under torch.compile (eager calls give
-    the same results). Done on the first compile only, so that a process which never compiles
-    keeps the plain functions (no wrapper on every call)."""
+    """Make the module attributes ``names`` graph breaks under torch.compile.
+
+    Eager calls give the same results. Done on the first compile only, so that a process which never
+    compiles keeps the plain functions (no wrapper on every call).
+    """
     for name in names:
         fn = getattr(module, name)
         if not getattr(fn, "_mdband_opaque", False):

@@ -36,9 +36,12 @@ OPAQUE = ("aggregate", "rotate_mix", "so2_mix_layer", "edge_dot")
 
 
 class _EdgeDot(torch.autograd.Function):
-    """out[e, k] = Σ_d q[dst[e], k, d] · k[src[e], k, d], saving only the node tensors (the
-    per-edge gathers are rebuilt in the backward: 2·E·K·d floats less kept per block). The
-    backward sums per node in CSR order (no atomics)."""
+    """Per-edge dot products of node rows that save only the node tensors.
+
+    out[e, k] = Σ_d q[dst[e], k, d] · k[src[e], k, d]; the per-edge gathers are rebuilt in the
+    backward (2·E·K·d floats less kept per block). The backward sums per node in CSR order (no
+    atomics).
+    """
 
     @staticmethod
     def forward(ctx, q, k, dst, src, dst_csr, src_csr):
@@ -60,7 +63,8 @@ def edge_dot(q, k, ec, fused: bool = False):
     """Per-edge dot products of destination rows of q and source rows of k: (E, K).
 
     ``fused``: the Triton op (differentiable once: force evaluation); otherwise the torch
-    function, differentiable to any order (training)."""
+    function, differentiable to any order (training).
+    """
     if fused:
         return fused_edge_dot(q, k, ec.dst, ec.src, ec.dst_csr(), ec.src_csr())
     return _EdgeDot.apply(q, k, ec.dst, ec.src, ec.dst_csr(), ec.src_csr())
@@ -110,6 +114,16 @@ def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
 
 
 class SO2Convolution(nn.Module):
+    """SO(2) convolution of an interaction block: node features (N, D, C) in and out.
+
+    The node features are mixed to ``hidden_channels`` (Cw). Each edge carries its source's
+    row scaled by its radial features; with a local frame the row is rotated into the edge
+    frame, mixed by the residual SO(2) layers of each focus and rotated back. The messages are
+    summed per destination (weighted by the envelope, or by attention when ``n_atten_head`` >
+    0, then gated per head), optionally passed through the message-node grid product, and
+    mixed back to ``channels`` (C).
+    """
+
     def __init__(self, cfg, lmax: int, settings=None) -> None:
         super().__init__()
         from mdband.model.gate import op_applies
@@ -174,7 +188,7 @@ class SO2Convolution(nn.Module):
 
     # ------------------------------------------------------------------ pieces
     def _mixing_stack(self, xl: torch.Tensor) -> torch.Tensor:
-        """The residual SO(2) layers on (F, E, Dm, Cf): the fused op or the torch modules."""
+        """Apply the residual SO(2) layers on (F, E, Dm, Cf): the fused op or the torch modules."""
         fused = self._stack_fused(xl)
         for lin, act in zip(self.so2_linears, self.non_linearities):
             if fused:
@@ -186,9 +200,12 @@ class SO2Convolution(nn.Module):
         return xl
 
     def _stack_fused(self, xl: torch.Tensor) -> bool:
-        """Fused mixing layers: op selected, fused ops on for this device, a dtype and width its
-        kernel is built for, frozen weights (the op gives no weight gradients, so training
-        keeps the torch path)."""
+        """Tell whether the mixing layers run as the fused op.
+
+        They do when the op is selected, the fused ops are on for this device, the dtype and
+        width are ones its kernel is built for, and the weights are frozen (the op gives no
+        weight gradients, so training keeps the torch path).
+        """
         if not (self.stack_op and self.mixing_layers > 0 and self.settings.ops_on(xl)):
             return False
         if not stack_kernel_supports(xl.dtype, self.Cf):
@@ -201,8 +218,12 @@ class SO2Convolution(nn.Module):
         return torch.softmax(logits, dim=1) * 0.98 + 0.02 / self.F
 
     def _edge_messages(self, x1, ec, radf, recompute: bool = False):
-        """(E, D, Cw) rotated-back messages (the local-frame rows for the fused aggregation)
-        and the radial term of the attention logits (E, F, H), None without attention."""
+        """Compute the edges' messages and the radial term of their attention logits.
+
+        Return (E, D, Cw) rotated-back messages (the local-frame rows for the fused
+        aggregation) and the radial term of the attention logits (E, F, H), None without
+        attention.
+        """
         E = ec.src.shape[0]
         L, F, Cf = self.lmax, self.F, self.Cf
         if not self.needs_local_frame:
@@ -249,16 +270,22 @@ class SO2Convolution(nn.Module):
         return msg, rad_logits
 
     def _radial_logits(self, rad0: torch.Tensor) -> torch.Tensor:
-        """The radial term of the attention logits (E, F, H) from the l = 0 radial row (E, Cw)."""
+        """Compute the radial term of the attention logits (E, F, H).
+
+        It comes from the l = 0 radial row (E, Cw).
+        """
         E, F, Cf = rad0.shape[0], self.F, self.Cf
         return torch.einsum("efi,ifh->efh", rad0.reshape(E, F, Cf), self.adamw_attn_logit_w)
 
     def _mixer_and_logit_terms(self, radl: torch.Tensor):
-        """(degree-mixer kernel (E, K, R'), radial attention-logit term (E, F, H) or None) of
-        the per-degree radial rows radl (E, L+1, Cw), with attention in one GEMM: the logit
-        weights sit block-diagonally in the rows of l = 0 beside the mixer's weights (zero
-        rows elsewhere: exact), so autograd meets radl once (a second use through radl[:, 0]
-        cost a zero-filled copy of radl and an accumulation in the backward)."""
+        """Compute the degree-mixer kernel and the radial attention-logit term in one GEMM.
+
+        Return (degree-mixer kernel (E, K, R'), radial attention-logit term (E, F, H) or None) of
+        the per-degree radial rows radl (E, L+1, Cw). With attention the logit weights sit
+        block-diagonally in the rows of l = 0 beside the mixer's weights (zero rows elsewhere:
+        exact), so autograd meets radl once (a second use through radl[:, 0] cost a zero-filled copy
+        of radl and an accumulation in the backward).
+        """
         mixer = self.radial_degree_mixer
         if self.H == 0:
             return mixer.kernel(radl), None
@@ -273,14 +300,21 @@ class SO2Convolution(nn.Module):
         return k, flat[:, n_k:].reshape(E, F, H)
 
     def forward(self, x: torch.Tensor, ec, radf: torch.Tensor, recompute: bool = False):
+        """Convolve the node features ``x`` (N, D, C) over the edges ``ec``.
+
+        ``radf``: the edge features (E, L+1, C); ``recompute``: with gradients on, keep only
+        the mixing stack's input and rebuild its layers in the backward.
+        """
         x1 = self.pre_focus_mix(x)
         out, nodes = self.aggregate_edges(x1, None, ec, radf, recompute)
         return self.finish(out, x1, nodes)
 
     # ------------------------------------------------------------------ stages (also per chunk)
     def node_terms(self, x1):
-        """Per-node attention inputs of x1 (N, D, Cw): (q, k (N, F·H, hd), s0 (N, F, Cf)), or
-        None without attention."""
+        """Return the per-node attention inputs of x1 (N, D, Cw).
+
+        They are (q, k (N, F·H, hd), s0 (N, F, Cf)), or None without attention.
+        """
         if self.H == 0:
             return None
         N, F, H, hd, Cf = x1.shape[0], self.F, self.H, self.head_dim, self.Cf
@@ -291,8 +325,9 @@ class SO2Convolution(nn.Module):
         return q, k, s0
 
     def aggregate_edges(self, x1, nodes, ec, radf, recompute: bool = False):
-        """Messages of ``ec``'s edges summed per destination row, before the output gate:
-        ((ec.n_nodes, D, Cw), node terms).
+        """Sum the messages of ``ec``'s edges per destination row, before the output gate.
+
+        Return ((ec.n_nodes, D, Cw), node terms).
 
         Sources read the whole x1 and node terms; destinations are the rows ``ec.rows`` (all
         rows unchunked, one chunk's atoms otherwise). ``nodes`` None: the node terms are made
@@ -318,8 +353,10 @@ class SO2Convolution(nn.Module):
         return pre.reshape(N, D, self.Cw), nodes
 
     def finish(self, out, x1, nodes):
-        """Output gate, message-node grid and post_focus_mix of aggregated rows ``out``, with
-        the same rows of x1 and of the node terms."""
+        """Apply the output gate, message-node grid and post_focus_mix to aggregated rows ``out``.
+
+        ``x1`` and ``nodes`` are the same rows of x1 and of the node terms.
+        """
         if self.H > 0:
             N, D = out.shape[0], out.shape[1]
             FH = self.F * self.H
@@ -330,8 +367,10 @@ class SO2Convolution(nn.Module):
         return self.post_focus_mix(out)
 
     def _attention_logits(self, nodes, ec, rad_logits):
-        """Logits (E, F·H) of ec's edges (``rad_logits`` (E, F, H): their radial term) and the
-        null weights (F·H,)."""
+        """Compute the attention logits (E, F·H) of ec's edges and the null weights (F·H,).
+
+        ``rad_logits`` (E, F, H): their radial term.
+        """
         E = ec.src.shape[0]
         F, H, hd = self.F, self.H, self.head_dim
         q, k, _ = nodes

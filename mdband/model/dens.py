@@ -29,7 +29,8 @@ def nearest_edges(dst: torch.Tensor, r: torch.Tensor, n_keep: int) -> torch.Tens
     """Which edges are among the ``n_keep`` shortest of their destination atom (bool (E,)).
 
     Ties in length keep the edge that comes first (deepmd-kit's sort leaves them unspecified).
-    No host synchronisation (CUDA-graph capturable)."""
+    No host synchronisation (CUDA-graph capturable).
+    """
     order = torch.argsort(r, stable=True)
     order = order[torch.argsort(dst[order], stable=True)]
     by_dst = dst[order].contiguous()
@@ -40,13 +41,16 @@ def nearest_edges(dst: torch.Tensor, r: torch.Tensor, n_keep: int) -> torch.Tens
 
 
 class SeZMDensModel(SeZMEnergyModel):
-    """The SeZM network with deepmd-kit's dens heads (``config.active_mode == "dens"``): a
-    :class:`~mdband.contract.DirectForceModel`."""
+    """The SeZM network with deepmd-kit's dens heads (``config.active_mode == "dens"``).
+
+    It is a :class:`~mdband.contract.DirectForceModel`.
+    """
 
     #: forces from the direct-force head, no virial
     direct_forces = True
 
     def build_heads(self, cfg: SeZMConfig) -> None:
+        """Build the dens fitting net and its float64 ``out_std`` and ``dens_force_rmsd``."""
         self.dens_fitting_net = DensFittingNet(cfg)
         self.register_buffer("out_std", torch.ones(1, cfg.ntypes, 1, dtype=torch.float64))
         self.register_buffer("dens_force_rmsd", torch.tensor(1.0, dtype=torch.float64))
@@ -58,9 +62,12 @@ class SeZMDensModel(SeZMEnergyModel):
         return out
 
     def dens_edges(self, dst: torch.Tensor, edge_vec: torch.Tensor) -> torch.Tensor:
-        """``edge_vec`` with every edge beyond its destination's ``sel`` nearest moved out to
+        """Move the edges beyond each destination's ``sel`` nearest out of reach.
+
+        Return ``edge_vec`` with every edge beyond its destination's ``sel`` nearest moved out to
         twice the cutoff along its direction, where it contributes exactly zero (the edge list
-        keeps its shape: no host synchronisation)."""
+        keeps its shape: no host synchronisation).
+        """
         r = torch.linalg.vector_norm(edge_vec.to(torch.float64), dim=1)
         keep = nearest_edges(dst, r, self.cfg.sel)
         far = edge_vec * (2.0 * self.cfg.rcut / r.clamp_min(1e-12)).to(edge_vec.dtype)[:, None]
@@ -69,8 +76,10 @@ class SeZMDensModel(SeZMEnergyModel):
     def energies_and_forces(self, types, src, dst, edge_vec, exchange=None, plan=None,
                             csr_pair=None, charge_spin=None,
                             systems=None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """Atom energies (N,) and direct forces (N, 3), float64 (``charge_spin``, ``systems``:
-        as :meth:`SeZMEnergyModel.forward`)."""
+        """Compute the atom energies (N,) and direct forces (N, 3), float64.
+
+        ``charge_spin``, ``systems``: as :meth:`SeZMEnergyModel.forward`.
+        """
         edge_vec = self.dens_edges(dst, edge_vec)
         charge_spin = self.charge_spin_rows(charge_spin, types.device)
         desc, x = self.descriptor(types, src, dst, edge_vec, exchange=exchange, plan=plan,

@@ -29,12 +29,15 @@ class TypeEmbedding(nn.Module):
         self.adam_type_embedding = nn.Parameter(torch.zeros(ntypes + 1, dim))
 
     def forward(self, types: torch.Tensor) -> torch.Tensor:
+        """Return the embedding rows of ``types`` (N, dim)."""
         return take_rows(self.adam_type_embedding, types)
 
 
 class _Table(nn.Module):
-    """``adam_type_embedding`` (rows, dim) without a padding row (deepmd-kit's
-    ``SeZMTypeEmbedding(padding=False)``)."""
+    """Embedding table ``adam_type_embedding`` (rows, dim) without a padding row.
+
+    It is deepmd-kit's ``SeZMTypeEmbedding(padding=False)``.
+    """
 
     def __init__(self, rows: int, dim: int) -> None:
         super().__init__()
@@ -54,9 +57,11 @@ class _BiasedLayer(nn.Module):
 
 
 class ChargeSpinEmbedding(nn.Module):
-    """deepmd-kit's frame-level ``ChargeSpinEmbedding`` (``add_chg_spin_ebd``): per system,
-    ``silu([T_q[charge + 100], T_s[spin]] @ W + b)`` (C,), added to every atom's type
-    embedding. Tables of 200 charges (−100 … 99) and 100 spin multiplicities (0 … 99)."""
+    """deepmd-kit's frame-level ``ChargeSpinEmbedding`` (``add_chg_spin_ebd``).
+
+    Per system, ``silu([T_q[charge + 100], T_s[spin]] @ W + b)`` (C,), added to every atom's type
+    embedding. Tables of 200 charges (−100 … 99) and 100 spin multiplicities (0 … 99).
+    """
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -65,8 +70,11 @@ class ChargeSpinEmbedding(nn.Module):
         self.mix_layer = _BiasedLayer(2 * dim, dim)
 
     def forward(self, charge_spin: torch.Tensor) -> torch.Tensor:
-        """(S, C) conditions of ``charge_spin``, int64 (S, 2) rows (charge, spin), values
-        already checked against the tables (:mod:`mdband.charge_spin`)."""
+        """Return the (S, C) conditions of ``charge_spin``.
+
+        ``charge_spin``: int64 (S, 2) rows (charge, spin), values already checked against the
+        tables (:mod:`mdband.charge_spin`).
+        """
         q = self.charge_embedding.adam_type_embedding[charge_spin[:, 0] + 100]
         s = self.spin_embedding.adam_type_embedding[charge_spin[:, 1]]
         return self.mix_layer(torch.cat([q, s], dim=-1))
@@ -122,11 +130,13 @@ class EnvironmentSeed(nn.Module):
             self.spin_scale = nn.Parameter(torch.zeros(1))
 
     def forward(self, ec, types: torch.Tensor, fused: bool = False, magmoms=None) -> torch.Tensor:
-        """FiLM logits of the destination rows of ``ec`` (``types`` of every node); ``fused``:
-        the per-node sum of the edges' outer products by the Triton op (differentiable once:
-        force evaluation), and the edge MLPs too where the tuning table asks for its op,
-        else by torch (differentiable to any order: training). ``magmoms`` (every node's
-        moment, native spin models; None: zero moments)."""
+        """Compute the FiLM logits of the destination rows of ``ec``.
+
+        ``types``: the types of every node; ``fused``: the per-node sum of the edges' outer products
+        by the Triton op (differentiable once: force evaluation), and the edge MLPs too where the
+        tuning table asks for its op, else by torch (differentiable to any order: training).
+        ``magmoms`` (every node's moment, native spin models; None: zero moments).
+        """
         v = ec.edge_vec
         inv_r = torch.rsqrt((v * v).sum(-1, keepdim=True) + self.eps * self.eps)
         s = ec.env * inv_r
@@ -158,9 +168,10 @@ class EnvironmentSeed(nn.Module):
 
 
 def geometric_initial_embedding(ec, radial: torch.Tensor, lmax: int) -> torch.Tensor:
-    """l ≥ 1 rows: ``s[n] Σ_{e:dst=n} Y_l(û_e) radial[e, l]`` → (N, (lmax+1)², C), row 0 zero.
+    """Compute the geometric initial embedding (N, (lmax+1)², C), row 0 zero.
 
-    ``radial`` (E, lmax+1, C) is the enveloped radial MLP output before the type feature.
+    The l ≥ 1 rows are ``s[n] Σ_{e:dst=n} Y_l(û_e) radial[e, l]``. ``radial`` (E, lmax+1, C) is the
+    enveloped radial MLP output before the type feature.
     """
     d = st.dim_of(lmax)
     y = st.zonal(ec.rotations, lmax)  # (E, D)

@@ -24,10 +24,13 @@ from mdband.so3.storage import RotationLayout
 
 
 class SeZMEnergyModel(nn.Module):
-    """``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies; it
+    """SeZM energy model: per-atom energies from the descriptor and the fitting net.
+
+    ``model(types, src, dst, edge_vec, exchange=None) -> (N,) float64`` atom energies; it
     declares :class:`~mdband.contract.ModelContract`. A model with deepmd-kit's
     ``add_chg_spin_ebd`` also takes ``charge_spin`` (and ``systems``; its
-    ``charge_spin_inputs`` say what it takes)."""
+    ``charge_spin_inputs`` say what it takes).
+    """
 
     #: forward takes ``energy_rows``: the caller sums the first ``energy_rows`` atom energies
     accepts_energy_rows = True
@@ -70,11 +73,12 @@ class SeZMEnergyModel(nn.Module):
         self.float64_edges = self.bridging is not None
 
     def build_heads(self, cfg: SeZMConfig) -> None:
-        """The fitting net(s) reading the descriptor (the dens mode has its own)."""
+        """Build the fitting net(s) reading the descriptor (the dens mode has its own)."""
         self.fitting_net = FittingNet(cfg)
 
     @property
     def rotation_layout(self) -> RotationLayout:
+        """The descriptor's rotation layout (how the edges' rotations are stored)."""
         return self.descriptor.rotation_layout
 
     def _apply(self, fn, recurse=True):
@@ -94,8 +98,10 @@ class SeZMEnergyModel(nn.Module):
         return self.descriptor.last_chunks
 
     def charge_spin_rows(self, charge_spin, device):
-        """``charge_spin`` as given, or the defaults' row when None for a charge/spin model
-        (:class:`~mdband.charge_spin.MissingChargeSpinError` without defaults)."""
+        """Return ``charge_spin`` as given, or the defaults' row when None for a charge/spin model.
+
+        Without defaults this raises :class:`~mdband.charge_spin.MissingChargeSpinError`.
+        """
         if charge_spin is None and self.charge_spin_inputs is not None:
             row = self.charge_spin_inputs.resolve()
             charge_spin = torch.tensor([row], dtype=torch.int64, device=device)
@@ -104,17 +110,19 @@ class SeZMEnergyModel(nn.Module):
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
                 energy_rows=None, csr_pair=None, magmoms=None, charge_spin=None,
                 systems=None) -> torch.Tensor:  # fmt: skip
-        """Atom energies (N,) float64; ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`)
-        chunks the evaluation, otherwise the memory budget decides. ``energy_rows``: the
-        caller differentiates the sum of the first ``energy_rows`` energies (all when None);
-        a chunked evaluation then does its last stage's backward in the forward (any other
-        derivative is still exact, at the cost of a recomputation). ``csr_pair``: the edges'
-        (dst CSR, src CSR) over the N atoms, when the caller built them. ``magmoms`` (N, 3):
-        the atoms' magnetic moments (μB) of a native spin model (``cfg.spin``). ``edge_vec``
-        may be float64 for a network of lower precision (bridged models ask for it: the ZBL
-        term is evaluated from it, the network from its cast). ``charge_spin``: int64 (S, 2)
-        rows (total charge, spin multiplicity) of a charge/spin model (None: its
-        default_chg_spin); ``systems``: each atom's row (None: one system)."""
+        """Compute the atom energies (N,) float64.
+
+        ``plan`` (:class:`~mdband.model.chunking.ChunkPlan`) chunks the evaluation, otherwise the
+        memory budget decides. ``energy_rows``: the caller differentiates the sum of the first
+        ``energy_rows`` energies (all when None); a chunked evaluation then does its last stage's
+        backward in the forward (any other derivative is still exact, at the cost of a
+        recomputation). ``csr_pair``: the edges' (dst CSR, src CSR) over the N atoms, when the
+        caller built them. ``magmoms`` (N, 3): the atoms' magnetic moments (μB) of a native spin
+        model (``cfg.spin``). ``edge_vec`` may be float64 for a network of lower precision (bridged
+        models ask for it: the ZBL term is evaluated from it, the network from its cast).
+        ``charge_spin``: int64 (S, 2) rows (total charge, spin multiplicity) of a charge/spin model
+        (None: its default_chg_spin); ``systems``: each atom's row (None: one system).
+        """
         charge_spin = self.charge_spin_rows(charge_spin, types.device)
 
         def head(desc, rows):
@@ -135,5 +143,5 @@ class SeZMEnergyModel(nn.Module):
         return e
 
     def net_dtype(self) -> torch.dtype:
-        """The dtype the network's weights (and so its edge vectors) are in."""
+        """Return the dtype the network's weights (and so its edge vectors) are in."""
         return self.descriptor.type_embedding.adam_type_embedding.dtype

@@ -17,8 +17,11 @@ from mdband.settings import EngineSettings
 
 
 def build_sezm(config: dict, state_dict: dict | None = None, options: dict | None = None):
-    """The SeZM network of ``config`` (float64) with ``state_dict``'s weights (None: as
-    initialised); ``options`` are :class:`~mdband.settings.EngineSettings` fields."""
+    """Build the SeZM network of ``config`` (float64) with ``state_dict``'s weights.
+
+    ``state_dict`` None: as initialised; ``options`` are :class:`~mdband.settings.EngineSettings`
+    fields.
+    """
     cfg = SeZMConfig.from_dict(config)
     settings = EngineSettings.resolve(**(options or {}))
     layout, reason = decide_model_layout(cfg, settings)
@@ -38,8 +41,11 @@ def build_sezm(config: dict, state_dict: dict | None = None, options: dict | Non
 
 
 def initialise_weights(model: torch.nn.Module, seed: int = 0, gain: float = 1.0) -> None:
-    """Random weights: N(0, gain²/fan_in) for matrices (fan_in = size of the input axis),
-    N(0, 0.1²) for vectors, ones for norm scales, zeros for the energy offsets."""
+    """Initialise the parameters of ``model`` in place, from the random seed ``seed``.
+
+    N(0, gain²/fan_in) for matrices (fan_in = size of the input axis), N(0, 0.1²) for vectors, ones
+    for norm scales, zeros for the energy offsets.
+    """
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -104,6 +104,7 @@ class GatedActivation(nn.Module):
         self.register_buffer("_gate_row", degree_index(lmax)[1:] - 1, persistent=False)
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+        """Gate the features ``x`` (N, D, H), by ``gate`` (GLU mode) or by themselves."""
         src = x if gate is None else gate
         x0 = self.scalar_act(x[:, :1]) if gate is None else x[:, :1] * self.scalar_act(gate[:, :1])
         d = x.shape[1]
@@ -200,7 +201,7 @@ class EquivariantFFN(nn.Module):
         self.so3_linear_2 = SO3Linear(lmax, n_k * hidden, channels)
 
     def forward(self, x: torch.Tensor, n_rows: int | None = None) -> torch.Tensor:
-        """x (N, D, C) → (N, D, C), or only the first ``n_rows`` (l, m) rows."""
+        """Map ``x`` (N, D, C) to (N, D, C), or to only its first ``n_rows`` (l, m) rows."""
         y = self.so3_linear_1(x)
         if self.grid != "none":
             y = self.act(y, n_rows)
@@ -223,7 +224,7 @@ class ReadoutFFN(EquivariantFFN):
         self.mode = mode
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (N, D ≥ (L+1)², C) → descriptor (N, C)."""
+        """Map ``x`` (N, D ≥ (L+1)², C) to the descriptor (N, C)."""
         if self.mode == "none":
             x0 = x[:, :1]
             return (x0 + super().forward(x0))[:, 0]
@@ -232,7 +233,7 @@ class ReadoutFFN(EquivariantFFN):
 
 
 def build_block_ffn(lmax: int, channels: int, opts: dict) -> nn.Module:
-    """The per-block FFN (deepmd-kit ``blocks.i.ffns.j``) from descriptor options.
+    """Build the per-block FFN (deepmd-kit ``blocks.i.ffns.j``) from descriptor options.
 
     Reads ``s2_activation`` ([so2, ffn], default [False, True]), ``ffn_so3_grid`` (False),
     ``grid_mlp`` / ``grid_branch`` (entry 2, defaults False / 0), ``kmax`` (1, clipped to lmax),
@@ -269,7 +270,7 @@ def build_block_ffn(lmax: int, channels: int, opts: dict) -> nn.Module:
 
 
 def build_readout(lmax: int, channels: int, opts: dict) -> nn.Module:
-    """The descriptor readout (deepmd-kit ``output_ffn``); ``module(x)`` returns (N, C).
+    """Build the descriptor readout (deepmd-kit ``output_ffn``); ``module(x)`` returns (N, C).
 
     ``lmax`` is the node degree after the last block. Reads ``so3_readout`` ("none"),
     ``readout_layers`` (1; only 1 supported), ``ffn_neurons`` (0), ``glu_activation`` (True),

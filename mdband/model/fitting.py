@@ -59,10 +59,14 @@ class CaseFiLM(nn.Module):
         self.adam_case_film_shift_strength_log = nn.Parameter(torch.zeros(len(targets)))
 
     def encode(self, case_embd: torch.Tensor) -> torch.Tensor:
-        """The case code (1, 4·C) of a one-hot (K,)."""
+        """Return the case code (1, 4·C) of a one-hot (K,)."""
         return self.case_layer2(nn.functional.silu(self.case_layer1(case_embd.reshape(1, -1))))
 
     def apply(self, x: torch.Tensor, code: torch.Tensor, target: int) -> torch.Tensor:
+        """Modulate ``x`` by the FiLM of target ``target`` under the case code ``code``.
+
+        ``x·(1 + e^{a_t} tanh γ_t) + e^{b_t} tanh β_t`` with ``(γ_t, β_t) = code P_t``.
+        """
         gamma, beta = (code @ self.projectors[target]).chunk(2, dim=-1)
         scale = torch.exp(self.adam_case_film_scale_strength_log[target])
         shift = torch.exp(self.adam_case_film_shift_strength_log[target])
@@ -122,6 +126,7 @@ class FittingNet(nn.Module):
         return out
 
     def forward(self, desc: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """Return the atom energies (N,) float64 of descriptors ``desc`` and types ``types``."""
         net = self.filter_layers.networks[0]
         if self.case_embd is None:
             e = net(desc)
@@ -134,11 +139,14 @@ class FittingNet(nn.Module):
 
 
 class VectorHead(nn.Module):
-    """deepmd-kit's direct-force head: a vector (N, 3) from the l = 1 rows of the last latent
-    (N, (L+1)², C), through the degree-1 weights of an SO(3) linear map to one channel.
+    """deepmd-kit's direct-force head: a vector (N, 3) from the l = 1 rows of the last latent.
+
+    The latent is (N, (L+1)², C); the vector comes through the degree-1 weights of an SO(3)
+    linear map to one channel.
 
     The l = 1 rows hold (−y, z, −x) times √(3/4π) of a vector; ``cartesian_scale`` (√(4π/3),
-    stored in the checkpoint) and the permutation give (x, y, z)."""
+    stored in the checkpoint) and the permutation give (x, y, z).
+    """
 
     def __init__(self, lmax: int, channels: int) -> None:
         super().__init__()
@@ -147,14 +155,17 @@ class VectorHead(nn.Module):
         self.proj.weight = nn.Parameter(torch.zeros(lmax + 1, channels, 1))
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
+        """Return the Cartesian vectors (N, 3) of the latent ``latent`` (N, (L+1)², C)."""
         p = (latent[:, 1:4, :] @ self.proj.weight[1])[..., 0]  # (N, 3)
         return self.cartesian_scale * torch.stack([-p[:, 2], -p[:, 0], p[:, 1]], dim=-1)
 
 
 class DensFittingNet(nn.Module):
-    """The heads deepmd-kit's dens mode evaluates: the energy head (a :class:`FittingNet`) and
-    the direct-force head. The force embedding and the denoising head only act on corrupted
-    training inputs (zero for a plain evaluation) and are not loaded."""
+    """The heads deepmd-kit's dens mode evaluates: the energy head and the direct-force head.
+
+    The energy head is a :class:`FittingNet`. The force embedding and the denoising head only act on
+    corrupted training inputs (zero for a plain evaluation) and are not loaded.
+    """
 
     def __init__(self, cfg: SeZMConfig) -> None:
         super().__init__()

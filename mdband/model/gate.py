@@ -31,6 +31,7 @@ def _torch_spec(name: str) -> cap.ConsumerSpec:
 
 
 def mixer_of(cfg) -> tuple[str, int]:
+    """Return the radial degree mixer of ``cfg``: (``radial_so2_mode``, ``radial_so2_rank``)."""
     return cfg.radial_so2_mode, cfg.radial_so2_rank
 
 
@@ -96,6 +97,12 @@ def model_consumers(cfg, settings: EngineSettings, device="cpu", dtype=torch.flo
 
 
 def decide_model_layout(cfg, settings: EngineSettings, specs=None) -> tuple[RotationLayout, str]:
+    """Decide the model's rotation layout, and say why, from its rotation consumers.
+
+    ``specs``: the consumers (default: :func:`model_consumers` of ``cfg``); with none the
+    layout is the band, else :func:`mdband.kernels.capability.decide_layout` chooses under
+    ``settings.rotation_layout``. The result is (layout, reason).
+    """
     specs = model_consumers(cfg, settings) if specs is None else specs
     if not specs:
         return RotationLayout.BAND, "no rotation consumers"

@@ -188,9 +188,11 @@ S2_GRIDS = ("lebedev", "e3nn")
 
 @functools.cache
 def s2_projector(lmax: int, grid: str = "lebedev") -> GridProjector:
-    """Cached S2 projector of degree ``lmax``: ``"lebedev"`` (exact to degree 3·lmax, what
-    deepmd-kit's Lebedev rules give) or ``"e3nn"`` (deepmd-kit's e3nn product grid, not exact,
-    :mod:`mdband.so3.s2grid`)."""
+    """Return the cached S2 projector of degree ``lmax`` on the grid ``grid``.
+
+    ``"lebedev"`` (exact to degree 3·lmax, what deepmd-kit's Lebedev rules give) or ``"e3nn"``
+    (deepmd-kit's e3nn product grid, not exact, :mod:`mdband.so3.s2grid`).
+    """
     if grid == "e3nn":
         t, b = e3nn_s2_matrices(lmax)
         return GridProjector(lmax, 0, t, b)
@@ -201,7 +203,7 @@ def s2_projector(lmax: int, grid: str = "lebedev") -> GridProjector:
 
 @functools.cache
 def so3_projector(lmax: int, kmax: int) -> GridProjector:
-    """Cached default SO(3) projector of degree ``lmax`` and frame order ``kmax``."""
+    """Return the cached default SO(3) projector of degree ``lmax`` and frame order ``kmax``."""
     return build_so3_projector(lmax, kmax)
 
 
@@ -220,9 +222,11 @@ OPAQUE = ("fused_grid_product",)
 
 
 def fused_grid_choice(settings, like: torch.Tensor) -> tuple[bool, bool]:
-    """(fused, exact) for a grid net's product on tensors like ``like``: fused when the net
-    has EngineSettings (kernels not "torch") whose ops run on that device; exact FMAs when the
-    products are asked exact (``stack_precision = "ieee"``), else tf32x3 dots."""
+    """Choose (fused, exact) for a grid net's product on tensors like ``like``.
+
+    Fused when the net has EngineSettings (kernels not "torch") whose ops run on that device; exact
+    FMAs when the products are asked exact (``stack_precision = "ieee"``), else tf32x3 dots.
+    """
     if settings is None or not settings.ops_on(like):
         return False, False
     return True, settings.stack_precision == "ieee"
@@ -253,10 +257,12 @@ def grid_product(
 
 
 class GridOp(nn.Module):
-    """A ``grid_op`` submodule: ``forward(proj, left, right, scalar_pair, n_rows)`` maps the
-    coefficients (..., D, K·C) of two operands to (..., D', K·C) in three steps a subclass
-    chooses: :meth:`inputs` (default: as given), :meth:`combine` on the grid, :meth:`output`
-    (default: as combined)."""
+    """A ``grid_op`` submodule: two operands' coefficients combined on the grid.
+
+    ``forward(proj, left, right, scalar_pair, n_rows)`` maps the coefficients (..., D, K·C) of two
+    operands to (..., D', K·C) in three steps a subclass chooses: :meth:`inputs`
+    (default: as given), :meth:`combine` on the grid, :meth:`output` (default: as combined).
+    """
 
     def forward(
         self,
@@ -268,26 +274,35 @@ class GridOp(nn.Module):
         fused: bool = False,
         exact: bool = False,
     ) -> torch.Tensor:
+        """Combine ``left`` and ``right`` (..., D, K·C) on the grid into (..., D', K·C).
+
+        The steps are :meth:`inputs`, :meth:`combine` and :meth:`output`; ``fused`` /
+        ``exact``: as in :func:`grid_product`.
+        """
         k = proj.n_frames
         left, right = self.inputs(left, right, k)
         out = self.combine(proj, left, right, scalar_pair, n_rows, fused, exact)
         return self.output(out, k)
 
     def inputs(self, left, right, k: int):
+        """Prepare the two operands for the grid (default: as given)."""
         return left, right
 
     def combine(self, proj, left, right, scalar_pair, n_rows, fused=False, exact=False):
-        """The op on the grid; ``fused`` / ``exact``: as in :func:`grid_product`."""
+        """Apply the op on the grid; ``fused`` / ``exact``: as in :func:`grid_product`."""
         raise NotImplementedError
 
     def output(self, out, k: int):
+        """Finish the combined coefficients (default: as combined)."""
         return out
 
 
 class _ProjectedGridOp(GridOp):
-    """What :class:`GridMLP` and :class:`GridBranch` share: per-frame input projections
-    ``Lp = left @ left_proj``, ``Rp = right @ right_proj`` before the grid combination and
-    ``@ out_proj`` after it."""
+    """What :class:`GridMLP` and :class:`GridBranch` share: projections around the grid.
+
+    The per-frame input projections ``Lp = left @ left_proj``, ``Rp = right @ right_proj`` before
+    the grid combination and ``@ out_proj`` after it.
+    """
 
     def inputs(self, left, right, k: int):
         lp = frame_linear(left, self.left_proj.weight, k)
@@ -314,6 +329,7 @@ class GridMLP(_ProjectedGridOp):
         self.out_proj = ChannelLinear(2 * channels, channels)
 
     def inputs(self, left, right, k: int):
+        """Project the operands (in ``self`` mode their per-frame concatenation)."""
         if self.mode == "self":
             *lead, d, kc = left.shape
             shape = (*lead, d, k, kc // k)
@@ -322,6 +338,7 @@ class GridMLP(_ProjectedGridOp):
         return super().inputs(left, right, k)
 
     def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False, exact=False):
+        """Multiply the projected operands on the grid (:func:`grid_product`)."""
         return grid_product(proj, lp, rp, n_rows, fused, exact)
 
 
@@ -343,6 +360,7 @@ class GridBranch(_ProjectedGridOp):
         self.out_proj = ChannelLinear(channels, channels)
 
     def combine(self, proj, lp, rp, scalar_pair, n_rows, fused=False, exact=False):
+        """Multiply the projected operands on the grid and mix the branches by the router."""
         if self.n_branches == 1:  # softmax over one branch is exactly 1: the plain product
             return grid_product(proj, lp, rp, n_rows, fused, exact)
         value = proj.project(lp) * proj.project(rp)  # (..., G, b·C)
@@ -353,7 +371,7 @@ class GridBranch(_ProjectedGridOp):
 
 
 def make_grid_op(op_type: str, channels: int, mode: str, n_branches: int) -> nn.Module | None:
-    """The ``grid_op`` submodule for ``op_type`` ∈ {glu, mlp, branch} (None for glu)."""
+    """Build the ``grid_op`` submodule for ``op_type`` ∈ {glu, mlp, branch} (None for glu)."""
     if op_type == "branch":
         return GridBranch(channels, n_branches)
     if op_type == "mlp":

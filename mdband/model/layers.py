@@ -31,6 +31,7 @@ class SO3Linear(nn.Module):
         self.register_buffer("_deg", degree_index(lmax), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``x`` (..., D, Cin) to (..., D, Cout), one channel matrix per degree."""
         *lead, d, c_in = x.shape
         if d == 1:  # a 2-d product: mm reads a strided row block (x[:, :1] of a wider x) as is
             return (x[..., 0, :] @ self.weight[0]).unsqueeze(-2)
@@ -51,6 +52,7 @@ class ChannelLinear(nn.Module):
         self.weight = nn.Parameter(torch.zeros(c_in, c_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``x`` (..., Cin) to ``x @ W`` (..., Cout)."""
         return x @ self.weight
 
 
@@ -66,6 +68,7 @@ class ScalarRMSNorm(nn.Module):
         self.adam_scale = nn.Parameter(torch.ones(n_focus, channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` over its last axis and scale it."""
         scale = self.adam_scale[0] if self.adam_scale.shape[0] == 1 else self.adam_scale
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * scale
 
@@ -88,6 +91,7 @@ class EquivariantRMSNorm(nn.Module):
         self.register_buffer("_wdeg", 1.0 / ((2 * deg + 1).double() * (lmax + 1)), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise ``x`` (..., D, C), scale it per degree and add the bias to its l = 0 row."""
         d = x.shape[-2]
         c = x.shape[-1]
         x0 = x[..., :1, :]

@@ -1,17 +1,16 @@
-"""Memory estimate of one SeZM evaluation (energy + forces) from its config, and the census
-that calibrates it.
+"""Memory estimate of one SeZM evaluation (energy + forces) and the census that calibrates it.
 
-The estimate counts, per edge and per atom, the floats autograd keeps (saved tensors) in the
-torch path with frozen weights (inference), times :data:`BACKWARD_FACTOR` for the backward's
-working set, plus the edge list. Coefficients were fitted once (least squares, within 10 %)
-to a saved-tensor census (:func:`saved_tensor_bytes`, float64, CPU) of nine option sets
-(channels 8–32, lmax 1–3, 2–4 mixing layers, 1–2 focus and heads, attention off, the grid
-FFN / message-node grid); the default config (C = 64, lmax 3, 4 layers) comes out within 5 %
-in float32. The fused CUDA ops keep fewer tensors (BENCHMARKS.md: ≈ 43 kB per edge at 4,096
-atoms against ≈ 100 kB here), so on CUDA the estimate errs towards chunking early; trainable
+The estimate comes from the model's config. It counts, per edge and per atom, the floats autograd
+keeps (saved tensors) in the torch path with frozen weights (inference), times
+:data:`BACKWARD_FACTOR` for the backward's working set, plus the edge list. Coefficients were fitted
+once (least squares, within 10 %) to a saved-tensor census (:func:`saved_tensor_bytes`, float64,
+CPU) of nine option sets (channels 8–32, lmax 1–3, 2–4 mixing layers, 1–2 focus and heads, attention
+off, the grid FFN / message-node grid); the default config (C = 64, lmax 3, 4 layers) comes out
+within 5 % in float32. The fused CUDA ops keep fewer tensors (BENCHMARKS.md: ≈ 43 kB per edge at
+4,096 atoms against ≈ 100 kB here), so on CUDA the estimate errs towards chunking early; trainable
 weights make autograd keep ≈ 1.5× more (training). ``tests/model/test_chunked.py`` holds the
-estimate to the census within a factor of 2 and the measured peak of a chunked CPU evaluation
-below its budget.
+estimate to the census within a factor of 2 and the measured peak of a chunked CPU evaluation below
+its budget.
 """
 
 from __future__ import annotations
@@ -39,9 +38,11 @@ EDGE_LIST_BYTES = 288
 
 
 def kept_geometry_floats(descriptor) -> int:
-    """Floats per edge a chunked evaluation keeps for the packed geometry when
-    ``chunked.CACHE_GEOMETRY`` is on, else 0: the geometry (vector, length, envelope, radial
-    basis, rotations) and the last stage's gradient of it, done in its forward."""
+    """Return the floats per edge a chunked evaluation keeps for the packed geometry.
+
+    They are counted when ``chunked.CACHE_GEOMETRY`` is on, else 0: the geometry (vector, length,
+    envelope, radial basis, rotations) and the last stage's gradient of it, done in its forward.
+    """
     if not chunked.CACHE_GEOMETRY:
         return 0
     cfg, rot = descriptor.cfg, 0
@@ -67,8 +68,11 @@ def saved_tensor_bytes(fn, *args) -> int:
 
 
 def _edge_floats_block(cfg, lmax: int) -> float:
-    """Floats per edge one block's edge work saves: ≈ 0.9 edge tensors (E, Dm, Cw) per mixing
-    layer, ≈ 5 message tensors (E, D, Cw) (rotate back, attention, sums), per-head scalars."""
+    """Estimate the floats per edge one block's edge work saves.
+
+    ≈ 0.9 edge tensors (E, Dm, Cw) per mixing layer, ≈ 5 message tensors (E, D, Cw) (rotate back,
+    attention, sums), per-head scalars.
+    """
     heads = cfg.n_focus * max(cfg.n_atten_head, 1)
     cw = cfg.hidden_channels
     return (
@@ -79,16 +83,22 @@ def _edge_floats_block(cfg, lmax: int) -> float:
 
 
 def _edge_floats_shared(cfg) -> float:
-    """Floats per edge of the geometry every block reads: rotations (band entries), radial
-    features and the edge type feature, the radial basis and environment seed."""
+    """Estimate the floats per edge of the geometry every block reads.
+
+    Rotations (band entries), radial features and the edge type feature, the radial basis and
+    environment seed.
+    """
     L = cfg.lmax
     band = 3 * st.dim_of(L) - 2
     return 5.8 * band + 8.8 * (L + 1) * cfg.channels + 8.1 * cfg.n_radial
 
 
 def _node_floats_block(block, lmax: int, channels: int) -> float:
-    """Floats per atom one block's node work saves: norms and residuals, the FFN (≈ 2 tensors
-    of its first width, ≈ ½ per grid value of it) and the message-node grid."""
+    """Estimate the floats per atom one block's node work saves.
+
+    Norms and residuals, the FFN (≈ 2 tensors of its first width, ≈ ½ per grid value of it) and the
+    message-node grid.
+    """
     d = st.dim_of(lmax)
     n = 7.1 * d * channels
     for ffn in block.ffns:
@@ -114,8 +124,10 @@ class MemoryEstimate:
 
     @classmethod
     def of(cls, descriptor, dtype, fused_cuda: bool = False) -> MemoryEstimate:
-        """The estimate of a :class:`~mdband.model.block.SeZMDescriptor` run in ``dtype``
-        (``fused_cuda``: through the fused CUDA ops, which keep fewer tensors)."""
+        """Estimate a :class:`~mdband.model.block.SeZMDescriptor` run in ``dtype``.
+
+        ``fused_cuda``: through the fused CUDA ops, which keep fewer tensors.
+        """
         cfg = descriptor.cfg
         size = torch.empty(0, dtype=dtype).element_size()
         blocks = [_edge_floats_block(cfg, lb) for lb in cfg.l_schedule]
@@ -155,6 +167,6 @@ class MemoryEstimate:
         return int(kept + chunk_edges * self._per_chunk_edge(n_atoms, n_edges) + self.node_chunk)
 
     def chunk_edges_within(self, budget: int, n_atoms: int, n_edges: int) -> int:
-        """The largest chunk (edges) whose evaluation fits ``budget`` bytes (0 if none)."""
+        """Return the largest chunk (edges) whose evaluation fits ``budget`` bytes (0 if none)."""
         room = budget - self.chunked(n_atoms, n_edges, 0)
         return max(0, int(room // self._per_chunk_edge(n_atoms, n_edges)))

@@ -24,12 +24,17 @@ cutoff_envelope = envelope_reference
 
 
 class RadialBasis(nn.Module):
+    """Radial basis (E, n_radial) of edge lengths: Bessel or Gaussian, times the envelope."""
+
     def __init__(
         self, rcut: float, n_radial: int, basis_type: str, exponent: int, fixed: bool = False
     ) -> None:
-        """``basis_type``: ``bessel`` or ``gaussian`` (the family of a ``/fix`` basis);
+        """Build a basis of ``n_radial`` functions on [0, ``rcut``].
+
+        ``basis_type``: ``bessel`` or ``gaussian`` (the family of a ``/fix`` basis);
         ``exponent``: the basis' envelope order, 0 for none; ``fixed`` (a ``/fix`` basis):
-        ``adam_freqs`` is a buffer, same state-dict name, so training leaves it alone."""
+        ``adam_freqs`` is a buffer, same state-dict name, so training leaves it alone.
+        """
         super().__init__()
         self.rcut = float(rcut)
         self.basis_type = basis_type
@@ -46,7 +51,7 @@ class RadialBasis(nn.Module):
         self.gauss_coeff = -0.5 / (width * width)
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
-        """r (E, 1) → (E, n_radial)."""
+        """Evaluate the basis at the lengths ``r`` (E, 1): (E, n_radial)."""
         raw = raw_basis_reference(r, self.adam_freqs, self.basis_type, self.gauss_coeff)
         return raw * cutoff_envelope(r, self.rcut, self.exponent)
 
@@ -69,10 +74,16 @@ class RMSNorm(nn.Module):
         self.adam_scale = nn.Parameter(torch.ones(channels))
 
     def forward(self, x):
+        """Normalise ``x`` over its last axis and scale it."""
         return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.eps) * self.adam_scale
 
 
 class RadialMLP(nn.Module):
+    """Bias-free radial MLP through the widths ``layers``.
+
+    Hidden layers ``x @ M`` → RMSNorm (with ``norm``) → SiLU; the last layer linear.
+    """
+
     def __init__(self, layers: list[int], norm: bool) -> None:
         super().__init__()
         mods: list[nn.Module] = []
@@ -85,11 +96,14 @@ class RadialMLP(nn.Module):
         self.net = nn.Sequential(*mods)
 
     def forward(self, x):
+        """Map ``x`` (..., layers[0]) to (..., layers[-1])."""
         return self.net(x)
 
     def one_hidden_layer(self):
-        """(w1, RMS scale or None, w2, eps) of a net with one hidden layer (the radial_mlp op's
-        inputs), else None."""
+        """Return the radial_mlp op's inputs of a net with one hidden layer, else None.
+
+        The inputs are (w1, RMS scale or None, w2, eps).
+        """
         mods = list(self.net)
         if len(mods) == 3:
             (first, _, last), norm = mods, None
@@ -110,5 +124,6 @@ class MLPLayer(nn.Module):
         self.act = act
 
     def forward(self, x):
+        """Return ``act(x @ matrix)``: SiLU when ``act``, else linear."""
         y = x @ self.matrix
         return nn.functional.silu(y) if self.act else y

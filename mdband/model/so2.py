@@ -16,9 +16,11 @@ from mdband.so3 import storage as st
 
 
 def leading_rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    """``t[:, :n]``, or t itself when it has n rows: a full slice still records a backward that
-    writes a zero tensor of t's size and copies the cotangent into it (two passes over an
-    (E, L+1, C) tensor per use; BENCHMARKS.md "2026-12-03")."""
+    """Return ``t[:, :n]``, or t itself when it has n rows.
+
+    A full slice still records a backward that writes a zero tensor of t's size and copies the
+    cotangent into it (two passes over an (E, L+1, C) tensor per use; BENCHMARKS.md "2026-12-03").
+    """
     return t if t.shape[1] == n else t[:, :n]
 
 
@@ -36,6 +38,7 @@ class FocusLinear(nn.Module):
         self.weight = nn.Parameter(torch.zeros(c_in, n_focus * c_out))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``x`` (B, F, Cin) to (B, F, Cout), one matrix per focus."""
         return torch.einsum("bfi,ifo->bfo", x, self.weight.view(self.shape))
 
 
@@ -56,6 +59,7 @@ class SO2Linear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Map ``x`` (F, E, Dm, Cin) to (F, E, Dm, Cout)."""
         return so2_linear(x, self.weight_m0, self.weight_m[0], self.lmax)
 
 
@@ -68,6 +72,7 @@ class GatedActivation(nn.Module):
         self.gate_linear = FocusLinear(channels, lmax * channels, n_focus)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (F, E, Dm, C)
+        """Apply SiLU to row 0 of ``x`` and gate the other rows per degree."""
         F, E = x.shape[0], x.shape[1]
         L, C = self.lmax, self.channels
         x0, xr = torch.split(x, [1, 3 * L], dim=2)
@@ -79,8 +84,11 @@ class GatedActivation(nn.Module):
 
 
 class RadialDegreeMixer(nn.Module):
-    """Edge-dependent mixing across degrees within each |m| block (deepmd's
-    ``DynamicRadialDegreeMixer``): the kernel is a linear map of the l ≤ L radial features."""
+    """Edge-dependent mixing across degrees within each |m| block.
+
+    It is deepmd's ``DynamicRadialDegreeMixer``: the kernel is a linear map of the l ≤ L radial
+    features.
+    """
 
     def __init__(self, lmax: int, channels: int, mode: str, rank: int) -> None:
         super().__init__()
@@ -96,14 +104,18 @@ class RadialDegreeMixer(nn.Module):
             self.channel_basis = None
 
     def kernel(self, rad: torch.Tensor) -> torch.Tensor:
-        """Compact kernel (E, K, R') from radial features rad (E, ≥ L+1, C) whose first L+1 rows
-        are degrees 0..L (the per-degree rows, or the reduced-row layout, which starts so)."""
+        """Compute the compact kernel (E, K, R') from the radial features rad (E, ≥ L+1, C).
+
+        The first L+1 rows of rad are degrees 0..L (the per-degree rows, or the reduced-row layout,
+        which starts so).
+        """
         E = rad.shape[0]
         rows = leading_rows(rad, self.lmax + 1)
         flat = rows.reshape(E, (self.lmax + 1) * rad.shape[-1]) @ self.weight
         return flat.view(E, self.ksize, flat.shape[-1] // self.ksize)
 
     def forward(self, xl: torch.Tensor, rad: torch.Tensor) -> torch.Tensor:
+        """Mix the edge rows ``xl`` (E, Dm, C) across degrees with the kernel of ``rad``."""
         L = self.lmax
         E = xl.shape[0]
         k = self.kernel(rad)
@@ -125,11 +137,12 @@ class RadialDegreeMixer(nn.Module):
         return torch.cat(outs, dim=1)
 
     def _one_product(self, k: torch.Tensor, xl: torch.Tensor) -> torch.Tensor:
-        """The three |m| blocks as one block-diagonal (E, Dm·R', Dm) product (R' = 1 for
-        "degree", the rank for "degree_channel"; rows (l_out, r), the matrix of
+        """Apply the three |m| blocks as one block-diagonal (E, Dm·R', Dm) product.
+
+        R' = 1 for "degree", the rank for "degree_channel"; rows (l_out, r), the matrix of
         :func:`mdband.kernels.rotate_mix.mixer.mixer_matrix`), then the channel basis (see
-        :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; measured in BENCHMARKS.md
-        "2026-12-05")."""
+        :data:`mdband.so3.storage.ONE_PRODUCT_DEVICES`; measured in BENCHMARKS.md "2026-12-05").
+        """
         E, dm = xl.shape[0], xl.shape[1]
         r = 1 if self.mode == "degree" else k.shape[-1]
         a = mixer_matrix(k[..., :r], self.lmax)  # (E, out, in, r)

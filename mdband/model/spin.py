@@ -29,7 +29,7 @@ _SQRT2 = math.sqrt(2.0)
 
 
 def cart_to_l1(s: torch.Tensor) -> torch.Tensor:
-    """The packed l = 1 coefficients (m = -1, 0, +1) of Cartesian vectors ``s`` (..., 3).
+    """Return the packed l = 1 coefficients (m = -1, 0, +1) of Cartesian vectors ``s`` (..., 3).
 
     deepmd-kit projects the cross-product matrix ``[s]×`` onto its packed l = 1 basis
     (``SpinEmbedding._build_cart_to_l1_matrix``): ``√2 · (-s_y, -s_z, s_x)``, which rotates
@@ -53,19 +53,21 @@ class SpinEmbedding(nn.Module):
         self.register_buffer("spin_mask", mask, persistent=False)
 
     def scalar(self, magmoms: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        """The l = 0 term (N, C) of atoms with moments (N, 3) and types (N,)."""
+        """Return the l = 0 term (N, C) of atoms with moments (N, 3) and types (N,)."""
         mag2 = (magmoms * magmoms).sum(-1, keepdim=True)
         return self.mag_layer2(self.mag_layer1(mag2)) * self.spin_mask[types][:, None]
 
     def on_site(self, magmoms: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        """The on-site l = 1 term (N, 3, C)."""
+        """Return the on-site l = 1 term (N, 3, C)."""
         w = self.adam_spin_vec_weight[types] * self.spin_mask[types][:, None]
         return cart_to_l1(magmoms)[:, :, None] * w[:, None, :]
 
     def from_neighbours(self, ec, magmoms: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        """The neighbours' l = 1 term (n_nodes, 3, C) of the destination rows of ``ec``
-        (``magmoms``, ``types``: every node), normalised by 1/√deg like the geometric initial
-        embedding."""
+        """Return the neighbours' l = 1 term (n_nodes, 3, C) of the destination rows of ``ec``.
+
+        ``magmoms``, ``types``: every node's. The term is normalised by 1/√deg like the geometric
+        initial embedding.
+        """
         t_src = take_rows(types, ec.src)
         gate = ec.env * self.spin_mask[t_src][:, None]  # (E, 1)
         w = take_rows(self.adam_spin_nbr_weight, t_src) * gate

@@ -58,8 +58,10 @@ def detail_paths(prefix) -> dict[str, Path]:
 
 
 def check_detail_files(prefix, overwrite: bool = False) -> dict[str, Path]:
-    """The detail files' paths, after checking that they can be written: their directory
-    exists, none is a directory, and none exists unless ``overwrite``."""
+    """Return the detail files' paths, after checking that they can be written.
+
+    Their directory exists, none is a directory, and none exists unless ``overwrite``.
+    """
     paths = detail_paths(prefix)
     for path in paths.values():
         if not path.parent.is_dir():
@@ -72,8 +74,11 @@ def check_detail_files(prefix, overwrite: bool = False) -> dict[str, Path]:
 
 
 class DetailWriter:
-    """Writes the detail files of one ``mdband test`` run, system after system (a context
-    manager: the files appear when it exits without an error, else nothing is written)."""
+    """Writes the detail files of one ``mdband test`` run, system after system.
+
+    It is a context manager: the files appear when it exits without an error, else nothing is
+    written.
+    """
 
     def __init__(self, prefix, overwrite: bool = False) -> None:
         self.paths = check_detail_files(prefix, overwrite)
@@ -83,9 +88,11 @@ class DetailWriter:
         self._tmp: dict[str, Path] = {}
 
     def __enter__(self) -> DetailWriter:
+        """Return the writer itself."""
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        """Put the files in place after success (stale ones removed with overwrite), else none."""
         for fh in self._handles.values():
             fh.close()
         if exc_type is None and self.overwrite:
@@ -108,7 +115,7 @@ class DetailWriter:
         np.savetxt(fh, rows, header=header)
 
     def write_system(self, system: str, frames, results) -> None:
-        """The rows of one system: its frames and the model's result of each."""
+        """Write the rows of one system: its frames and the model's result of each."""
         n = np.array([f.n_atoms for f in frames], dtype=np.float64)[:, None]
         e = np.array([[_or(f.energy, 0.0), r.energy] for f, r in zip(frames, results)])
         e = e.reshape(-1, 2)

@@ -49,8 +49,11 @@ Errors = dict[str, tuple[float, float]]
 
 
 def error_pair(prediction, reference, scale: float = 1.0) -> tuple[float, float, float]:
-    """``(mae, rmse, weight)`` of ``prediction − reference`` (times ``scale``), as deepmd-kit's
-    ``compute_error_stat``: the scale multiplies the MAE and the RMSE of the raw difference."""
+    """Return ``(mae, rmse, weight)`` of ``prediction − reference`` (times ``scale``).
+
+    As deepmd-kit's ``compute_error_stat``: the scale multiplies the MAE and the RMSE of the raw
+    difference.
+    """
     diff = np.asarray(prediction, dtype=np.float64) - np.asarray(reference, dtype=np.float64)
     mae = float(np.mean(np.abs(diff)))
     rmse = float(np.sqrt(np.mean(diff * diff)))
@@ -64,8 +67,11 @@ def _put(errors: Errors, name: str, stat: tuple[float, float, float]) -> None:
 
 
 def _per_atom(pred: np.ndarray, ref: np.ndarray, n_atoms: np.ndarray):
-    """``error_pair`` of per-atom values: deepmd-kit's scale 1/N where every frame has N atoms,
-    else each frame's difference divided by its own atom count."""
+    """Return :func:`error_pair` of per-atom values.
+
+    This is deepmd-kit's scale 1/N where every frame has N atoms, else each frame's difference
+    divided by its own atom count.
+    """
     if np.all(n_atoms == n_atoms[0]):
         return error_pair(pred, ref, 1.0 / float(n_atoms[0]))
     shape = (-1,) + (1,) * (pred.ndim - 1)
@@ -73,8 +79,11 @@ def _per_atom(pred: np.ndarray, ref: np.ndarray, n_atoms: np.ndarray):
 
 
 def system_errors(frames, results) -> Errors:
-    """The errors of one system: its labelled frames (:class:`~mdband.io.frames.Frame`) and the
-    model's :class:`~mdband.result.Result` of each (in the same order)."""
+    """Compute the errors of one system from its labelled frames and the model's results.
+
+    ``frames`` are :class:`~mdband.io.frames.Frame` objects and ``results`` the model's
+    :class:`~mdband.result.Result` of each (in the same order).
+    """
     errors: Errors = {}
     n_atoms = np.array([f.n_atoms for f in frames], dtype=np.float64)
     have_e = [k for k, f in enumerate(frames) if f.energy is not None]

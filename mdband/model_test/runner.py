@@ -45,10 +45,11 @@ class ModelTestReport:
 
     @property
     def frames(self) -> int:
+        """Return the number of frames of all systems."""
         return sum(s.frames for s in self.systems)
 
     def as_dict(self) -> dict:
-        """The JSON summary: errors as ``{key: value}`` with their ``weights``."""
+        """Return the JSON summary: errors as ``{key: value}`` with their ``weights``."""
 
         def errs(e: Errors) -> dict:
             return {"errors": {k: v for k, (v, _) in e.items()},
@@ -75,8 +76,11 @@ class ModelTestReport:
 
 
 def system_paths(paths) -> list[Path]:
-    """Every path, directories without ``type.raw`` replaced by the deepmd-kit systems below
-    them (natural order); :class:`DatasetError` for a missing path or an empty directory."""
+    """Return every path, directories without ``type.raw`` replaced by the systems below them.
+
+    The deepmd-kit systems below such a directory come in natural order; a missing path or a
+    directory without systems raises :class:`DatasetError`.
+    """
     out = []
     for p in map(Path, paths):
         if not p.exists():
@@ -93,8 +97,11 @@ def system_paths(paths) -> list[Path]:
 
 def read_test_systems(paths, fmt=None, type_map=None, default_type_map=None,
                       numb_test: int = 0, notes=None) -> list[tuple[str, list[Frame]]]:  # fmt: skip
-    """``(label, frames)`` of every system of ``paths`` (first ``numb_test`` frames; all for
-    0). A file with several systems (deepmd/hdf5 groups) gives one per group."""
+    """Read ``(label, frames)`` of every system of ``paths``.
+
+    Only the first ``numb_test`` frames are kept (all for 0). A file with several systems
+    (deepmd/hdf5 groups) gives one per group.
+    """
     if numb_test < 0:
         raise DatasetError(f"the number of test frames must be >= 0, got {numb_test}")
     systems: list[tuple[str, list[Frame]]] = []
@@ -115,8 +122,9 @@ def read_test_systems(paths, fmt=None, type_map=None, default_type_map=None,
 
 def run_test(potential, systems, *, batch_size=None, batch_atoms=None, detail_file=None,
              overwrite: bool = False, progress=None) -> ModelTestReport:  # fmt: skip
-    """Evaluate ``potential`` on ``systems`` (from :func:`read_test_systems`) and compute the
-    errors; with ``detail_file``, write deepmd-kit's detail files (:mod:`.details`).
+    """Evaluate ``potential`` on ``systems`` (from :func:`read_test_systems`), compute errors.
+
+    With ``detail_file``, deepmd-kit's detail files (:mod:`.details`) are written too.
 
     ``progress(n)`` is called with the number of frames done after every model call. The
     detail files are checked before anything is evaluated.
@@ -142,7 +150,7 @@ def run_test(potential, systems, *, batch_size=None, batch_atoms=None, detail_fi
 
 
 def report_text(report: ModelTestReport) -> list[str]:
-    """The lines ``dp test`` logs, for every system and their weighted average."""
+    """Return the lines ``dp test`` logs, for every system and their weighted average."""
     from mdband.model_test.metrics import report_lines
 
     bar = "# ----------------------------------------------- "

@@ -30,8 +30,10 @@ def e3nn_resolution(lmax: int) -> int:
 
 
 def e3nn_s2_matrices(lmax: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(to_grid (G, D), from_grid (D, G))`` of deepmd-kit's e3nn S2 grid, float64 tensors
-    holding float32 values (G = M², D = (lmax+1)², grid index ``b·M + a``)."""
+    """Return the matrices ``(to_grid (G, D), from_grid (D, G))`` of deepmd-kit's e3nn S2 grid.
+
+    They are float64 tensors holding float32 values (G = M², D = (lmax+1)², grid index ``b·M + a``).
+    """
     try:
         from e3nn.o3 import FromS2Grid, ToS2Grid
     except ImportError as exc:  # pragma: no cover - e3nn is a dependency of mdband

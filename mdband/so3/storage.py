@@ -27,6 +27,8 @@ from mdband.errors import LayoutMismatchError
 
 
 class RotationLayout(enum.Enum):
+    """Storage layout of the per-edge rotations: DENSE (E, D, D) or BAND (E, 3D−2)."""
+
     DENSE = "dense"
     BAND = "band"
 
@@ -36,14 +38,17 @@ LAYOUT_CODE = {RotationLayout.DENSE: 0, RotationLayout.BAND: 1}
 
 
 def dim_of(lmax: int) -> int:
+    """Return D = (lmax+1)², the packed size of the degrees 0..lmax."""
     return (lmax + 1) ** 2
 
 
 def band_width(lmax: int) -> int:
+    """Return the band's floats per edge, 3D − 2 (the rows m = 0, ±1 of every degree block)."""
     return 3 * dim_of(lmax) - 2
 
 
 def reduced_dim(lmax: int) -> int:
+    """Return Dm = 3·lmax + 1, the number of reduced rows (m = 0, ±1)."""
     return 3 * lmax + 1
 
 
@@ -77,6 +82,7 @@ def _tables(lmax: int, device_str: str):
 
 
 def tables(lmax: int, device) -> dict:
+    """Return the cached index tables ``deg``, ``rows`` and ``flat`` of ``lmax`` on ``device``."""
     return _tables(lmax, str(torch.device(device)))
 
 
@@ -109,6 +115,7 @@ class RotationStorage:
     data: torch.Tensor
 
     def __post_init__(self) -> None:
+        """Check the data's per-edge shape against the layout (LayoutMismatchError)."""
         D = dim_of(self.lmax)
         want = (band_width(self.lmax),) if self.layout is RotationLayout.BAND else (D, D)
         if tuple(self.data.shape[1:]) != want:
@@ -118,7 +125,7 @@ class RotationStorage:
             )
 
     def require(self, layout: RotationLayout, consumer: str) -> torch.Tensor:
-        """The data tensor, after checking the consumer reads this layout."""
+        """Return the data tensor, after checking the consumer reads this layout."""
         if self.layout is not layout:
             raise LayoutMismatchError(
                 f"{consumer} reads {layout.value} rotations but got {self.layout.value} storage"
@@ -127,6 +134,7 @@ class RotationStorage:
 
     @property
     def n_edges(self) -> int:
+        """Number of edges."""
         return int(self.data.shape[0])
 
 
@@ -147,7 +155,7 @@ def dense_to_band(dense: torch.Tensor, lmax: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------- consumers' reads
 def zonal(storage: RotationStorage, lmax: int) -> torch.Tensor:
-    """m = 0 rows, i.e. Y_l(û) for l ≤ ``lmax``: (E, (lmax+1)²)."""
+    """Return the m = 0 rows, i.e. Y_l(û) for l ≤ ``lmax``: (E, (lmax+1)²)."""
     d = dim_of(lmax)
     if storage.layout is RotationLayout.BAND:
         return storage.require(RotationLayout.BAND, "zonal")[:, :d]
@@ -195,8 +203,11 @@ ONE_PRODUCT_DEVICES = frozenset({"cpu"})
 
 
 def row_matrix(storage: RotationStorage, lmax: int, consumer: str = "row_matrix") -> torch.Tensor:
-    """W (E, Dm, D) with ``W[e, r(l,m), l²+j] = D[e, l²+l+m, l²+j]`` for l ≤ ``lmax``, zero off
-    the band. Differentiable; band and dense storages give the same W exactly."""
+    """Build the row matrix W (E, Dm, D) of the rotations, zero off the band.
+
+    ``W[e, r(l,m), l²+j] = D[e, l²+l+m, l²+j]`` for l ≤ ``lmax``. Differentiable; band and dense
+    storages give the same W exactly.
+    """
     data = storage.require(storage.layout, consumer)
     t = entry_table(storage.layout, storage.lmax, lmax, data.device)
     E = data.shape[0]
@@ -231,9 +242,12 @@ def rotate_to_local(storage: RotationStorage, x: torch.Tensor, lmax: int) -> tor
 def rotate_back(
     storage: RotationStorage, x_loc: torch.Tensor, lmax: int, scale: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``out[e, l²+j] = s[l²+j] Σ_m D[e, l²+l+m, l²+j] x_loc[e, r(l,m)]``: (E, D, C), with ``s``
-    the per-row ``scale`` (D,) (none: 1; the model's ρ rescale). One product per degree, or
-    one :func:`row_matrix` product on :data:`ONE_PRODUCT_DEVICES` (the scale folded into it)."""
+    """Rotate the reduced rows ``x_loc`` back to the global frame: (E, D, C).
+
+    ``out[e, l²+j] = s[l²+j] Σ_m D[e, l²+l+m, l²+j] x_loc[e, r(l,m)]``, with ``s`` the per-row
+    ``scale`` (D,) (none: 1; the model's ρ rescale). One product per degree, or one
+    :func:`row_matrix` product on :data:`ONE_PRODUCT_DEVICES` (the scale folded into it).
+    """
     L = lmax
     if x_loc.device.type in ONE_PRODUCT_DEVICES:
         wt = row_matrix(storage, L, "rotate_back").transpose(1, 2)
@@ -325,7 +339,7 @@ def _entry_table(layout, lmax_storage, lmax, device_str):
 
 
 def per_edge_size(layout: RotationLayout, lmax_storage: int) -> int:
-    """Number of floats per edge of a storage (3D−2 for BAND, D² for DENSE)."""
+    """Return the number of floats per edge of a storage (3D−2 for BAND, D² for DENSE)."""
     if layout is RotationLayout.BAND:
         return band_width(lmax_storage)
     return dim_of(lmax_storage) ** 2
@@ -347,7 +361,7 @@ def kernel_strides(layout: RotationLayout, data: torch.Tensor) -> tuple[int, int
 
 
 def kernel_tables(layout: RotationLayout, lmax_storage: int, lmax: int, device) -> dict:
-    """Padded per-degree-block tables for the Triton consumers of a storage.
+    """Build the padded per-degree-block tables for the Triton consumers of a storage.
 
     Block b holds degree l = b; slot s ∈ {0, 1, 2} is its band row m = SLOT_M[s] (the slot axis is
     padded to SP = 4 lanes, slot 3 is always empty); lane j ∈ [0, JP) is the column l² + j

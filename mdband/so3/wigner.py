@@ -37,8 +37,11 @@ def _ladder(lmax: int, dtype, device) -> torch.Tensor:
 
 @lru_cache(maxsize=32)
 def _dense_rule(lmax: int, dtype, device):
-    """Quadrature points (G, 3), weights (G,), Y at the points (G, D) and the (D, D) block mask
-    scaled by 2l+1, on ``device`` (cached: no host copies inside a captured CUDA graph)."""
+    """Return the sphere rule exact to degree 2·lmax, with the tables that go with it.
+
+    Quadrature points (G, 3), weights (G,), Y at the points (G, D) and the (D, D) block mask
+    scaled by 2l+1, on ``device`` (cached: no host copies inside a captured CUDA graph).
+    """
     pts, w = sphere_rule(2 * lmax)
     pts = pts.to(dtype=dtype, device=device)
     w = w.to(dtype=dtype, device=device)

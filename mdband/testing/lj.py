@@ -43,6 +43,7 @@ class LennardJones(torch.nn.Module):
         self.r_on = float(r_on)
 
     def forward(self, types, src, dst, edge_vec, exchange=None):
+        """Return the per-atom energies (N,) from the edge vectors (``exchange`` is unused)."""
         n = types.shape[0]
         r = torch.linalg.vector_norm(edge_vec, dim=-1)
         sr6 = (self.sigma / r) ** 6
@@ -68,7 +69,7 @@ def lennard_jones_potential(
     device="cpu",
     dtype="float64",
 ) -> Potential:
-    """An argon-like LJ :class:`Potential` (ε in eV, σ and cutoffs in Å)."""
+    """Build an argon-like LJ :class:`Potential` (ε in eV, σ and cutoffs in Å)."""
     config = {"epsilon": epsilon, "sigma": sigma, "cutoff": cutoff, "r_on": r_on}
     model = LennardJones(epsilon, sigma, cutoff, r_on)
     return Potential(

@@ -84,6 +84,10 @@ class MessagePassing2(torch.nn.Module):
         return msg.index_add(0, dst, radial * h[src]) * self.norm
 
     def forward(self, types, src, dst, edge_vec, exchange=None):
+        """Return the per-atom energies (N,): the pair term plus the message-passing readout.
+
+        ``exchange``, when given, is applied to the node features before each layer.
+        """
         n = types.shape[0]
         r = torch.linalg.vector_norm(edge_vec, dim=-1)
         u = (r / self.cutoff).clamp(max=1.0) ** 2
@@ -144,7 +148,7 @@ def message_passing_potential(
     device="cpu",
     dtype="float64",
 ) -> Potential:
-    """An argon-like LJ pair term plus a two-layer message-passing term (eV, Å)."""
+    """Build an argon-like LJ pair term plus a two-layer message-passing term (eV, Å)."""
     config = {
         "n_types": len(type_map),
         "channels": int(channels),

@@ -26,22 +26,27 @@ class SentinelStorage:
 
     @classmethod
     def wrap(cls, storage: RotationStorage) -> SentinelStorage:
+        """Return a sentinel holding the data of ``storage`` in its layout."""
         return cls(storage.layout, storage.lmax, storage.require(storage.layout, "sentinel"))
 
     @property
     def layout(self) -> RotationLayout:
+        """Return the layout of the stored rotations."""
         return self._inner.layout
 
     @property
     def lmax(self) -> int:
+        """Return the largest degree of the stored rotations."""
         return self._inner.lmax
 
     @property
     def n_edges(self) -> int:
+        """Return the number of edges."""
         return self._inner.n_edges
 
     @property
     def data(self) -> torch.Tensor:
+        """Refuse a direct read: log a violation and raise LayoutMismatchError."""
         msg = (
             f"direct read of {self.layout.value} rotation data: consumers must call "
             "require(layout, consumer)"
@@ -50,6 +55,7 @@ class SentinelStorage:
         raise LayoutMismatchError(msg)
 
     def require(self, layout: RotationLayout, consumer: str) -> torch.Tensor:
+        """Return the data if ``layout`` is the storage's own (logged), else raise (logged)."""
         if layout is not self.layout:
             msg = f"{consumer} read {layout.value} rotations from a {self.layout.value} storage"
             self.violations.append(msg)

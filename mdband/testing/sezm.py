@@ -1,5 +1,7 @@
-"""SeZM for tests: a small configuration (every consumer present, fast on a CPU) and potentials
-with random weights."""
+"""SeZM for tests: a small configuration and potentials with random weights.
+
+The configuration has every consumer present and is fast on a CPU.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ SMALL = dict(
 
 
 def small_config(**overrides) -> dict:
-    """The validated config dict of :data:`SMALL` with ``overrides`` applied."""
+    """Return the validated config dict of :data:`SMALL` with ``overrides`` applied."""
     return SeZMConfig.from_dict({**SMALL, **overrides}).to_dict()
 
 
@@ -34,16 +36,22 @@ def random_potential(
     dtype="float64",
     rotation_layout=None,
 ) -> Potential:
-    """A SeZM :class:`~mdband.potential.Potential` of ``config`` with random weights
-    (:func:`~mdband.model.factory.initialise_weights`), for tests, examples and benchmarks."""
+    """Build a SeZM :class:`~mdband.potential.Potential` of ``config`` with random weights.
+
+    The weights come from :func:`~mdband.model.factory.initialise_weights`; for tests, examples
+    and benchmarks.
+    """
     model = build_sezm(config, None, {"rotation_layout": rotation_layout})
     initialise_weights(model, seed, gain)
     return sezm_potential(config, model, device, dtype)
 
 
 def sezm_potential(config: dict, model, device="cpu", dtype="float64") -> Potential:
-    """A :class:`~mdband.potential.Potential` of the SeZM network ``model`` built from
-    ``config`` (random or given weights: metadata source "random")."""
+    """Wrap the SeZM network ``model`` built from ``config`` in a Potential.
+
+    The result is a :class:`~mdband.potential.Potential` (random or given weights: metadata
+    source "random").
+    """
     cfg = SeZMConfig.from_dict(config)
     return Potential(
         model,
