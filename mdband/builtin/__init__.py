@@ -28,7 +28,7 @@ def builtin_path(name: str) -> Path:
 
 
 def model_card(name: str) -> str:
-    """The model card (markdown) of the built-in model ``name``."""
+    """Return the model card (markdown) of the built-in model ``name`` ("" when it has none)."""
     builtin_path(name)
     card = _HERE / f"{name}.md"
     return card.read_text(encoding="utf-8") if card.is_file() else ""

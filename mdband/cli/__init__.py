@@ -25,8 +25,11 @@ _SUBCOMMANDS = {
 
 
 class _LazyGroup(click.Group):
-    """Subcommands imported when named. Whatever a command does not report itself ends as one
-    line: SIGINT/SIGTERM (KeyboardInterrupt) exit code 130, out of memory exit code 4."""
+    """The ``mdband`` group, its subcommands imported when named.
+
+    Whatever a command does not report itself ends as one line: SIGINT/SIGTERM
+    (KeyboardInterrupt) exit code 130, out of memory exit code 4.
+    """
 
     def invoke(self, ctx):
         try:

@@ -1,3 +1,5 @@
+"""``python -m mdband.cli``: the ``mdband`` command, through the console script's launcher."""
+
 import sys
 
 from mdband_launcher import main

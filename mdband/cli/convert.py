@@ -1,5 +1,8 @@
-"""``mdband convert IN OUT``: a model (deepmd-kit SeZM checkpoint, mdband file, builtin:NAME) to
-an mdband model file (``OUT.mdband``) or a deepmd-kit training checkpoint (``OUT.pt``)."""
+"""``mdband convert IN OUT``: convert a model to an mdband model file or a deepmd-kit checkpoint.
+
+IN is a deepmd-kit SeZM checkpoint, an mdband file or builtin:NAME; OUT an mdband model file
+(``OUT.mdband``) or a deepmd-kit training checkpoint (``OUT.pt``).
+"""
 
 from __future__ import annotations
 
@@ -34,10 +37,13 @@ from mdband.cli.common import fail_on_user_error, user_error
 )
 @fail_on_user_error
 def command(src, dst, fmt, precision, head, overwrite, device):
-    """Convert the model SRC into DST: an mdband model file (DST.mdband, or --to mdband) or a
-    deepmd-kit training checkpoint (DST.pt, or --to deepmd) that deepmd-kit's DeepPot,
-    `dp --pt test` and `dp --pt freeze` read with the same numbers. A DST named .pt is always
-    a deepmd-kit checkpoint."""
+    """Convert the model SRC into DST: an mdband model file or a deepmd-kit checkpoint.
+
+    DST is an mdband model file (DST.mdband, or --to mdband) or a deepmd-kit training
+    checkpoint (DST.pt, or --to deepmd) that deepmd-kit's DeepPot, `dp --pt test` and
+    `dp --pt freeze` read with the same numbers. A DST named .pt is always a deepmd-kit
+    checkpoint.
+    """
     from mdband.io.files import claim_outputs
     from mdband.io.model_output import output_model_format
     from mdband.loader import load_model

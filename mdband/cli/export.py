@@ -1,5 +1,8 @@
-"""``mdband export TRAJ OUT``: frames of an mdband H5MD trajectory to the formats of ASE and of
-dpdata (deepmd-kit systems, LAMMPS dumps), with energies, forces and virials/stress."""
+"""``mdband export TRAJ OUT``: frames of an mdband H5MD trajectory to ASE and dpdata formats.
+
+The dpdata formats are deepmd-kit systems and LAMMPS dumps; the frames keep their energies,
+forces and virials/stress.
+"""
 
 from __future__ import annotations
 
@@ -62,11 +65,13 @@ def _writer_format(out: str, fmt: str | None) -> str:
 @click.option("--overwrite", is_flag=True, help="Replace OUT if it exists.")
 @fail_on_user_error
 def command(traj, out, every, frame, fmt, type_map, wrap, overwrite):
-    """Write frames of the H5MD trajectory TRAJ to OUT, with energy, forces and the potential
-    virial (stress for ASE formats) where the format holds them: any format ASE writes
-    (extxyz, traj, xyz, vasp, lammps-data, ...), a deepmd-kit system (deepmd/npy,
-    deepmd/npy/mixed, deepmd/hdf5, deepmd/raw) or a LAMMPS text dump (lammps/dump: the MD steps
-    as timesteps, positions and forces) for DP-GEN and dpgen2.
+    """Write frames of H5MD trajectory TRAJ to OUT in an ASE, deepmd-kit or LAMMPS format.
+
+    Energy, forces and the potential virial (stress for ASE formats) are written where the
+    format holds them. OUT is in any format ASE writes (extxyz, traj, xyz, vasp, lammps-data,
+    ...), a deepmd-kit system (deepmd/npy, deepmd/npy/mixed, deepmd/hdf5, deepmd/raw) or a
+    LAMMPS text dump (lammps/dump: the MD steps as timesteps, positions and forces) for DP-GEN
+    and dpgen2.
     """
     from mdband.io.dpdata_io import WRITE_FORMATS
     from mdband.io.files import claim_outputs
@@ -88,8 +93,11 @@ def command(traj, out, every, frame, fmt, type_map, wrap, overwrite):
 
 
 def _read(traj, every: int, frame: int | None):
-    """The selected frames (labels, virial, step) and the same frames as ASE atoms (velocities,
-    masses, observables); the atoms' calculators carry the stress of the virial."""
+    """Read the selected frames, and the same frames as ASE atoms.
+
+    The frames have labels, virial and step; the atoms velocities, masses and observables,
+    and their calculators carry the stress of the virial.
+    """
     import numpy as np
 
     from mdband.io.h5md_reader import H5MDReader
@@ -140,8 +148,11 @@ def _write_dpdata(traj, frames, out: Path, name: str, type_map, overwrite: bool)
 
 
 def _write_ase(out: Path, images: list, fmt: str, overwrite: bool) -> None:
-    """Write through a temporary file beside ``out``, renamed into place (modes follow the
-    umask): never a half-written OUT."""
+    """Write ``images`` to ``out`` in ASE format ``fmt``, never leaving a half-written OUT.
+
+    The file is written through a temporary file beside ``out``, renamed into place (modes
+    follow the umask).
+    """
     import ase.io
 
     from mdband.io.atomic import atomic_path

@@ -140,8 +140,10 @@ _MODEL_FLAGS = ("channels", "lmax", "n_blocks", "rcut", "n_radial", "mixing_laye
 @click.pass_context
 @fail_on_user_error
 def command(ctx, data, output, init, config_file, quiet, type_map, l_schedule, **flags):
-    """Train a SeZM model on DATA: deepmd-kit systems (npy, npy/mixed, hdf5, raw), LAMMPS
-    dumps with --type-map, VASP OUTCAR/vasprun.xml, extxyz and other ASE files, ASE .db.
+    """Train a SeZM model on DATA: deepmd-kit systems, LAMMPS dumps, VASP or ASE files.
+
+    DATA: deepmd-kit systems (npy, npy/mixed, hdf5, raw), LAMMPS dumps with --type-map, VASP
+    OUTCAR/vasprun.xml, extxyz and other ASE files, ASE .db.
 
     From scratch (architecture from [model] in --config or the model flags), or fine-tune
     --init MODEL keeping its type map. Writes the averaged weights as an mdband model file

@@ -121,7 +121,7 @@ def command(model, head, device, dtype, rotation_layout, as_json):
 
 
 def _bridging(config: dict) -> dict:
-    """The zone bridging of a SeZM config: method and window (Å)."""
+    """Return the zone bridging of a SeZM config: method and window (Å)."""
     from mdband.config import SeZMConfig
 
     cfg = SeZMConfig.from_dict(config)  # the window's defaults are left out of the dict
@@ -145,7 +145,7 @@ def _bridging_text(b: dict) -> str:
 
 
 def _head_lines(pot) -> list[str]:
-    """The heads of a multi-task checkpoint (with aliases), the one evaluated, and the mode."""
+    """List the heads of a multi-task checkpoint (with aliases), the one evaluated, and the mode."""
     from mdband.io.deepmd import describe_heads
 
     lines = []
@@ -168,7 +168,7 @@ def _head_lines(pot) -> list[str]:
 
 
 def _spin_line(pot) -> str:
-    """What a spin model is and what it needs, one line."""
+    """Describe in one line what a spin model is and what it needs."""
     sp = pot.spin
     magnetic = " ".join(sp.magnetic_types(pot.type_map)) or "none"
     line = f"scheme {sp.scheme}, magnetic types {magnetic}"

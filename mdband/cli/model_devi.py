@@ -1,5 +1,8 @@
-"""``mdband model-devi MODELS... --structure FILE``: a committee's deviations over the frames of
-a file, written as deepmd-kit's ``model_devi.out`` (like ``dp model-devi``)."""
+"""``mdband model-devi MODELS... --structure FILE``: a committee's deviations over a file.
+
+The deviations over the frames of the file are written as deepmd-kit's ``model_devi.out``
+(like ``dp model-devi``).
+"""
 
 from __future__ import annotations
 
@@ -114,11 +117,14 @@ def command(
     spin,
     overwrite,
 ):
-    """Evaluate a committee of MODELS (at least two; deepmd-kit SeZM checkpoints, mdband files or
-    builtin:NAME) on every frame of --structure and write the model deviations in the layout of
-    pair_style deepmd's model_devi.out (7 columns, numpy.loadtxt-readable). Every model
-    evaluates the frames in batches; charge/spin models each frame under its own total charge
-    and spin multiplicity (--charge, --spin, else the frame's, else the model's default)."""
+    """Evaluate a committee of MODELS on every frame of --structure; write the deviations.
+
+    MODELS: at least two; deepmd-kit SeZM checkpoints, mdband files or builtin:NAME. The model
+    deviations are written in the layout of pair_style deepmd's model_devi.out (7 columns,
+    numpy.loadtxt-readable). Every model evaluates the frames in batches; charge/spin models
+    each frame under its own total charge and spin multiplicity (--charge, --spin, else the
+    frame's, else the model's default).
+    """
     from mdband.committee import Committee, model_devi_frames
     from mdband.committee.frames import read_frames
     from mdband.io.files import claim_outputs
@@ -163,8 +169,10 @@ def command(
 
 
 def _set_charge_spin(committee, frames, charge, spin) -> None:
-    """``--charge`` / ``--spin`` into every frame's ``info`` (over the file's values); refused
-    when no model of the committee takes them."""
+    """Set ``--charge`` / ``--spin`` in every frame's ``info`` (over the file's values).
+
+    Refused when no model of the committee takes them.
+    """
     given = {k: v for k, v in (("charge", charge), ("spin", spin)) if v is not None}
     if not given:
         return

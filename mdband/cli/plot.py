@@ -1,5 +1,8 @@
-"""``mdband plot TRAJ_OR_LOG -o thermo.png``: energies, temperature, pressure, volume (those
-that vary, or the panels asked for) against time, with target lines and an equilibration cut."""
+"""``mdband plot TRAJ_OR_LOG -o thermo.png``: a run's thermo series against time.
+
+Energies, temperature, pressure, volume (those that vary, or the panels asked for) against
+time, with target lines and an equilibration cut.
+"""
 
 from __future__ import annotations
 
@@ -49,9 +52,11 @@ def command(
     source, output, title, panels, target_temperature, target_pressure, no_targets,
     equilibration, overwrite,
 ):  # fmt: skip
-    """Plot the thermo series of a run against time: energies (potential, kinetic,
-    conserved, relative to their first values) and, of temperature, pressure and volume,
-    those that vary (--panels picks others: density, cell lengths, the pressure tensor).
+    """Plot the thermo series of a run against time.
+
+    Panels: energies (potential, kinetic, conserved, relative to their first values) and, of
+    temperature, pressure and volume, those that vary (--panels picks others: density, cell
+    lengths, the pressure tensor).
 
     TRAJ_OR_LOG is an H5MD trajectory, a CSV log (--log run.csv) or a text log of
     `mdband run`. A trajectory's thermostat temperature and barostat pressure are drawn as

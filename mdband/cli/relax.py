@@ -79,8 +79,10 @@ def command(ctx, **params):
 
 
 def _relax_many(config, quiet: bool) -> None:
-    """Several structures in lockstep (:mod:`mdband.md.relax_batch`); exit code 1 when one of
-    them did not converge (all are written)."""
+    """Relax several structures in lockstep (:mod:`mdband.md.relax_batch`).
+
+    Exit code 1 when one of them did not converge (all are written).
+    """
     from mdband.md.relax_batch import relax_many
 
     res = relax_many(config, logfile=None if quiet else sys.stdout)

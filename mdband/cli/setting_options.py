@@ -19,7 +19,7 @@ _CLICK_TYPES = {"int": int, "float": float, "str": str}
 
 
 def option_for(spec: Spec):
-    """The click option decorator of one setting."""
+    """Return the click option decorator of one setting."""
     if spec.kind == "bool" and not spec.is_list:
         decl = f"{spec.flag}/--no-{spec.flag[2:]}"
         return click.option(decl, spec.name, default=None, help=spec.help_text())
@@ -41,7 +41,7 @@ def option_for(spec: Spec):
 
 
 def setting_options(cls):
-    """Decorator adding one option per setting of dataclass ``cls``, in field order."""
+    """Add one option per setting of dataclass ``cls``, in field order (a decorator)."""
 
     def decorate(fn):
         for spec in reversed(table(cls)):
@@ -52,7 +52,7 @@ def setting_options(cls):
 
 
 def given_settings(ctx: click.Context, cls, params: dict) -> dict:
-    """The settings of ``cls`` typed on the command line (field name -> value)."""
+    """Return the settings of ``cls`` typed on the command line (field name -> value)."""
     out = {}
     for spec in table(cls):
         if ctx.get_parameter_source(spec.name) != ParameterSource.COMMANDLINE:

@@ -108,10 +108,13 @@ def _positive(ctx, param, value):
 @fail_on_user_error
 def command(ctx, data, model, head, numb_test, fmt, type_map, batch_size, batch_atoms,
             detail_file, as_json, device, dtype, memory_budget, threads, overwrite):  # fmt: skip
-    """Test MODEL on the labelled frames of DATA (deepmd-kit systems or directories of them,
-    deepmd/hdf5, VASP outputs, extxyz, ASE databases, mdband H5MD, any ase.io.read file): the
-    energy, force and virial MAE and RMSE of every system and their weighted average, in the
-    layout and units of deepmd-kit's dp test. Frames are evaluated in batches."""
+    """Test MODEL on the labelled frames of DATA: energy, force, virial errors as dp test.
+
+    DATA: deepmd-kit systems or directories of them, deepmd/hdf5, VASP outputs, extxyz, ASE
+    databases, mdband H5MD, any ase.io.read file. Reported are the energy, force and virial MAE
+    and RMSE of every system and their weighted average, in the layout and units of
+    deepmd-kit's dp test. Frames are evaluated in batches.
+    """
     from mdband.loader import load_model
     from mdband.model_test import read_test_systems, report_text, run_test
     from mdband.model_test.details import check_detail_files

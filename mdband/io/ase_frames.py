@@ -1,7 +1,9 @@
-"""Frames of ASE files and ASE databases: anything ``ase.io.read`` understands (extxyz, ...)
-and ``.db`` files, with the labels ASE attached (a single-point calculator) or stored under
-``atoms.info`` / ``atoms.arrays`` keys, the MD step of ``info["step"]`` (mdband's exports) and
-the total charge and spin multiplicity of ``info["charge"]`` / ``info["spin"]``.
+"""Frames of ASE files and ASE databases.
+
+Read are anything ``ase.io.read`` understands (extxyz, ...) and ``.db`` files, with the labels
+ASE attached (a single-point calculator) or stored under ``atoms.info`` / ``atoms.arrays``
+keys, the MD step of ``info["step"]`` (mdband's exports) and the total charge and spin
+multiplicity of ``info["charge"]`` / ``info["spin"]``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ def _first_key(mapping, keys, wanted: str | None):
 
 
 def _label(mapping, results: dict, keys, result_name: str, wanted: str | None):
-    """An explicit key is looked up in ``mapping`` then in the calculator's results; without
-    one, the calculator's result comes first, then the usual ``mapping`` keys."""
+    """Look up one label (energy, forces, virial ...) of a frame.
+
+    An explicit key is looked up in ``mapping`` then in the calculator's results; without one,
+    the calculator's result comes first, then the usual ``mapping`` keys.
+    """
     if wanted is not None:
         value = mapping.get(wanted)
         return results.get(wanted) if value is None else value
@@ -48,7 +53,7 @@ def frame_from_atoms(
     *,
     labelled: bool = True,
 ) -> Frame:
-    """A :class:`Frame` from an ``ase.Atoms``; energy and forces from its calculator or keys.
+    """Build a :class:`Frame` of an ``ase.Atoms``: energy and forces from its calculator or keys.
 
     With ``labelled`` (the default) a frame without energy or forces is a
     :class:`DatasetError`; without, it simply has none.

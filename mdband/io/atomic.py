@@ -77,8 +77,10 @@ def temp_files(path) -> list[Path]:
 
 
 def clean_stale_temps(path) -> list[Path]:
-    """Remove the temporary files of killed writers of ``path`` (call it holding the file's
-    lock, see :mod:`mdband.io.locks`); returns what was removed."""
+    """Remove the temporary files of killed writers of ``path``; returns what was removed.
+
+    Call it holding the file's lock, see :mod:`mdband.io.locks`.
+    """
     removed = []
     for p in temp_files(path):
         try:
@@ -95,7 +97,7 @@ _DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded", "File too l
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """True for an ``OSError`` (or an HDF5 error quoting one) that means the disk is full."""
+    """Tell whether ``exc`` is an ``OSError`` (or an HDF5 error quoting one) for a full disk."""
     if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
         return True
     text = str(exc)
@@ -105,7 +107,7 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 def no_space_left(directory) -> bool:
-    """True when the file system holding ``directory`` has no block left for this user."""
+    """Tell whether the file system holding ``directory`` has no block left for this user."""
     try:
         st = os.statvfs(directory)
     except OSError:

@@ -72,6 +72,7 @@ class Checkpoint:
 
     @property
     def velocities(self) -> np.ndarray:
+        """Velocities (N, 3): the momenta divided by the masses."""
         return self.momenta / self.masses[:, None]
 
 

@@ -81,8 +81,10 @@ _DORMANT_SPIN = (
 
 
 def migrate_spin_1_1(cfg, sd: dict[str, torch.Tensor]):
-    """deepmd-kit's descriptor 1.1 -> 1.2 migration of native spin weights, in place on ``sd``;
-    returns the config at version 1.2 (other configs unchanged).
+    """Migrate native spin weights from descriptor 1.1 to 1.2, as deepmd-kit does.
+
+    The migration is in place on ``sd``; returns the config at version 1.2 (other configs
+    unchanged).
 
     Version 1.2 applies the env-seed spin gate to the quadratic form, not to the spin channels:
     a 1.1 ``spin_scale`` is squared. A model without magnetic types has its dormant spin
@@ -125,9 +127,12 @@ def describe_heads(table: dict[str, list[str]]) -> str:
 
 
 def resolve_head(table: dict[str, list[str]], head: str | None, path) -> str:
-    """The head deepmd-kit's DeepPot evaluates for ``head``: a head's name or one of its
-    aliases, matched exactly, else case-insensitively (the first match); none given: the head
-    aliased ``Default``, and without one the choice is the user's."""
+    """Return the head deepmd-kit's DeepPot evaluates for ``head``.
+
+    ``head`` is a head's name or one of its aliases, matched exactly, else case-insensitively
+    (the first match); none given: the head aliased ``Default``, and without one the choice is
+    the user's.
+    """
     names = {}  # deepmd-kit's order: each head, then its aliases (decides "the first match")
     for name, aliases in table.items():
         names.update({key: name for key in (name, *aliases)})
@@ -146,7 +151,7 @@ def resolve_head(table: dict[str, list[str]], head: str | None, path) -> str:
 
 
 def unwrap_bridged_composition(params: dict) -> dict:
-    """A DPA4 model section from deepmd-kit's canonical spelling of a bridged model.
+    """Return a DPA4 model section from deepmd-kit's canonical spelling of a bridged model.
 
     deepmd-kit expands ``bridging_method`` into ``{"type": "linear_ener", "weights": "sum",
     "models": [<dpa4 model>, {"type": "inner_potential", "mode", "r_inner", "r_outer"}]}`` and
@@ -197,8 +202,11 @@ def _select_branch(model_sd: dict, head: str | None, path) -> tuple[dict, str, d
 
 
 class ImportedCheckpoint(NamedTuple):
-    """What :func:`import_deepmd_checkpoint` reads: the model file's parts and its metadata
-    (``head``: the head evaluated, ``heads``: every head with its aliases, multi-task only)."""
+    """What :func:`import_deepmd_checkpoint` reads: the model file's parts and its metadata.
+
+    In the metadata, ``head``: the head evaluated, ``heads``: every head with its aliases,
+    multi-task only.
+    """
 
     kind: str
     type_map: list[str]
@@ -209,8 +217,10 @@ class ImportedCheckpoint(NamedTuple):
 
 
 def import_deepmd_checkpoint(obj: dict, path, head: str | None = None) -> ImportedCheckpoint:
-    """The parts of a model file for a deepmd-kit checkpoint (``head``: a head or alias of a
-    multi-task one; see :func:`resolve_head`)."""
+    """Return the parts of a model file for a deepmd-kit checkpoint.
+
+    ``head``: a head or alias of a multi-task one; see :func:`resolve_head`.
+    """
     model_sd = obj.get("model")
     if not isinstance(model_sd, dict) or "_extra_state" not in model_sd:
         raise ModelFileError(

@@ -226,18 +226,21 @@ _DESCRIPTOR_ORDER = (
 
 # ---------------------------------------------------------------------------- buffers
 def degree_index(lmax: int) -> torch.Tensor:
-    """The degree l of every coefficient of the packed (l, m) layout."""
+    """Return the degree l of every coefficient of the packed (l, m) layout."""
     return torch.tensor([l for l in range(lmax + 1) for _ in range(2 * l + 1)], dtype=torch.long)
 
 
 def m_major_degree_index(lmax: int) -> torch.Tensor:
-    """The degree l of every row of the m-major layout with |m| <= 1 (m=0, then m=-1, m=+1)."""
+    """Return the degree l of every row of the m-major layout with |m| <= 1.
+
+    The rows are m=0, then m=-1, then m=+1.
+    """
     rows = list(range(lmax + 1)) + list(range(1, lmax + 1)) * 2
     return torch.tensor(rows, dtype=torch.long)
 
 
 def _mixer_indices(lmax: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The radial degree mixer's compact -> dense (out, in) scatter indices (|m| <= 1)."""
+    """Return the radial degree mixer's compact -> dense (out, in) scatter indices (|m| <= 1)."""
     dim = (lmax + 1) + 2 * lmax
     compact, dense = [], []
 
@@ -269,8 +272,11 @@ def _module_lmax(name: str, cfg: SeZMConfig) -> int:
 
 
 def derived_buffers(cfg: SeZMConfig, state: dict, dtype) -> dict[str, torch.Tensor]:
-    """The buffers deepmd-kit derives from the config, by the names of ``state`` (mdband's
-    state dict) and the config: see the module docstring."""
+    """Return the buffers deepmd-kit derives from the config.
+
+    They are named by the names of ``state`` (mdband's state dict) and the config: see the
+    module docstring.
+    """
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         module, _, leaf = key.rpartition(".")
@@ -318,7 +324,9 @@ _SO3_LINEARS = ("so3_linear_1", "so3_linear_2", "pre_focus_mix", "post_focus_mix
 
 
 def deepmd_checkpoint(potential, precision: str | None = None) -> dict:
-    """The deepmd-kit training checkpoint of a SeZM ``potential`` (a dict for ``torch.save``).
+    """Build the deepmd-kit training checkpoint of a SeZM ``potential``.
+
+    The checkpoint is a dict for ``torch.save``.
 
     ``precision`` (``"float32"``/``"float64"``) defaults to the dtype of the model's weights.
     """

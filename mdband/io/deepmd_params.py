@@ -32,8 +32,11 @@ _BASES = ("bessel", "gaussian", "bessel/fix", "gaussian/fix")
 
 @dataclass(frozen=True)
 class Key:
-    """Status of one key: ``implemented`` / ``inert`` / ``refused``; ``default`` is the one
-    value a refused key accepts; ``covered`` the parity fixtures of an implemented key."""
+    """Status of one key: ``implemented`` / ``inert`` / ``refused``.
+
+    ``default`` is the one value a refused key accepts; ``covered`` the parity fixtures of an
+    implemented key.
+    """
 
     status: str
     default: object = None
@@ -193,31 +196,35 @@ def _is_int(v) -> bool:
 
 
 def read_bool(name: str, v) -> bool:
+    """Return ``v`` when it is a bool; raise :class:`UnsupportedModelError` for key ``name``."""
     if not isinstance(v, bool):
         _bad(name, v, "expected true or false")
     return v
 
 
 def read_int(name: str, v, lo: int = 0) -> int:
+    """Return ``v`` when it is an integer (not a bool) >= ``lo``; raise otherwise."""
     if not _is_int(v) or v < lo:
         _bad(name, v, f"expected an integer >= {lo}")
     return v
 
 
 def read_float(name: str, v) -> float:
+    """Return number ``v`` (an int or a float, not a bool) as a float; raise otherwise."""
     if not (_is_int(v) or isinstance(v, float)):
         _bad(name, v, "expected a number")
     return float(v)
 
 
 def read_str(name: str, v, choices: tuple[str, ...]) -> str:
+    """Return string ``v`` lower-cased when it is one of ``choices`` (case-insensitive)."""
     if not isinstance(v, str) or v.lower() not in choices:
         _bad(name, v, f"expected one of {list(choices)}")
     return v.lower()
 
 
 def read_list(name: str, v, item, n: int | None = None) -> tuple:
-    """A list (never a scalar) of ``n`` items (any length when None), each read by ``item``."""
+    """Read a list (never a scalar) of ``n`` items (any length when None), each by ``item``."""
     if not isinstance(v, (list, tuple)) or (n is not None and len(v) != n):
         _bad(name, v, f"expected a list of {n if n is not None else 'one or more'} items")
     if n is None and not v:
@@ -230,7 +237,7 @@ def read_list(name: str, v, item, n: int | None = None) -> tuple:
 
 
 def read_scalar_or_list(name: str, v, item, n: int) -> tuple:
-    """A scalar (broadcast to ``n``) or a list of exactly ``n`` items."""
+    """Read a scalar (broadcast to ``n``) or a list of exactly ``n`` items."""
     if isinstance(v, (list, tuple)):
         return read_list(name, v, item, n)
     return (item(name, v),) * n
@@ -263,8 +270,11 @@ def _same(value, default) -> bool:
 
 # ----------------------------------------------------------------------------- the mapping
 def _env_exp(v) -> tuple[int, int]:
-    """[rbf, edge] exponents; one integer p (deepmd-kit after 3.2.0: the 2026-09 presets) is one
-    envelope, on the messages: (0, p), 0 meaning no envelope on the radial basis."""
+    """Read ``env_exp`` as the [rbf, edge] exponents.
+
+    One integer p (deepmd-kit after 3.2.0: the 2026-09 presets) is one envelope, on the
+    messages: (0, p), 0 meaning no envelope on the radial basis.
+    """
     if _is_int(v):
         return 0, read_int("env_exp", v, 1)
     rbf, edge = read_list("env_exp", v, read_int, 2)
@@ -281,8 +291,11 @@ def _edge_norm(v) -> bool | tuple[bool, bool, bool]:
 
 
 def _lebedev(v) -> tuple[bool, bool]:
-    """[so2, ffn]; the so2 entry only matters for the SO(2) S2 grids (node_wise_s2,
-    message_node_s2, s2_activation[0]), which are refused by their own keys."""
+    """Read ``lebedev_quadrature`` as [so2, ffn].
+
+    The so2 entry only matters for the SO(2) S2 grids (node_wise_s2, message_node_s2,
+    s2_activation[0]), which are refused by their own keys.
+    """
     return read_scalar_or_list("lebedev_quadrature", v, read_bool, 2)
 
 
@@ -399,9 +412,12 @@ def config_from_deepmd(model_params: dict, version: float, active_mode: str = "e
 
 
 def bridging_from_deepmd(model_params: dict) -> dict:
-    """The bridging fields of :class:`SeZMConfig`: deepmd-kit reads ``bridging_method``
-    case-insensitively ("none" disables it; its pt backend builds only "zbl") and the window
-    ``bridging_r_inner`` / ``bridging_r_outer`` (defaults 0.5 and 0.8 Å)."""
+    """Return the bridging fields of :class:`SeZMConfig` from deepmd-kit model parameters.
+
+    deepmd-kit reads ``bridging_method`` case-insensitively ("none" disables it; its pt backend
+    builds only "zbl") and the window ``bridging_r_inner`` / ``bridging_r_outer`` (defaults
+    0.5 and 0.8 Å).
+    """
     method = read_str("model.bridging_method", model_params.get("bridging_method", "None"),
                       ("none", "zbl"))  # fmt: skip
     r_in = read_float("model.bridging_r_inner", model_params.get("bridging_r_inner", 0.5))
@@ -417,12 +433,15 @@ _SPIN_INERT = ("spin_norm", "virtual_len")  # TensorFlow only
 
 
 def spin_from_deepmd(model_params: dict) -> SpinConfig | None:
-    """The :class:`~mdband.config.SpinConfig` of ``model_params["spin"]`` (None: no spin
-    section), read as deepmd-kit's ``get_sezm_spin_model`` reads it: ``scheme`` native or
-    deepspin (the default), ``use_spin`` as one bool per type, type indices or element names,
-    deepspin's ``virtual_scale`` as one number, one per type or one per magnetic type.
+    """Return the :class:`~mdband.config.SpinConfig` of ``model_params["spin"]``.
+
+    None when there is no spin section. The section is read as deepmd-kit's
+    ``get_sezm_spin_model`` reads it: ``scheme`` native or deepspin (the default),
+    ``use_spin`` as one bool per type, type indices or element names, deepspin's
+    ``virtual_scale`` as one number, one per type or one per magnetic type.
     ``allow_missing_label`` (training data) and the TensorFlow-only ``spin_norm`` /
-    ``virtual_len`` are not read; any other key is refused."""
+    ``virtual_len`` are not read; any other key is refused.
+    """
     spin = model_params.get("spin")
     if spin is None:
         return None

@@ -58,6 +58,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def is_element(name: str) -> bool:
+    """Tell whether ``name`` is a chemical element symbol (the placeholder "X" is not one)."""
     return name in atomic_numbers and name != "X"
 
 
@@ -66,8 +67,11 @@ CHARGE_SPIN = "charge_spin"
 
 
 def register_charge_spin() -> None:
-    """Teach dpdata the optional per-frame ``charge_spin`` data of deepmd-kit systems (dpdata's
-    way to add a data type, as it adds spins itself); every deepmd format reads and writes it."""
+    """Teach dpdata the optional per-frame ``charge_spin`` data of deepmd-kit systems.
+
+    This is dpdata's way to add a data type, as it adds spins itself; every deepmd format
+    reads and writes it.
+    """
     import dpdata
     from dpdata.data_type import Axis, DataType
 
@@ -82,8 +86,10 @@ def register_charge_spin() -> None:
 def element_names(
     names, types, source: str, type_map=None, default_type_map=None, notes=None
 ) -> list[str]:
-    """The element of every type of a system whose types are called ``names`` (see the
-    module docstring for the rule); ``types`` are the type indices of its atoms."""
+    """Return the element of every type of a system whose types are called ``names``.
+
+    See the module docstring for the rule; ``types`` are the type indices of its atoms.
+    """
     names = [str(n) for n in names]
     used = sorted({int(t) for t in np.asarray(types).reshape(-1)})
     if all(is_element(names[t]) for t in used):
@@ -166,7 +172,7 @@ def _has_labels(path: Path, fmt: str) -> bool:
 
 
 def _hdf5_systems(path: Path) -> list[tuple[str, bool]]:
-    """The systems of a deepmd/hdf5 file: (group, labelled) for every group with type.raw."""
+    """List the systems of a deepmd/hdf5 file: (group, labelled) for every group with type.raw."""
     import h5py
 
     found = []
@@ -187,7 +193,7 @@ def _hdf5_systems(path: Path) -> list[tuple[str, bool]]:
 
 
 def step_numbers_of_dump(path) -> list[int]:
-    """The ``ITEM: TIMESTEP`` value of every frame of a LAMMPS text dump, in order."""
+    """Return the ``ITEM: TIMESTEP`` value of every frame of a LAMMPS text dump, in order."""
     steps = []
     with open(path, errors="replace") as fh:
         take = False
@@ -250,8 +256,10 @@ def read_dpdata(path, fmt: str, *, type_map=None, default_type_map=None, notes=N
 
 # ---------------------------------------------------------------------------- writing
 def _system_data(frames: list[Frame], type_map: list[str]) -> tuple[dict, bool]:
-    """dpdata's data dict of ``frames`` (same atoms in the same order) and whether every frame
-    has energy and forces."""
+    """Return dpdata's data dict of ``frames`` and whether every frame has energy and forces.
+
+    The frames must have the same atoms in the same order.
+    """
     species = frames[0].species
     if any(f.species != species for f in frames):
         raise DatasetError("the frames do not all have the same atoms in the same order")
@@ -284,8 +292,10 @@ def _system_data(frames: list[Frame], type_map: list[str]) -> tuple[dict, bool]:
 
 
 def dpdata_system(frames: list[Frame], type_map: list[str]):
-    """A ``dpdata.LabeledSystem`` of ``frames`` (a ``dpdata.System`` when a frame has no
-    energy or forces); types numbered by ``type_map``."""
+    """Return a ``dpdata.LabeledSystem`` of ``frames``, types numbered by ``type_map``.
+
+    A ``dpdata.System`` when a frame has no energy or forces.
+    """
     import dpdata
 
     register_charge_spin()
@@ -294,7 +304,7 @@ def dpdata_system(frames: list[Frame], type_map: list[str]):
 
 
 def _dump_text(system, steps: list[int], with_forces: bool) -> str:
-    """A LAMMPS text dump of every frame (dpdata's box convention), with forces if known."""
+    """Format a LAMMPS text dump of every frame (dpdata's box convention), forces if known."""
     from dpdata.formats.lammps.dump import box2dumpbox
 
     data = system.data
@@ -351,9 +361,11 @@ def write_dpdata(frames: list[Frame], out, fmt: str, type_map: list[str], *, rep
 
 
 def _write_directory(system, out: Path, fmt: str, replace: bool) -> None:
-    """A deepmd-kit system directory written beside ``out`` and renamed into place; an
-    existing ``out`` is moved aside first with ``replace`` (and put back if the new one cannot
-    take its place), else :class:`FileExistsError`."""
+    """Write a deepmd-kit system directory beside ``out`` and rename it into place.
+
+    An existing ``out`` is moved aside first with ``replace`` (and put back if the new one
+    cannot take its place), else :class:`FileExistsError`.
+    """
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     old = tmp / "old"
     try:

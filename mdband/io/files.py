@@ -41,15 +41,17 @@ class OutputPathError(MdbandError, ValueError):
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """The file a path reaches: ``resolved`` (links followed) and ``(device, inode)`` when it
-    exists."""
+    """The file a path reaches.
+
+    ``resolved``: the path with links followed; ``inode``: ``(device, inode)`` when it exists.
+    """
 
     resolved: Path
     inode: tuple[int, int] | None
 
 
 def identity(path) -> FileIdentity:
-    """:class:`FileIdentity` of ``path`` (which need not exist)."""
+    """Return the :class:`FileIdentity` of ``path`` (which need not exist)."""
     path = Path(path)
     try:
         st = path.stat()
@@ -60,14 +62,17 @@ def identity(path) -> FileIdentity:
 
 
 def same_file(a, b) -> bool:
-    """True when ``a`` and ``b`` reach one file: the same resolved path, or (both existing)
-    the same device and inode (hard links)."""
+    """Tell whether ``a`` and ``b`` reach one file.
+
+    They do with the same resolved path, or (both existing) the same device and inode (hard
+    links).
+    """
     ia, ib = identity(a), identity(b)
     return ia.resolved == ib.resolved or (ia.inode is not None and ia.inode == ib.inode)
 
 
 def exists(path) -> bool:
-    """True when anything stands at ``path``: a file, or a link even when dangling."""
+    """Tell whether anything stands at ``path``: a file, or a link even when dangling."""
     return os.path.lexists(path)
 
 
@@ -164,9 +169,12 @@ def claim_outputs(
     exists_error: type[Exception] = OutputExistsError,
     folders: tuple[str, ...] = (),
 ):
-    """Check ``outputs`` (:func:`check_outputs`), lock them (:mod:`mdband.io.locks`) and,
-    under the locks, refuse an existing one unless ``overwrite``; returns the
-    :class:`~mdband.io.locks.OutputLocks` (the caller releases them)."""
+    """Check ``outputs`` (:func:`check_outputs`), lock them and refuse existing ones.
+
+    The locks are those of :mod:`mdband.io.locks`; under them an existing output is refused
+    unless ``overwrite``. Returns the :class:`~mdband.io.locks.OutputLocks` (the caller
+    releases them).
+    """
     from mdband.io.locks import OutputLocks
 
     check_outputs(outputs, inputs, error=error, verb=verb, folders=folders)

@@ -42,6 +42,7 @@ class Frame:
 
     @property
     def n_atoms(self) -> int:
+        """Number of atoms."""
         return int(self.positions.shape[0])
 
     @property
@@ -50,9 +51,12 @@ class Frame:
         return self.energy is not None and self.forces is not None
 
     def to_atoms(self):
-        """The frame as :class:`ase.Atoms`; labels on a single-point calculator (stress from
-        the virial of a periodic frame), the step in ``info["step"]``, the total charge and
-        spin multiplicity in ``info["charge"]`` and ``info["spin"]``."""
+        """Return the frame as :class:`ase.Atoms`.
+
+        Labels go on a single-point calculator (stress from the virial of a periodic frame),
+        the step in ``info["step"]``, the total charge and spin multiplicity in
+        ``info["charge"]`` and ``info["spin"]``.
+        """
         from ase import Atoms
         from ase.calculators.singlepoint import SinglePointCalculator
 
@@ -81,8 +85,11 @@ def elements_of(frames: list[Frame]) -> list[str]:
 
 
 def check_labelled(frames: list[Frame]) -> list[Frame]:
-    """``frames`` if every one has finite energy and forces (and a finite virial where it has
-    one); :class:`DatasetError` naming the first that does not."""
+    """Return ``frames`` if every one has finite energy and forces.
+
+    A frame with a virial needs a finite one too; :class:`DatasetError` names the first frame
+    that does not pass.
+    """
     for f in frames:
         if f.n_atoms == 0:
             raise DatasetError(f"{f.source}: frame has no atoms")

@@ -83,7 +83,7 @@ def _rows_inside(ds: h5py.Dataset, size: int) -> int:
 
 
 def readable_frames(f: h5py.File, size: int) -> tuple[int, np.ndarray]:
-    """Number of complete frames and their steps (``particles/all/position/step``)."""
+    """Return the number of complete frames and their steps (``particles/all/position/step``)."""
     series = [obj for _, kind, obj in _objects(f) if kind == "dataset" and _is_series(obj)]
     n = min([_rows_inside(ds, size) for ds in series], default=0)
     step_name = "particles/all/position/step"
@@ -144,8 +144,11 @@ def copy_frames(src: h5py.File, dst: h5py.File, n_keep: int, progress=None) -> N
 
 
 def copy_file(src_path, dst_path, through_step: int | None = None, progress=None):
-    """Copy the complete frames (steps <= ``through_step``) of ``src_path`` to ``dst_path``
-    (None: only count). Returns ``(frames kept, last kept step or None, frames readable)``."""
+    """Copy the complete frames (steps <= ``through_step``) of ``src_path`` to ``dst_path``.
+
+    ``dst_path`` None: only count. Returns ``(frames kept, last kept step or None, frames
+    readable)``.
+    """
     size = os.path.getsize(src_path)
     src, _ = open_for_reading(src_path)
     try:

@@ -189,6 +189,7 @@ class H5MDWriter:
 
     @property
     def last_step(self) -> int | None:
+        """Step of the last frame appended (written or pending), None before the first one."""
         return self._pending[-1].step if self._pending else self._last
 
     @property
@@ -198,8 +199,11 @@ class H5MDWriter:
 
     @classmethod
     def create(cls, path, header: TrajectoryHeader, **kw) -> H5MDWriter:
-        """Start a new file at ``path``; an old file there is replaced once the new one is
-        complete (atomic rename; the mode follows the umask)."""
+        """Start a new file at ``path``.
+
+        An old file there is replaced once the new one is complete (atomic rename; the mode
+        follows the umask).
+        """
         path = Path(path)
         if header.force_unit not in FORCE_UNITS:
             raise TrajectoryError(f"force unit must be one of {list(FORCE_UNITS)}")
@@ -287,18 +291,23 @@ class H5MDWriter:
             self.flush()
 
     def __enter__(self) -> H5MDWriter:
+        """Return the writer itself."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the writer (see :meth:`close`)."""
         self.close()
 
 
 def check_series(f: h5py.File, path) -> None:
-    """Raise :class:`TrajectoryError` unless every per-frame dataset of ``f`` has the dtype and
-    shape the writer appends (so a resumed run never writes values truncated or rounded into a
-    dataset replaced meanwhile): position, velocity and force in the file's precision
-    (``parameters/mdband/precision``) with (N, 3) per frame, box edges float64 (3, 3), image
-    flags int32 (N, 3), the observables float64 of their shapes, integer steps, float times."""
+    """Raise :class:`TrajectoryError` unless the per-frame datasets of ``f`` fit the writer.
+
+    Every per-frame dataset must have the dtype and shape the writer appends (so a resumed run
+    never writes values truncated or rounded into a dataset replaced meanwhile): position,
+    velocity and force in the file's precision (``parameters/mdband/precision``) with (N, 3)
+    per frame, box edges float64 (3, 3), image flags int32 (N, 3), the observables float64 of
+    their shapes, integer steps, float times.
+    """
     part = f[PARTICLES]
     n = int(part["species"].shape[0]) if "species" in part else None
     params = f["parameters/mdband"].attrs if "parameters/mdband" in f else {}
@@ -340,12 +349,12 @@ def _open_for_append(path: Path) -> h5py.File:
 
 
 def _observables_in(f: h5py.File) -> list[str]:
-    """The observables of the file (the committee's deviations only where it has them)."""
+    """List the observables of the file (the committee's deviations only where it has them)."""
     return [k for k in (*OBSERVABLES, *MODEL_DEVI_OBSERVABLES) if f"observables/{k}" in f]
 
 
 def _series(f: h5py.File, observables: list[str]) -> list[h5py.Dataset]:
-    """The datasets of one frame in write order: values first, ``time`` and ``step`` last."""
+    """Return the datasets of one frame in write order: values first, ``time``, ``step`` last."""
     part = f[PARTICLES]
     out = [part[f"{name}/value"] for name in PARTICLE_UNITS]
     out.append(part["box/edges/value"])
@@ -356,8 +365,11 @@ def _series(f: h5py.File, observables: list[str]) -> list[h5py.Dataset]:
 
 
 def _write_batch(path: Path, frames: list[Frame], row: int, force_factor, observables, pbc) -> None:
-    """Append ``frames`` at ``row``; ``pbc`` None: the file has no image flags (positions are
-    written as they are), else positions are folded along its periodic axes."""
+    """Append ``frames`` at ``row``.
+
+    ``pbc`` None: the file has no image flags (positions are written as they are), else
+    positions are folded along its periodic axes.
+    """
     if pbc is None:
         positions, images = [fr.positions for fr in frames], []
     else:
@@ -391,7 +403,7 @@ def _write_batch(path: Path, frames: list[Frame], row: int, force_factor, observ
 
 
 def _observable(frame: Frame, name: str):
-    """The frame's value of an observable (NaN of its shape when the frame has none)."""
+    """Return the frame's value of an observable (NaN of its shape when the frame has none)."""
     value = frame.observables.get(name)
     shape = {**OBSERVABLES, **MODEL_DEVI_OBSERVABLES}[name][1]
     return np.full(shape, np.nan) if value is None else value
@@ -415,8 +427,10 @@ def _truncate(datasets: list[h5py.Dataset], rows: int) -> None:
 
 
 def _drop_after(path: Path, through_step: int) -> None:
-    """Drop the frames after ``through_step`` of a clean file, in place (and the rows of a
-    batch that failed without being rolled back)."""
+    """Drop the frames after ``through_step`` of a clean file, in place.
+
+    Also drops the rows of a batch that failed without being rolled back.
+    """
     with h5py.File(path, "r") as f:
         steps = f[f"{PARTICLES}/position/step"][()]
         observables = _observables_in(f)

@@ -72,13 +72,17 @@ class TrajectoryHeader:
 
     @property
     def n_atoms(self) -> int:
+        """Number of atoms."""
         return int(len(self.species))
 
 
 @dataclass
 class Frame:
-    """One frame: Å, Å/ps, eV/Å (converted to the file's force unit), ps, cell rows in Å;
-    observables in the units of :data:`OBSERVABLES`."""
+    """One frame of a trajectory.
+
+    Units: Å, Å/ps, eV/Å (converted to the file's force unit), ps, cell rows in Å; observables
+    in the units of :data:`OBSERVABLES`.
+    """
 
     step: int
     time: float

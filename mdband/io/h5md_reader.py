@@ -68,6 +68,10 @@ class H5MDReader:
     # ------------------------------------------------------------------ fixed data
     @property
     def n_frames(self) -> int:
+        """Number of complete frames: those every per-frame dataset holds.
+
+        In a recovered file, at most the number of frames the recovery check found.
+        """
         n = self._part["position/step"].shape[0]
         n = min(n, self._part["position/time"].shape[0])
         names = [*PARTICLE_UNITS, *(["image"] if "image" in self._part else [])]
@@ -75,22 +79,27 @@ class H5MDReader:
         return int(n if self._limit is None else min(n, self._limit))
 
     def __len__(self) -> int:
+        """Return the number of complete frames."""
         return self.n_frames
 
     @property
     def n_atoms(self) -> int:
+        """Number of atoms."""
         return int(self._part["species"].shape[0])
 
     @property
     def species(self) -> np.ndarray:
+        """Atomic numbers of the atoms (``particles/all/species``)."""
         return self._part["species"][()]
 
     @property
     def masses(self) -> np.ndarray:
+        """Masses of the atoms (``particles/all/mass``)."""
         return self._part["mass"][()]
 
     @property
     def pbc(self) -> np.ndarray:
+        """Periodicity of the three box directions (True where the boundary is periodic)."""
         boundary = self._part["box"].attrs["boundary"]
         return np.array([_text(b) == "periodic" for b in boundary])
 
@@ -104,16 +113,19 @@ class H5MDReader:
 
     @property
     def parameters(self) -> dict:
+        """Run parameters recorded by the writer (``parameters/mdband``; empty when absent)."""
         if "parameters/mdband" not in self.file:
             return {}
         return {k: _plain(v) for k, v in self.file["parameters/mdband"].attrs.items()}
 
     @property
     def steps(self) -> np.ndarray:
+        """MD step numbers of the complete frames."""
         return self._part["position/step"][: self.n_frames]
 
     @property
     def times(self) -> np.ndarray:
+        """Times of the complete frames (ps)."""
         return self._part["position/time"][: self.n_frames]
 
     @property
@@ -124,6 +136,7 @@ class H5MDReader:
         return np.asarray(self._part["magnetic_moment"][()], dtype=np.float64)
 
     def header(self) -> TrajectoryHeader:
+        """Return the file's fixed data (atoms, parameters, precision, units) as a header."""
         params = self.parameters
         precision = str(params.pop("precision", self._part["position/value"].dtype.name))
         params.pop("variable_cell", None)
@@ -148,6 +161,7 @@ class H5MDReader:
         return i % n
 
     def cell(self, i: int) -> np.ndarray:
+        """Return the box edges (3, 3) of frame ``i`` (the fixed box when not stored per frame)."""
         edges = self._part["box/edges"]
         if isinstance(edges, h5py.Group):
             return edges["value"][self._index(i)]
@@ -190,6 +204,7 @@ class H5MDReader:
         )
 
     def __iter__(self):
+        """Yield the complete frames in order."""
         for i in range(self.n_frames):
             yield self.frame(i)
 
@@ -210,24 +225,29 @@ class H5MDReader:
         return atoms
 
     def close(self) -> None:
+        """Close the file (no-op when already closed)."""
         if self.file.id.valid:
             self.file.close()
 
     def __enter__(self) -> H5MDReader:
+        """Return the reader itself."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Close the file."""
         self.close()
 
 
 def frame_atoms(species, masses, pbc, frame, magmoms=None):
-    """:class:`ase.Atoms` of a :class:`Frame`-like record (positions, velocities in Å/ps,
-    forces, cell, observables) with energy, forces and, for a periodic frame with a recorded
-    stress, the stress of the potential (:func:`potential_stress`) on a single-point
-    calculator: ``atoms.get_stress()`` is what the run's calculator gave,
-    ``atoms.get_stress(include_ideal_gas=True)`` the recorded stress. ``magmoms``: a spin
-    run's (fixed) moments, set before the calculator (which would otherwise see the atoms
-    changed and hold no results for them)."""
+    """Build :class:`ase.Atoms` with a single-point calculator from a frame record.
+
+    The record is :class:`Frame`-like: positions, velocities in Å/ps, forces, cell,
+    observables. The calculator holds energy, forces and, for a periodic frame with a recorded
+    stress, the stress of the potential (:func:`potential_stress`): ``atoms.get_stress()`` is
+    what the run's calculator gave, ``atoms.get_stress(include_ideal_gas=True)`` the recorded
+    stress. ``magmoms``: a spin run's (fixed) moments, set before the calculator (which would
+    otherwise see the atoms changed and hold no results for them).
+    """
     from ase import Atoms, units
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.stress import full_3x3_to_voigt_6_stress
@@ -252,9 +272,12 @@ def frame_atoms(species, masses, pbc, frame, magmoms=None):
 
 
 def potential_stress(stress_gpa, velocities, masses, cell) -> np.ndarray:
-    """The stress of the potential (3, 3; eV/Å³, ASE's sign) from a frame's recorded stress
-    (GPa, kinetic part included, as :func:`mdband.md.thermo.observables` records it) and its
-    velocities (Å/ps): the recorded stress minus ASE's ideal-gas term ``−Σ m v ⊗ v / V``."""
+    """Return the stress of the potential (3, 3; eV/Å³, ASE's sign) of a recorded frame.
+
+    It is computed from the frame's recorded stress (GPa, kinetic part included, as
+    :func:`mdband.md.thermo.observables` records it) and its velocities (Å/ps): the recorded
+    stress minus ASE's ideal-gas term ``−Σ m v ⊗ v / V``.
+    """
     from ase import units
 
     volume = abs(float(np.linalg.det(np.asarray(cell, dtype=np.float64))))

@@ -82,7 +82,7 @@ def _scan_lammps(path: Path) -> dict:
 
 
 def _atom_style(path: Path, info: dict) -> str:
-    """The style named after ``Atoms #``, else the one the column count allows."""
+    """Return the style named after ``Atoms #``, else the one the column count allows."""
     style, columns = info["style"], info["columns"]
     if style in _STYLE_COLUMNS:
         return style
@@ -136,7 +136,10 @@ def _z_of_type(path: Path, info: dict, used: list[int], type_map, default_type_m
 def read_lammps_data(
     path, frame: int = -1, type_map=None, default_type_map=None, notes=None
 ) -> Atoms:
-    """The structure of LAMMPS data file ``path`` (see the module docstring for its elements)."""
+    """Read the structure of LAMMPS data file ``path``.
+
+    See the module docstring for its elements.
+    """
     path = Path(path)
     import ase.io
 

@@ -31,15 +31,18 @@ class OutputLockedError(MdbandError):
 
 
 def lock_path(path) -> Path:
-    """The lock file of the file ``path`` reaches (links followed)."""
+    """Return the lock file of the file ``path`` reaches (links followed)."""
     path = Path(path).resolve()
     return path.with_name(f".{path.name}.lock")
 
 
 def _lock_files(path: Path) -> list[tuple[Path, bool]]:
-    """Every lock file of ``path`` and whether it may be skipped where it cannot be created
-    (a directory we may not write): the resolved path's (optional for a link, whose own name's
-    lock comes first) and those of the file's other hard links in its directory (optional)."""
+    """List every lock file of ``path`` and whether it may be skipped.
+
+    A lock file may be skipped where it cannot be created (a directory we may not write). The
+    files are the resolved path's (optional for a link, whose own name's lock comes first) and
+    those of the file's other hard links in its directory (optional).
+    """
     target = lock_path(path)
     if path.is_symlink():
         out = [(path.parent.resolve() / f".{path.name}.lock", False), (target, True)]
@@ -78,6 +81,7 @@ class OutputLock:
 
     @property
     def held(self) -> bool:
+        """Whether the lock is held (some lock file taken)."""
         return bool(self._held)
 
     def acquire(self) -> OutputLock:
@@ -167,9 +171,11 @@ class OutputLock:
             _drop(lock, fd)
 
     def __enter__(self) -> OutputLock:
+        """Take the lock (see :meth:`acquire`)."""
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
+        """Release the lock."""
         self.release()
 
 
@@ -201,14 +207,17 @@ class OutputLocks:
         return held
 
     def release(self) -> None:
+        """Release every lock held, the last taken first."""
         for lock in reversed(self.locks):
             lock.release()
         self.locks.clear()
 
     def __enter__(self) -> OutputLocks:
+        """Return the locks (already taken by :meth:`acquire`)."""
         return self
 
     def __exit__(self, *exc) -> None:
+        """Release every lock."""
         self.release()
 
 

@@ -28,8 +28,10 @@ _READER = []
 
 
 def reader_class():
-    """MDAnalysis' H5MD reader class, extended to convert forces stored in eV Å⁻¹ (pass it as
-    ``format=`` to ``MDAnalysis.Universe``); the same class on every call."""
+    """Return MDAnalysis' H5MD reader class, extended to convert forces stored in eV Å⁻¹.
+
+    Pass it as ``format=`` to ``MDAnalysis.Universe``; the same class on every call.
+    """
     if not _READER:
         _READER.append(_make_reader())
     return _READER[0]
@@ -44,8 +46,10 @@ def _make_reader():
     kj_mol_per_ev = 1.0 / units.energyUnit_factor["eV"]
 
     class EvH5MDReader(MdaReader):
-        """MDAnalysis' H5MD reader that also converts forces in eV Å⁻¹ (no ``format``
-        attribute: MDAnalysis does not register it for a file type)."""
+        """MDAnalysis' H5MD reader that also converts forces in eV Å⁻¹.
+
+        It has no ``format`` attribute: MDAnalysis does not register it for a file type.
+        """
 
         _unit_translation = translation
 
@@ -61,8 +65,9 @@ def _make_reader():
 
 
 def universe(path, **kwargs):
-    """``MDAnalysis.Universe`` of ``path`` with elements, names, types, masses and ``dt``;
-    forces in kJ mol⁻¹ Å⁻¹ for every force unit mdband writes.
+    """Open an ``MDAnalysis.Universe`` of ``path`` with elements, names, types, masses, ``dt``.
+
+    Forces come in kJ mol⁻¹ Å⁻¹ for every force unit mdband writes.
 
     ``kwargs`` go to the H5MD reader (e.g. ``convert_units=False`` keeps the file's units).
     """

@@ -18,8 +18,11 @@ _DEEPMD_NAMES = (".pt", ".pth", ".pt2")  # training checkpoint, TorchScript, AOT
 
 
 def output_model_format(path, fmt: str | None = None) -> str:
-    """``"mdband"`` or ``"deepmd"`` for an output named ``path`` (``fmt`` when given, else
-    from the name); :class:`ModelFileError` with the reason when name and format disagree."""
+    """Return the model format, ``"mdband"`` or ``"deepmd"``, of an output named ``path``.
+
+    ``fmt`` when given, else from the name; :class:`ModelFileError` with the reason when name
+    and format disagree.
+    """
     suffix = Path(path).suffix.lower()
     if fmt is None:
         if suffix == MDBAND_SUFFIX:

@@ -41,6 +41,7 @@ FORMAT_VERSION = 1
 
 
 def file_sha256(path) -> str:
+    """Return the sha256 hex digest of the bytes of file ``path``."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -68,8 +69,11 @@ def read_torch_file(path) -> dict:
 
 
 def content_checksum(obj: dict) -> str:
-    """sha256 over a model file's kind, type map, cutoff, configuration, metadata (canonical
-    JSON) and every weight (sorted names; dtype, shape and bytes)."""
+    """Compute the sha256 hex digest of a model file's contents.
+
+    It covers the kind, type map, cutoff, configuration, metadata (canonical JSON) and every
+    weight (sorted names; dtype, shape and bytes).
+    """
     head = {k: obj.get(k) for k in ("kind", "type_map", "cutoff", "config", "metadata")}
     h = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode())
     for key in sorted(obj["state_dict"]):
@@ -80,8 +84,10 @@ def content_checksum(obj: dict) -> str:
 
 
 def save_model_file(potential, path) -> None:
-    """Atomically write ``potential`` (weights in their stored dtype) to ``path``, with the
-    checksum of its contents."""
+    """Atomically write ``potential`` to ``path``, with the checksum of its contents.
+
+    The weights keep their stored dtype.
+    """
     sd = {k: v.detach().cpu().clone() for k, v in potential.model.state_dict().items()}
     meta = dict(potential.metadata)
     meta.update(
@@ -105,6 +111,7 @@ def save_model_file(potential, path) -> None:
 
 
 def is_model_file(obj: dict) -> bool:
+    """Tell whether a loaded torch file ``obj`` is an mdband model file (by its format tag)."""
     return obj.get("format") == FORMAT
 
 

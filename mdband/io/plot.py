@@ -61,7 +61,7 @@ class PlotError(MdbandError):
 
 
 def read_series(path) -> dict[str, np.ndarray]:
-    """The thermo series of an H5MD trajectory, a CSV log or a text log."""
+    """Read the thermo series of an H5MD trajectory, a CSV log or a text log."""
     path = Path(path)
     if not path.is_file():
         raise PlotError(f"{path} does not exist")
@@ -75,9 +75,11 @@ def read_series(path) -> dict[str, np.ndarray]:
 
 
 def run_targets(path) -> dict[str, float]:
-    """The thermostat temperature (K) and barostat pressure (GPa) recorded in an H5MD
-    trajectory's run settings (none for NVE, no pressure without a barostat, nothing for a
-    log, which does not record them)."""
+    """Return the thermostat temperature (K) and barostat pressure (GPa) of a run.
+
+    They are those recorded in an H5MD trajectory's run settings (none for NVE, no pressure
+    without a barostat, nothing for a log, which does not record them).
+    """
     path = Path(path)
     with open(path, "rb") as fh:
         if not fh.read(8).startswith(b"\x89HDF"):
@@ -188,7 +190,7 @@ def varies(y) -> bool:
 
 
 def default_panels(series: dict) -> list[str]:
-    """The energy panel and those of temperature, pressure and volume that vary."""
+    """Choose the energy panel and those of temperature, pressure and volume that vary."""
     return ["energy"] + [p for p in DEFAULT_PANELS[1:] if varies(series[PANELS[p][0][0]])]
 
 
@@ -201,8 +203,10 @@ def plot_thermo(
     targets: dict | None = None,
     equilibration_ps: float | None = None,
 ) -> Path:
-    """Draw the panels of ``series`` (:func:`figure`) into ``out`` (PNG, PDF, SVG ...;
-    written via a temporary file, then renamed)."""
+    """Draw the panels of ``series`` (:func:`figure`) into ``out`` (PNG, PDF, SVG ...).
+
+    The file is written via a temporary file, then renamed.
+    """
     plt = _pyplot()
     fig = figure(series, title, panels=panels, targets=targets, equilibration_ps=equilibration_ps)
     out = Path(out)
@@ -216,10 +220,12 @@ def plot_thermo(
 
 
 def figure(series: dict, title=None, *, panels=None, targets=None, equilibration_ps=None):
-    """The matplotlib figure of :func:`plot_thermo`: ``panels`` are names of :data:`PANELS`
-    (default: :func:`default_panels`); ``targets`` (``{"temperature": K, "pressure": GPa}``)
-    are drawn as dotted black lines; samples before ``equilibration_ps`` are shaded and left
-    out of the means."""
+    """Build the matplotlib figure of :func:`plot_thermo`.
+
+    ``panels`` are names of :data:`PANELS` (default: :func:`default_panels`); ``targets``
+    (``{"temperature": K, "pressure": GPa}``) are drawn as dotted black lines; samples before
+    ``equilibration_ps`` are shaded and left out of the means.
+    """
     unknown = [p for p in panels or () if p not in PANELS]
     if unknown:
         raise PlotError(f"unknown panel(s) {', '.join(unknown)}; choose from {', '.join(PANELS)}")

@@ -33,8 +33,10 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 @dataclass(frozen=True)
 class TrajectoryState:
-    """What a trajectory holds: ``frames`` complete frames, the last at ``last_step``;
-    ``flagged``: HDF5's "open for write" flag is set (a writer was killed)."""
+    """What a trajectory holds: ``frames`` complete frames, the last at ``last_step``.
+
+    ``flagged``: HDF5's "open for write" flag is set (a writer was killed).
+    """
 
     flagged: bool
     frames: int
@@ -42,7 +44,7 @@ class TrajectoryState:
 
 
 def is_flagged(path) -> bool:
-    """True when ``path`` carries HDF5's "open for write" flag (plain readers refuse it)."""
+    """Tell whether ``path`` carries HDF5's "open for write" flag (plain readers refuse it)."""
     try:
         h5py.File(path, "r").close()
     except OSError as exc:
@@ -63,8 +65,11 @@ def inspect_trajectory(path, *, stall_seconds: float | None = None) -> Trajector
 
 
 def uneven_series(path) -> bool:
-    """True when the time series of a clean file differ in length (a batch that failed and
-    could not be rolled back): readers that trust ``position/value`` would misread it."""
+    """Tell whether the time series of a clean file differ in length.
+
+    They do after a batch that failed and could not be rolled back: readers that trust
+    ``position/value`` would misread the file.
+    """
     try:
         with h5py.File(path, "r") as f:
             lengths = {
@@ -80,8 +85,9 @@ def uneven_series(path) -> bool:
 def repair_trajectory(
     path, through_step: int | None = None, *, stall_seconds: float | None = None
 ) -> TrajectoryState:
-    """Rewrite ``path`` atomically as a cleanly closed file with every complete frame (those
-    with ``step <= through_step`` when given). The new file's mode follows the umask.
+    """Rewrite ``path`` atomically as a cleanly closed file with every complete frame.
+
+    Only those with ``step <= through_step`` when given. The new file's mode follows the umask.
 
     Raises
     ------

@@ -34,7 +34,7 @@ def default_final(trajectory: str | None, log: str | None) -> str | None:
 
 
 def final_format(path) -> str:
-    """The ASE format that ``path``'s name asks for (ValueError if ASE cannot write it)."""
+    """Return the ASE format that ``path``'s name asks for (ValueError if ASE cannot write it)."""
     from ase.io.formats import UnknownFileTypeError, filetype, ioformats
 
     try:
@@ -48,8 +48,10 @@ def final_format(path) -> str:
 
 
 def write_final(path, atoms: Atoms) -> None:
-    """Write ``atoms`` (positions, cell, velocities, masses, magnetic moments, energy, forces)
-    atomically."""
+    """Write ``atoms`` atomically.
+
+    The file holds its positions, cell, velocities, masses, magnetic moments, energy and forces.
+    """
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.io import write
 
@@ -73,7 +75,7 @@ def write_final(path, atoms: Atoms) -> None:
 
 
 def drift_line(drift: float, source: str | None) -> str:
-    """The summary's drift line, with the command that plots the series it came from."""
+    """Return the summary's drift line, with the command that plots the series it came from."""
     line = f"Conserved-energy drift: {drift:.3e} eV/atom/ps"
     return line + (f" (plot: mdband plot {source} -o thermo.png)" if source else "")
 
@@ -89,15 +91,18 @@ class _TextLog:
         self._fh.flush()
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
-        """The table row arrives through :meth:`line`."""
+        """Do nothing: the table row arrives through :meth:`line`."""
 
     def close(self) -> None:
         self._fh.close()
 
 
 class _CsvLog:
-    """The thermo rows only, as CSV (``repr`` precision); a resumed run appends rows under the
-    file's own header (its columns, whatever columns and units the resumed run chose)."""
+    """The thermo rows only, as CSV (``repr`` precision).
+
+    A resumed run appends rows under the file's own header (its columns, whatever columns and
+    units the resumed run chose).
+    """
 
     def __init__(self, path: Path, append: bool, table: ThermoTable) -> None:
         fresh = not append or not path.exists() or path.stat().st_size == 0
@@ -113,7 +118,7 @@ class _CsvLog:
             self._fh.flush()
 
     def line(self, text: str) -> None:
-        """Descriptions and the summary stay on the console."""
+        """Do nothing: descriptions and the summary stay on the console."""
 
     def thermo(self, step: int, time_ps: float, obs: dict) -> None:
         self._csv.writerow(csv_values(self._names, step, time_ps, obs))
@@ -124,7 +129,8 @@ class _CsvLog:
 
 
 def open_log(path, append: bool, table: ThermoTable | None = None):
-    """A log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``;
+    """Open a log sink with ``line(text)``, ``thermo(step, time_ps, obs)`` and ``close()``.
+
     ``table``: the run's thermo columns (CSV logs).
 
     A new log (``append`` false; the run checked that it may replace the path) starts as a new

@@ -24,7 +24,7 @@ __all__ = ["parse_type_map", "read_images", "read_structure", "structure_format"
 
 
 def structure_format(path, fmt: str | None = None) -> str | None:
-    """The format :func:`read_structure` reads ``path`` as (None: ASE's guess)."""
+    """Return the format :func:`read_structure` reads ``path`` as (None: ASE's guess)."""
     try:
         return detect_format(path, fmt)
     except DatasetError as exc:
@@ -141,8 +141,11 @@ def read_images(
     default_type_map=None,
     notes: list[str] | None = None,
 ) -> list[Atoms]:
-    """Every image of ``path``, in order (:func:`read_structure` reads one of them; same
-    formats, arguments and errors). ASE formats keep what ASE reads (constraints, info)."""
+    """Read every image of ``path``, in order.
+
+    :func:`read_structure` reads one of them; same formats, arguments and errors. ASE formats
+    keep what ASE reads (constraints, info).
+    """
     path = Path(path)
     if not path.exists():
         raise StructureError(f"structure file {path} does not exist")

@@ -67,8 +67,11 @@ _DUMP_SUFFIXES = (".dump", ".lammpstrj")
 
 
 def format_name(fmt: str | None) -> str | None:
-    """The canonical name of ``fmt``: one of :data:`FORMATS` (aliases such as ``lammps-data``
-    resolved) or a format ``ase.io.read`` knows; :class:`DatasetError` for anything else."""
+    """Return the canonical name of format ``fmt``.
+
+    That is one of :data:`FORMATS` (aliases such as ``lammps-data`` resolved) or a format
+    ``ase.io.read`` knows; :class:`DatasetError` for anything else.
+    """
     if fmt is None:
         return None
     name = ALIASES.get(str(fmt).lower(), str(fmt))
@@ -112,7 +115,7 @@ def _hdf5_format(path: Path) -> str:
 
 
 def detect_format(path, fmt: str | None = None) -> str | None:
-    """The format of ``path``: ``fmt`` when given (canonical name), else from the path.
+    """Detect the format of ``path``: ``fmt`` when given (canonical name), else from the path.
 
     Directories with ``type.raw`` are deepmd-kit systems (``deepmd/npy/mixed`` when a set has
     ``real_atom_types.npy``, ``deepmd/raw`` without ``set.*``); HDF5 files are ``h5md`` or
@@ -149,7 +152,7 @@ def _natural(path: Path) -> list:
 
 
 def deepmd_systems(root) -> list[Path]:
-    """The deepmd-kit system directories at or below ``root`` (natural order)."""
+    """Find the deepmd-kit system directories at or below ``root`` (natural order)."""
     root = Path(root)
     if (root / "type.raw").is_file():
         return [root]
@@ -258,9 +261,12 @@ def _lammps_data_frame(path: Path, type_map, default_type_map, notes) -> Frame:
 
 
 def read_h5md(path, indices=None) -> list[Frame]:
-    """The frames of an mdband H5MD trajectory (all, or those numbered ``indices``) with step,
-    energy and forces, and the virial ``W = -(stress - kinetic stress) * V`` of periodic
-    frames (the recorded stress includes the kinetic part, which the velocities give back)."""
+    """Read the frames of an mdband H5MD trajectory (all, or those numbered ``indices``).
+
+    The frames have step, energy and forces, and the virial
+    ``W = -(stress - kinetic stress) * V`` of periodic frames (the recorded stress includes
+    the kinetic part, which the velocities give back).
+    """
     from ase.data import chemical_symbols
 
     from mdband.io.h5md_reader import H5MDReader, potential_stress

@@ -27,8 +27,11 @@ _TENSOR = (("xx", 0, 0), ("yy", 1, 1), ("zz", 2, 2), ("yz", 1, 2), ("xz", 0, 2),
 
 @dataclass(frozen=True)
 class Column:
-    """One column: text title, CSV name, plot series (None: not a series), the factor from
-    the series' unit to the column's, the text format and a getter of the value."""
+    """One column of the thermo output.
+
+    Holds the text title, CSV name, plot series (None: not a series), the factor from the
+    series' unit to the column's, the text format and a getter of the value.
+    """
 
     title: str
     csv: str
@@ -104,19 +107,23 @@ class ThermoTable:
             self.columns += _extras(name, pressure_unit)
 
     def header(self) -> str:
+        """Return the text header line: Step, Time[ps] and the titled columns."""
         titles = [f"{'Step':>10}", f"{'Time[ps]':>11}"]
         titles += [f"{c.title:>{_width(c)}}" for c in self.columns if c.title]
         return " ".join(titles)
 
     def row(self, step: int, time_ps: float, obs: dict) -> str:
+        """Format the text row of one step from its observables ``obs``."""
         cells = [f"{step:>10d}", f"{time_ps:>11.4f}"]
         cells += [c.fmt.format(c.get(obs)) for c in self.columns if c.title]
         return " ".join(cells)
 
     def csv_header(self) -> list[str]:
+        """Return the CSV names: ``step``, ``time_ps`` and every column's."""
         return ["step", "time_ps", *(c.csv for c in self.columns)]
 
     def csv_row(self, step: int, time_ps: float, obs: dict) -> list[str]:
+        """Return the CSV row of one step from its observables ``obs`` (values as ``repr``)."""
         return [str(step), repr(float(time_ps)), *(repr(c.get(obs)) for c in self.columns)]
 
 
@@ -134,8 +141,11 @@ def _all_columns() -> list[Column]:
 
 
 def csv_values(names, step: int, time_ps: float, obs: dict) -> list[str]:
-    """A CSV row for the header ``names`` (a log's own, e.g. of the run a resumed run
-    continues): every known column, whatever unit or extras this run chose; NaN otherwise."""
+    """Return a CSV row for the header ``names``.
+
+    The header is a log's own, e.g. of the run a resumed run continues: every known column is
+    filled, whatever unit or extras this run chose; NaN otherwise.
+    """
     known = {c.csv: c for c in _all_columns()}
     out = []
     for name in names:
@@ -150,7 +160,11 @@ def csv_values(names, step: int, time_ps: float, obs: dict) -> list[str]:
 
 
 def column_series(names, by: str) -> dict[int, tuple[str, float]]:
-    """For the titles (``by="title"``) or CSV names (``by="csv"``) of a log's header: column
-    index -> (series name, factor to divide by) of every column a plot can use."""
+    """Map the columns a plot can use to their series, by a log's header.
+
+    ``names`` are the titles (``by="title"``) or CSV names (``by="csv"``) of the header; the
+    result maps column index -> (series name, factor to divide by) of every column a plot can
+    use.
+    """
     known = {getattr(c, by): c for c in _all_columns() if getattr(c, by) and c.series}
     return {k: (known[n].series, known[n].factor) for k, n in enumerate(names) if n in known}

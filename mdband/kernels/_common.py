@@ -44,7 +44,7 @@ _FORCED: list = [None]
 
 
 def interpret_mode() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    """Tell whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -57,6 +57,7 @@ def triton_available(device) -> bool:
 
 
 def forced_backend() -> str | None:
+    """Return the backend pinned by :func:`force_backend`, or None when dispatch is automatic."""
     return _FORCED[0]
 
 
@@ -79,7 +80,7 @@ def force_triton():
 
 
 def select_backend(device, dtype, triton_ok: bool = True) -> str:
-    """The backend an op uses for tensors on ``device`` of ``dtype``.
+    """Return the backend an op uses for tensors on ``device`` of ``dtype``.
 
     ``triton_ok`` is the op's own kernel predicate (shape/option limits of its kernel).
     """
@@ -102,8 +103,10 @@ def select_backend(device, dtype, triton_ok: bool = True) -> str:
 
 
 def chosen_backend(op: str, decision: tuple[str | None, str]) -> str:
-    """The backend name of an op's ``backend(...)`` decision; ValueError naming ``op`` when no
-    backend applies (the decision's reason says why)."""
+    """Return the backend name of an op's ``backend(...)`` decision.
+
+    Raises ValueError naming ``op`` when no backend applies (the decision's reason says why).
+    """
     name, why = decision
     if name is None:
         raise ValueError(f"{op}: {why}")
@@ -111,9 +114,11 @@ def chosen_backend(op: str, decision: tuple[str | None, str]) -> str:
 
 
 def has_tf32_cores(device) -> bool:
-    """Whether tl.dot's "tf32x3" runs on tensor cores on ``device``: CUDA compute capability
-    8.0 or newer, or the interpreter (which emulates it). The one predicate of every "auto"
-    choice of a tf32x3 kernel."""
+    """Tell whether tl.dot's "tf32x3" runs on tensor cores on ``device``.
+
+    True for CUDA compute capability 8.0 or newer, or the interpreter (which emulates it). The one
+    predicate of every "auto" choice of a tf32x3 kernel.
+    """
     dev = torch.device(device)
     if interpret_mode() and dev.type != "cuda":
         return True
@@ -121,9 +126,11 @@ def has_tf32_cores(device) -> bool:
 
 
 def has_tma(device) -> bool:
-    """Whether the SO(2) linear kernels run on ``device``: TMA and TF32 tensor cores, compute
-    capability 9.0 or newer (the interpreter emulates both); older GPUs take the exact cuBLAS
-    path."""
+    """Tell whether the SO(2) linear kernels run on ``device``.
+
+    They need TMA and TF32 tensor cores, compute capability 9.0 or newer (the interpreter emulates
+    both); older GPUs take the exact cuBLAS path.
+    """
     dev = torch.device(device)
     if dev.type != "cuda":
         return True
@@ -131,8 +138,10 @@ def has_tma(device) -> bool:
 
 
 def dot_precision(choice: str, device) -> str:
-    """tl.dot's input precision for a launch setting ``choice``: "tf32x3" or "ieee" as given,
-    "auto" → "tf32x3" where :func:`has_tf32_cores`, else "ieee"."""
+    """Return tl.dot's input precision for a launch setting ``choice``.
+
+    "tf32x3" or "ieee" as given, "auto" → "tf32x3" where :func:`has_tf32_cores`, else "ieee".
+    """
     if choice not in ("auto", "tf32x3", "ieee"):
         raise ValueError(f"dot precision {choice!r} is not one of auto, tf32x3, ieee")
     if choice == "auto":
@@ -141,11 +150,12 @@ def dot_precision(choice: str, device) -> str:
 
 
 def has_no_items(n) -> bool:
-    """True for a concrete zero size (never guards a symbolic size)."""
+    """Tell whether ``n`` is a concrete zero size (never guards a symbolic size)."""
     return type(n) is int and n == 0
 
 
 def next_pow2(n: int) -> int:
+    """Return the smallest power of two ≥ ``n`` (1 for n ≤ 1)."""
     p = 1
     while p < n:
         p *= 2
@@ -171,7 +181,7 @@ def csr(index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def unpack_storage(storage, consumer: str) -> tuple[torch.Tensor, int, int]:
-    """(data, layout code, storage lmax) of a RotationStorage, read through ``require``."""
+    """Return (data, layout code, storage lmax) of a RotationStorage, read through ``require``."""
     layout = storage.layout
     if layout not in st.LAYOUT_CODE:
         raise LayoutMismatchError(f"{consumer}: unknown rotation layout {layout!r}")
@@ -198,6 +208,7 @@ def check_dtypes(consumer: str, **tensors) -> None:
 
 
 def layout_of(code: int) -> st.RotationLayout:
+    """Return the rotation layout of a layout ``code`` (LayoutMismatchError for an unknown code)."""
     for layout, c in st.LAYOUT_CODE.items():
         if c == code:
             return layout
@@ -225,8 +236,11 @@ def kernel_tables(code: int, rot_lmax: int, lmax: int, device) -> dict:
 
 
 def row_matrix(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
-    """W (E, Dm, D) of a storage's data ``rot`` (:func:`mdband.so3.storage.row_matrix`;
-    differentiable in ``rot``; band and dense storages give the same W exactly)."""
+    """Return W (E, Dm, D) of a storage's data ``rot``.
+
+    See :func:`mdband.so3.storage.row_matrix`; differentiable in ``rot``; band and dense storages
+    give the same W exactly.
+    """
     return st.row_matrix(st.RotationStorage(layout_of(code), rot_lmax, rot), lmax)
 
 
@@ -242,13 +256,16 @@ def rot_grad_from_matrix(gw: torch.Tensor, code: int, rot_lmax: int, lmax: int) 
 
 
 def rot_args(rot: torch.Tensor, code: int) -> tuple[int, int, int]:
+    """Return (edge stride, stride of index a, stride of index b) of ``rot`` for the kernels."""
     return st.kernel_strides(layout_of(code), rot)
 
 
 def rot_cotangent(rot: torch.Tensor, code: int, rot_lmax: int, lmax: int) -> torch.Tensor:
-    """Buffer of a storage cotangent that a kernel fills: uninitialised when the kernel writes
-    every entry (a band built for this degree), else zeros (dense, or a band of higher lmax);
-    contiguous either way."""
+    """Return a buffer of a storage cotangent that a kernel fills.
+
+    Uninitialised when the kernel writes every entry (a band built for this degree), else zeros
+    (dense, or a band of higher lmax); contiguous either way.
+    """
     full = code == st.LAYOUT_CODE[st.RotationLayout.BAND] and lmax == rot_lmax
     return rot.new_empty(rot.shape) if full else rot.new_zeros(rot.shape)
 
@@ -271,9 +288,11 @@ if TRITON_AVAILABLE:
     def block_tables(
         col_table_ptr, row_table_ptr, block, COL_LANES: tl.constexpr, SLOT_LANES: tl.constexpr
     ):
-        """Degree block ``block`` of :func:`kernel_tables`: packed columns col (COL_LANES,) and
-        their mask jm, reduced rows (SLOT_LANES,) and their mask sv, the (SLOT_LANES,
-        COL_LANES) entry mask m2 and table index tix."""
+        """Load the tables of degree block ``block`` of :func:`kernel_tables`.
+
+        Returns the packed columns col (COL_LANES,) and their mask jm, reduced rows (SLOT_LANES,)
+        and their mask sv, the (SLOT_LANES, COL_LANES) entry mask m2 and table index tix.
+        """
         jj = tl.arange(0, COL_LANES)
         ss = tl.arange(0, SLOT_LANES)
         col = tl.load(col_table_ptr + block * COL_LANES + jj)
@@ -286,9 +305,11 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def entry_index(entry_a_ptr, entry_b_ptr, table_index, mask, LAYOUT: tl.constexpr):
-        """(ia, ib): the storage indices of the rotation entries at ``table_index``, so that an
-        entry sits at ``ia·stride_a + ib·stride_b`` of its edge's row; ib = 0 for the band,
-        whose entries need one index."""
+        """Load (ia, ib), the storage indices of the rotation entries at ``table_index``.
+
+        An entry sits at ``ia·stride_a + ib·stride_b`` of its edge's row; ib = 0 for the band, whose
+        entries need one index.
+        """
         ia = tl.load(entry_a_ptr + table_index, mask=mask, other=0).to(tl.int64)
         if LAYOUT == BAND_CODE:
             ib = ia * 0
@@ -298,9 +319,11 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS: tl.constexpr):
-        """Set-up of a program of destination/source node n = program_id(0) over its CSR
-        segment: n, the segment's bounds [beg, end) in the CSR offsets, the channel lanes cc
-        (BLOCK_CHANNELS,) and their mask (cc < n_channels)."""
+        """Set up a program of destination/source node n = program_id(0) over its CSR segment.
+
+        Returns n, the segment's bounds [beg, end) in the CSR offsets, the channel lanes cc
+        (BLOCK_CHANNELS,) and their mask (cc < n_channels).
+        """
         n = tl.program_id(0).to(tl.int64)
         beg = tl.load(offsets_ptr + n).to(tl.int64)
         end = tl.load(offsets_ptr + n + 1).to(tl.int64)
@@ -321,10 +344,12 @@ if TRITON_AVAILABLE:
         SLOT_LANES: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
-        """Set-up of a (node n, degree block b) program, grid (N, NB): :func:`node_segment`,
-        then block b's tables (:func:`block_tables`), its reduced rows rs (clamped to ≥ 0) with
-        the (SLOT_LANES, BLOCK_CHANNELS) row mask rm, and the storage indices (ia, ib) of its
-        entries (:func:`entry_index`)."""
+        """Set up a (node n, degree block b) program, grid (N, NB).
+
+        Runs :func:`node_segment`, then loads block b's tables (:func:`block_tables`), its reduced
+        rows rs (clamped to ≥ 0) with the (SLOT_LANES, BLOCK_CHANNELS) row mask rm, and the storage
+        indices (ia, ib) of its entries (:func:`entry_index`).
+        """
         n, beg, end, cc, cmask = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         b = tl.program_id(1)
         col, jm, rows, sv, m2, tix = block_tables(
@@ -352,13 +377,15 @@ if TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
-        """Index tiles of degree block ``block`` for the "dot" kernels' steps of
-        R = BLOCK_EDGES·SLOT_LANES rows r = i·SLOT_LANES + s (edge i of the step, band slot s):
-        channel lanes cc/cmask (BLOCK_CHANNELS,), the block's packed columns col (DOT_COLS,)
-        with mask jm, per row its slot sl and reduced row rs (clamped ≥ 0) (R,), the
-        (R, BLOCK_CHANNELS) row mask rowm, the (R, DOT_COLS) entry mask m2 and the entries'
-        storage indices (ia, ib), with off = ia·stride_rot_a + ib·stride_rot_b (an entry of
-        edge e sits at e·stride_rot_edge + off)."""
+        """Build the index tiles of degree block ``block`` for the "dot" kernels' steps.
+
+        A step has R = BLOCK_EDGES·SLOT_LANES rows r = i·SLOT_LANES + s (edge i of the step, band
+        slot s). Returns the channel lanes cc/cmask (BLOCK_CHANNELS,), the block's packed columns
+        col (DOT_COLS,) with mask jm, per row its slot sl and reduced row rs (clamped ≥ 0) (R,), the
+        (R, BLOCK_CHANNELS) row mask rowm, the (R, DOT_COLS) entry mask m2 and the entries' storage
+        indices (ia, ib), with off = ia·stride_rot_a + ib·stride_rot_b (an entry of edge e sits at
+        e·stride_rot_edge + off).
+        """
         cc = tl.arange(0, BLOCK_CHANNELS)
         cmask = cc < n_channels
         jj = tl.arange(0, DOT_COLS)
@@ -376,7 +403,10 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def div_ieee(a, b):
-        """a / b rounded to nearest (fp32 ``/`` is approximate on NVIDIA; fp64 is exact)."""
+        """Divide a by b, rounded to nearest.
+
+        fp32 ``/`` is approximate on NVIDIA; fp64 is exact.
+        """
         if a.dtype == tl.float32:
             r = tl.div_rn(a, b)
         else:
@@ -393,8 +423,11 @@ if TRITON_AVAILABLE:
         BLOCK_ROWS: tl.constexpr,
         BLOCK_COLS: tl.constexpr,
     ):
-        """Rows [first_row, first_row + n_rows) × n_cols of a row-major matrix, zero-padded to
-        (BLOCK_ROWS, BLOCK_COLS): a weight tile of the register-resident MLP ops."""
+        """Load a weight tile of the register-resident MLP ops.
+
+        Rows [first_row, first_row + n_rows) × n_cols of a row-major matrix, zero-padded to
+        (BLOCK_ROWS, BLOCK_COLS).
+        """
         r, c = tl.arange(0, BLOCK_ROWS), tl.arange(0, BLOCK_COLS)
         m = (r < n_rows)[:, None] & (c < n_cols)[None, :]
         return tl.load(
@@ -403,13 +436,16 @@ if TRITON_AVAILABLE:
 
     @triton.jit
     def silu_grad(h):
-        """d silu(h) / dh = σ(h) (1 + h (1 − σ(h)))."""
+        """Return the derivative d silu(h) / dh = σ(h) (1 + h (1 − σ(h)))."""
         s = 1.0 / (1.0 + tl.exp(-h))
         return s + h * s * (1.0 - s)
 
     @triton.jit
     def sqrt_ieee(a):
-        """sqrt rounded to nearest (``tl.sqrt`` is approximate for fp32 on NVIDIA)."""
+        """Return the square root of ``a``, rounded to nearest.
+
+        ``tl.sqrt`` is approximate for fp32 on NVIDIA.
+        """
         if a.dtype == tl.float32:
             r = tl.sqrt_rn(a)
         else:

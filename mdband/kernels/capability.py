@@ -41,6 +41,7 @@ class ConsumerSpec:
     reason: str
 
     def accepts_band(self) -> bool:
+        """Tell whether this consumer accepts the BAND layout."""
         return RotationLayout.BAND in self.accepts
 
 
@@ -57,7 +58,10 @@ def _spec(name: str, selection: tuple[str | None, str]) -> ConsumerSpec:
 
 
 def spec_for_band_producer(device, dtype, *, lmax: int, name: str = "band_producer"):
-    """The band producer (builds BAND storage directly; DENSE comes from wigner.py)."""
+    """Return the consumer spec of the band producer.
+
+    It builds BAND storage directly; DENSE comes from wigner.py.
+    """
     return _spec(name, _band_producer.backend(device, dtype, lmax=lmax))
 
 
@@ -72,7 +76,10 @@ def spec_for_rotate_mix(
     channels: int | None = None,
     name: str = "rotate_mix",
 ) -> ConsumerSpec:
-    """The rotate-mix value path (``mixer`` "degree_channel" with ``rank``, or "none")."""
+    """Return the consumer spec of the rotate-mix value path.
+
+    ``mixer`` "degree_channel" with ``rank``, or "none".
+    """
     sel = _rotate_mix.backend(
         device, dtype, lmax=lmax, mmax=mmax, mixer=mixer, rank=rank, channels=channels
     )
@@ -89,7 +96,10 @@ def spec_for_aggregate(
     mmax: int = 1,
     name: str = "aggregate",
 ) -> ConsumerSpec:
-    """The flash aggregation (``n_heads`` = 0: plain envelope scatter)."""
+    """Return the consumer spec of the flash aggregation.
+
+    ``n_heads`` = 0: plain envelope scatter.
+    """
     sel = _aggregate.backend(
         device, dtype, lmax=lmax, channels=channels, n_heads=n_heads, mmax=mmax
     )
@@ -99,7 +109,7 @@ def spec_for_aggregate(
 def spec_for_zonal_embed(
     device, dtype, *, lmax: int, channels: int | None = None, name: str = "zonal_embed"
 ) -> ConsumerSpec:
-    """The geometric initial embedding's zonal read."""
+    """Return the consumer spec of the geometric initial embedding's zonal read."""
     return _spec(name, _zonal.backend(device, dtype, lmax=lmax, channels=channels))
 
 
@@ -109,7 +119,7 @@ def spec_for_force_assembly(device, dtype, *, name: str = "force_assembly") -> C
 
 
 def requested_layout(requested: str) -> str:
-    """The requested layout, normalised: "auto", "dense" or "band" (ValueError otherwise).
+    """Return the requested layout, normalised: "auto", "dense" or "band" (ValueError otherwise).
 
     The request comes from ``EngineSettings.rotation_layout`` (the setting, or its environment
     override parsed by :mod:`mdband.settings`); this gate reads no environment.

@@ -63,9 +63,12 @@ if cm.TRITON_AVAILABLE:
         PERIODIC_Y: tl.constexpr,
         PERIODIC_Z: tl.constexpr,
     ):
-        """The atom's stencil slots (BLOCK_SLOTS,): candidates per slot, the slot's first index
-        into ``order``, its image (ix, iy, iz) and image vector (vx, vy, vz) = img @ basis;
-        periodic rows wrap (the image counts the wraps), open rows clip (no candidates)."""
+        """Return the atom's stencil slots (BLOCK_SLOTS,).
+
+        Candidates per slot, the slot's first index into ``order``, its image (ix, iy, iz) and image
+        vector (vx, vy, vz) = img @ basis; periodic rows wrap (the image counts the wraps), open
+        rows clip (no candidates).
+        """
         i = atom
         nx, ny, nz = bins_x, bins_y, bins_z
         kk = tl.arange(0, BLOCK_SLOTS)
@@ -109,9 +112,11 @@ if cm.TRITON_AVAILABLE:
         min_dist_sq,
         BLOCK_CANDIDATES: tl.constexpr,
     ):
-        """The (BLOCK_SLOTS, BLOCK_CANDIDATES) tile of candidates w0 .. w0 + BW − 1 of every
-        slot of the atom: the neighbour j and keep (|v|² in (min_dist_sq, cutoff_sq), v = pos[j]
-        − pos[atom] + the slot's image vector ``image`` = (vx, vy, vz))."""
+        """Return the (BLOCK_SLOTS, BLOCK_CANDIDATES) tile of candidates of every slot of the atom.
+
+        Candidates w0 .. w0 + BW − 1 of every slot: the neighbour j and keep (|v|² in (min_dist_sq,
+        cutoff_sq), v = pos[j] − pos[atom] + the slot's image vector ``image`` = (vx, vy, vz)).
+        """
         i = atom
         vx, vy, vz = image
         ww = w0 + tl.arange(0, BLOCK_CANDIDATES)
@@ -156,9 +161,11 @@ if cm.TRITON_AVAILABLE:
         PERIODIC_Y: tl.constexpr,
         PERIODIC_Z: tl.constexpr,
     ):
-        """FILL = 0: n_pairs[i] = atom i's pairs. FILL = 1: its pairs at rows first_row[i]...
-        of src, dst, shift (first_row = exclusive cumulative sum of n_pairs), slot by slot in
-        bin order."""
+        """Count (FILL = 0) or write (FILL = 1) the pairs of atom i = program_id(0).
+
+        FILL = 0: n_pairs[i] = atom i's pairs. FILL = 1: its pairs at rows first_row[i]... of src,
+        dst, shift (first_row = exclusive cumulative sum of n_pairs), slot by slot in bin order.
+        """
         i = tl.program_id(0).to(tl.int64)
         # fp64 arguments (a plain float arrives as fp32 on the GPU) in the positions' dtype
         cutoff_sq = tl.full((), cutoff_sq, positions_ptr.dtype.element_ty)
@@ -225,9 +232,11 @@ if cm.TRITON_AVAILABLE:
 
 
 def applies(device, n_stencil: int) -> bool:
-    """Whether :func:`cell_pairs` runs for this device and stencil size (the tuning table's
-    ``cell_pairs.kernels``, Triton on CUDA or a forced interpreter, stencil ≤
-    :data:`MAX_STENCIL`)."""
+    """Tell whether :func:`cell_pairs` runs for this device and stencil size.
+
+    It does when the tuning table's ``cell_pairs.kernels`` allows it, Triton runs (on CUDA or a
+    forced interpreter) and the stencil is ≤ :data:`MAX_STENCIL`.
+    """
     if tuning.current().cell_pairs.kernels == "torch" or n_stencil > MAX_STENCIL:
         return False
     return cm.select_backend(device, torch.float64) == "triton"
@@ -246,9 +255,11 @@ def cell_pairs(
     rc2: float,
     r2_min: float,
 ):
-    """``(src, dst, shift)`` of the module docstring: the kernels' two passes (one host
-    synchronisation: the number of pairs). ``n_bins``: 3 ints (bin id = (bx·ny + by)·nz + bz);
-    ``periodic``: 3 bools; tensors as in the module docstring, on one device."""
+    """Return ``(src, dst, shift)`` of the module docstring from the kernels' two passes.
+
+    One host synchronisation: the number of pairs. ``n_bins``: 3 ints (bin id = (bx·ny + by)·nz +
+    bz); ``periodic``: 3 bools; tensors as in the module docstring, on one device.
+    """
     dev = wrapped.device
     n = int(wrapped.shape[0])
     i64 = dict(dtype=torch.int64, device=dev)

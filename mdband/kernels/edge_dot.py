@@ -36,7 +36,7 @@ OP_BWD = "mdband::edge_dot_bwd"
 
 # ---------------------------------------------------------------------------- references
 def edge_dot_reference(q, k, dst, src):
-    """out (E, H) with torch gathers (differentiable)."""
+    """Compute out (E, H) with torch gathers (differentiable)."""
     return (q.index_select(0, dst) * k.index_select(0, src)).sum(-1)
 
 
@@ -112,8 +112,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_DIM: tl.constexpr,
         BLOCK_EDGES: tl.constexpr,
     ):
-        """out[n, h, :] = Σ_{e in segment n} g[e, h] · other[other_index[e], h, :] (segment
-        order)."""
+        """Sum the edges of segment n into out[n], in segment order.
+
+        out[n, h, :] = Σ_{e in segment n} g[e, h] · other[other_index[e], h, :] (segment order).
+        """
         n, beg, end, jj, jm = cm.node_segment(offsets_ptr, HEAD_DIM, BLOCK_DIM)
         for h in range(N_HEADS):
             acc = tl.zeros((BLOCK_EDGES, BLOCK_DIM), g_ptr.dtype.element_ty)
@@ -214,10 +216,12 @@ def edge_dot(
     dst_csr: tuple[torch.Tensor, torch.Tensor],
     src_csr: tuple[torch.Tensor, torch.Tensor],
 ) -> torch.Tensor:
-    """out (E, H) = Σ_j q[dst, h, j] · k[src, h, j]; differentiable once in q and k.
+    """Compute the per-edge dot products out (E, H) of q's and k's rows.
 
-    ``dst_csr`` / ``src_csr`` = :func:`~mdband.kernels._common.csr` of dst over q's rows and of
-    src over k's rows.
+    out[e, h] = Σ_j q[dst, h, j] · k[src, h, j]; differentiable once in q and k.
+
+    ``dst_csr`` / ``src_csr`` = :func:`~mdband.kernels._common.csr` of dst over q's rows and of src
+    over k's rows.
     """
     if q.dim() != 3 or k.dim() != 3 or q.shape[1:] != k.shape[1:]:
         raise ValueError(

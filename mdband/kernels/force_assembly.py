@@ -26,6 +26,7 @@ OP = "mdband::force_assembly"
 
 
 def force_assembly_reference(g, edge_vec, src, dst, N):
+    """Assemble forces (N, 3) and virial (3, 3) in float64 with torch index_add and einsum."""
     g64 = g.to(torch.float64)
     v64 = edge_vec.to(torch.float64)
     f = g64.new_zeros(N, 3).index_add(0, dst, g64).index_add(0, src, -g64)
@@ -51,6 +52,11 @@ if cm.TRITON_AVAILABLE:
         stride_vec_edge,
         stride_vec_comp,
     ):
+        """Assemble the force and virial partial of node n = program_id(0) in float64.
+
+        Walks n's destination segment (forces, and the per-node virial partial −g ⊗ v of those
+        edges) and its source segment (forces); writes forces[n] and the (N, 9) partials' row n.
+        """
         n = tl.program_id(0).to(tl.int64)
         kk = tl.arange(0, 4)
         km = kk < 3
@@ -133,7 +139,7 @@ def force_assembly(
     dst_csr: tuple[torch.Tensor, torch.Tensor] | None = None,
     src_csr: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(forces (n_nodes, 3) float64, virial (3, 3) float64) from g = dE/d edge_vec.
+    """Return (forces (n_nodes, 3) float64, virial (3, 3) float64) from g = dE/d edge_vec.
 
     Not differentiable (inputs are detached). ``dst_csr`` / ``src_csr`` = (perm, row_ptr) if the
     caller already has them.

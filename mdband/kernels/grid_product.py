@@ -40,7 +40,7 @@ OP_BWD = "mdband::grid_product_bwd"
 
 
 def grid_product_reference(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k: int) -> Tensor:
-    """out (M, J'/K, K·C) with torch GEMMs (differentiable to any order)."""
+    """Compute out (M, J'/K, K·C) with torch GEMMs (differentiable to any order)."""
     M, D, KC = left.shape
     c = KC // k
     gl = t @ left.reshape(M, D * k, c)
@@ -49,6 +49,7 @@ def grid_product_reference(t: Tensor, b: Tensor, left: Tensor, right: Tensor, k:
 
 
 def grid_product_bwd_reference(gout, t, b, left, right, k):
+    """Return (gleft, gright), each (M, D, K·C), of the closed-form backward with torch GEMMs."""
     M, D, KC = left.shape
     c = KC // k
     L, R = left.reshape(M, D * k, c), right.reshape(M, D * k, c)
@@ -84,8 +85,10 @@ if cm.TRITON_AVAILABLE:
         FRAMES: tl.constexpr,
         CHANNELS: tl.constexpr,
     ):
-        """(JP, BC) tile of coefficient rows ``rows`` (row j = d·K + k) of the node, channels
-        ``chans``."""
+        """Load the (JP, BC) tile of coefficient rows ``rows`` of the node, channels ``chans``.
+
+        Row j = d·K + k.
+        """
         off = node * stride_node + (rows // FRAMES) * stride_row + (rows % FRAMES) * CHANNELS
         return tl.load(
             coeff_ptr + off[:, None] + chans[None, :],
@@ -110,9 +113,12 @@ if cm.TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        """What both passes' programs start from: node m, channel block c (mask), grid points
-        g, output rows jo (mask om), and T with the node's grid values T·left, T·right
-        (BLOCK_GRID, BC) (zero past G). ``strides``: left's and right's node and row strides."""
+        """Set up what both passes' programs start from.
+
+        Node m, channel block c (mask), grid points g, output rows jo (mask om), and T with the
+        node's grid values T·left, T·right (BLOCK_GRID, BC) (zero past G). ``strides``: left's and
+        right's node and row strides.
+        """
         sl0, sl1, sr0, sr1 = strides
         m = tl.program_id(0).to(tl.int64)
         c = tl.program_id(1) * BLOCK_CHANNELS + tl.arange(0, BLOCK_CHANNELS)
@@ -160,6 +166,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Compute out[m] = B·((T·left[m]) ⊙ (T·right[m])) of node m = program_id(0).
+
+        One channel block per program (program_id(1)).
+        """
         strides = (stride_left_node, stride_left_row, stride_right_node, stride_right_row)
         m, c, cmask, g, jo, om, _, gl, gr = _program(
             to_grid_ptr,
@@ -217,6 +227,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Compute gleft and gright of node m, one channel block per program (grids recomputed).
+
+        gp = Bᵀ·gout, gleft = Tᵀ·(gp ⊙ T·right), gright = Tᵀ·(gp ⊙ T·left).
+        """
         strides = (stride_left_node, stride_left_row, stride_right_node, stride_right_row)
         m, c, cmask, g, jo, om, T, gl, gr = _program(
             to_grid_ptr,
@@ -269,9 +283,11 @@ def _precision(x: Tensor, exact: bool) -> int:
 
 
 def _launch_args(t, b, left, right, k, exact, pass_, channels=None):
-    """(grid, sizes and strides, meta) of pass ``"fwd"`` or ``"bwd"`` at the tuning table's
-    grid_product launch for C = ``left.shape[2] / k`` channels per frame (``channels``: that
-    many channels per program instead of the table's)."""
+    """Return (grid, sizes and strides, meta) of pass ``"fwd"`` or ``"bwd"``.
+
+    At the tuning table's grid_product launch for C = ``left.shape[2] / k`` channels per frame
+    (``channels``: that many channels per program instead of the table's).
+    """
     M, D, KC = left.shape
     C = KC // k
     launch = tuning.current().grid_product.launch(pass_, C)
@@ -300,11 +316,13 @@ _FITTED: dict[tuple, int] = {}
 
 
 def _launch_fitting(kernel, pass_, t, b, left, right, k, exact, tensors) -> bool:
-    """Launch ``kernel`` on ``tensors`` at the table's launch or, where its tiles do not fit
-    the GPU's shared memory (lmax 4 grids of wide models), at half the channels per program
-    down to 16; False where none fits (the caller computes the pass with torch GEMMs). The
-    launch that fit is kept per device and shape, so every later call (and a CUDA-graph
-    capture) starts there."""
+    """Launch ``kernel`` on ``tensors`` at the table's launch, or at fewer channels where it must.
+
+    Where the table's tiles do not fit the GPU's shared memory (lmax 4 grids of wide models), the
+    launch takes half the channels per program, down to 16; False where none fits (the caller
+    computes the pass with torch GEMMs). The launch that fit is kept per device and shape, so every
+    later call (and a CUDA-graph capture) starts there.
+    """
     table = tuning.current().grid_product.launch(pass_, left.shape[2] // k)
     key = (left.device, pass_, tuple(t.shape), tuple(b.shape), left.shape[2] // k, left.dtype)
     key += (table,)  # a changed table (tuning.override) is a new key

@@ -55,7 +55,7 @@ def envelope_reference(r: Tensor, rcut: float, p: int) -> Tensor:
 
 
 def raw_basis_reference(r: Tensor, freqs: Tensor, basis: str, gauss_coeff: float) -> Tensor:
-    """The basis before its envelope, (E, n): ``w·sinc(w r / π)`` or ``exp(c (r − μ)²)``."""
+    """Return the basis before its envelope, (E, n): ``w·sinc(w r / π)`` or ``exp(c (r − μ)²)``."""
     if basis == "bessel":
         return freqs * torch.sinc(r * freqs / math.pi)
     d = r - freqs
@@ -125,7 +125,10 @@ if cm.TRITON_AVAILABLE:
         _libdevice = None
 
     def _accurate_trig() -> bool:
-        """libdevice's sin/cos (on a GPU); the interpreter has numpy's."""
+        """Tell whether the kernels take libdevice's sin/cos (on a GPU).
+
+        The interpreter has numpy's.
+        """
         return _libdevice is not None and not cm.interpret_mode()
 
     @triton.jit
@@ -171,18 +174,24 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _in_dtype_of(r, inv_rcut, gauss_coeff):
-        """The fp64 scalar arguments in r's dtype: a float argument without its ``tl.float64``
-        annotation arrives as fp32 on the GPU (float64's 1/rcut rounded to 24 bits, while the
-        interpreter keeps 53); ``tl.full`` converts both the GPU's fp64 scalar and the
-        interpreter's Python float exactly (``tl.cast`` would round a Python float to fp32)."""
+        """Return the fp64 scalar arguments in r's dtype.
+
+        A float argument without its ``tl.float64`` annotation arrives as fp32 on the GPU (float64's
+        1/rcut rounded to 24 bits, while the interpreter keeps 53); ``tl.full`` converts both the
+        GPU's fp64 scalar and the interpreter's Python float exactly (``tl.cast`` would round a
+        Python float to fp32).
+        """
         return tl.full((), inv_rcut, r.dtype), tl.full((), gauss_coeff, r.dtype)
 
     @triton.jit
     def _edge_block(
         r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES: tl.constexpr, BLOCK_BASIS: tl.constexpr
     ):
-        """This program's edges and the basis columns: (e, edge mask, n, column mask,
-        r (BE,), freqs (NP,)); masked lengths read as 1 (no division by zero)."""
+        """Load the program's edges and the basis columns.
+
+        Returns (e, edge mask, n, column mask, r (BE,), freqs (NP,)); masked lengths read as 1 (no
+        division by zero).
+        """
         e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
         em = e < n_edges
         n = tl.arange(0, BLOCK_BASIS)
@@ -208,6 +217,7 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         BLOCK_BASIS: tl.constexpr,
     ):
+        """Write env (E, 1) and rbf (E, n) of BLOCK_EDGES edges per program."""
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )
@@ -240,6 +250,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         BLOCK_BASIS: tl.constexpr,
     ):
+        """Write g_r = g_env · env' + Σ_n g_rbf,n · rbf'_n of BLOCK_EDGES edges per program.
+
+        Closed form, recomputed from r.
+        """
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )

@@ -43,7 +43,7 @@ OP_BWD = "mdband::radial_mlp_bwd"
 def radial_mlp_reference(
     rbf: Tensor, w1: Tensor, scale: Tensor | None, w2: Tensor, env: Tensor | None, eps: float = 1e-7
 ) -> Tensor:
-    """out (E, D) by torch (differentiable to any order, also in the weights)."""
+    """Compute out (E, D) by torch (differentiable to any order, also in the weights)."""
     h = rbf @ w1
     if scale is not None:
         h = h * torch.rsqrt((h * h).mean(-1, keepdim=True) + eps) * scale
@@ -75,8 +75,11 @@ def enabled() -> bool:
 
 
 def applies(width: int, dtype: torch.dtype) -> bool:
-    """Whether a model calls the op for outputs of width D: :func:`enabled`, D ≤ the tuning
-    table's ``max_width`` and float32 (the kernels' one dtype)."""
+    """Tell whether a model calls the op for outputs of width D.
+
+    It does for :func:`enabled`, D ≤ the tuning table's ``max_width`` and float32 (the kernels' one
+    dtype).
+    """
     return enabled() and width <= tuning.current().radial_mlp.max_width and dtype == torch.float32
 
 
@@ -98,8 +101,11 @@ if cm.TRITON_AVAILABLE:
         BLOCK_HIDDEN: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        """This program's edges (e, mask), the hidden pre-activation h, its normalised n, the
-        norm's ρ and scale s (ones without a norm), and w1's tile."""
+        """Compute the hidden layer of the program's edges.
+
+        Returns the program's edges (e, mask), the hidden pre-activation h, its normalised n, the
+        norm's ρ and scale s (ones without a norm), and w1's tile.
+        """
         e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
         em = e < n_edges
         rc, cc = tl.arange(0, BLOCK_RADIAL), tl.arange(0, BLOCK_HIDDEN)
@@ -142,6 +148,7 @@ if cm.TRITON_AVAILABLE:
         BLOCK_OUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Write out = silu(norm(rbf @ w1)) @ w2 (· env) of BLOCK_EDGES edges per program."""
         e, em, _, n, _, _, _ = _hidden(
             rbf_ptr,
             w1_ptr,
@@ -188,6 +195,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_OUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Write grbf (and g_env with ENVELOPE) of BLOCK_EDGES edges per program, closed form.
+
+        The hidden layer is recomputed in registers.
+        """
         e, em, h, n, rho, s, w1 = _hidden(
             rbf_ptr,
             w1_ptr,
@@ -231,8 +242,10 @@ if cm.TRITON_AVAILABLE:
 
 
 def backend(device, dtype) -> tuple[str, str]:
-    """(backend, reason): Triton on CUDA for float32 (or the interpreter when forced); float64
-    takes the torch path."""
+    """Return (backend, reason): Triton on CUDA for float32 (or the interpreter when forced).
+
+    float64 takes the torch path.
+    """
     name = cm.select_backend(device, dtype, triton_ok=dtype == torch.float32)
     return name, f"{name} on {torch.device(device).type} ({dtype})"
 
@@ -336,9 +349,11 @@ def radial_mlp(
     eps: float = 1e-7,
     fused: bool = True,
 ) -> Tensor:
-    """out (E, D) of the radial MLP with one hidden layer, times ``env`` when given (module
-    docstring). ``fused``: the op (differentiable once in rbf and env: force evaluation); else
-    the torch reference (any order, also in the weights: training)."""
+    """Compute out (E, D) of the radial MLP with one hidden layer, times ``env`` when given.
+
+    See the module docstring. ``fused``: the op (differentiable once in rbf and env: force
+    evaluation); else the torch reference (any order, also in the weights: training).
+    """
     E, C = rbf.shape[0], w1.shape[-1]
     ok = (
         rbf.dim() == 2

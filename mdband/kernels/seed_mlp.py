@@ -51,7 +51,7 @@ def seed_mlp_reference(
     w3: Tensor,
     w4: Tensor,
 ) -> Tensor:
-    """g (E, Q) by torch (differentiable to any order, also in the weights)."""
+    """Compute g (E, Q) by torch (differentiable to any order, also in the weights)."""
     rp = silu(rbf @ w1) @ w2
     z = torch.cat([rp, table[t_src], table[t_dst]], dim=-1)
     return silu(z @ w3) @ w4
@@ -82,10 +82,13 @@ if cm.TRITON_AVAILABLE:
         BLOCK_OUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        """This program's edges (e, mask) and the forward chain: (h1, h3, a3) and the weight
-        tiles the backward reads (w1, w2, w3's first P rows, w4). ``pointers``: rbf, the two
-        type indices, the table and w1..w4; ``sizes``: (E, R, P, T, H, Q); the edges per
-        program and the padded widths of R, P, T, H, Q."""
+        """Run the forward chain of the program's edges.
+
+        Returns the program's edges (e, mask) and the forward chain: (h1, h3, a3) and the weight
+        tiles the backward reads (w1, w2, w3's first P rows, w4). ``pointers``: rbf, the two type
+        indices, the table and w1..w4; ``sizes``: (E, R, P, T, H, Q); the edges per program and the
+        padded widths of R, P, T, H, Q.
+        """
         rbf_ptr, ts_ptr, td_ptr, tab_ptr, w1_ptr, w2_ptr, w3_ptr, w4_ptr = pointers
         E, R, P, T, H, Q = sizes
         BE: tl.constexpr = BLOCK_EDGES
@@ -145,6 +148,7 @@ if cm.TRITON_AVAILABLE:
         BLOCK_OUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Write g (E, Q) of BLOCK_EDGES edges per program, the whole chain in registers."""
         pointers = (
             rbf_ptr,
             type_src_ptr,
@@ -199,6 +203,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_OUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
+        """Write grbf (E, R) for the cotangent gg of BLOCK_EDGES edges per program, closed form.
+
+        The forward is recomputed in registers.
+        """
         pointers = (
             rbf_ptr,
             type_src_ptr,
@@ -240,7 +248,7 @@ if cm.TRITON_AVAILABLE:
 
 
 def seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4) -> Tensor:
-    """grbf (E, R) for the cotangent gg (E, Q), closed form (the kernel's formulas)."""
+    """Compute grbf (E, R) for the cotangent gg (E, Q), closed form (the kernel's formulas)."""
     h1 = rbf @ w1
     rp = silu(h1) @ w2
     h3 = torch.cat([rp, table[t_src], table[t_dst]], dim=-1) @ w3
@@ -255,8 +263,10 @@ def seed_mlp_bwd_reference(gg, rbf, t_src, t_dst, table, w1, w2, w3, w4) -> Tens
 
 
 def backend(device, dtype) -> tuple[str, str]:
-    """(backend, reason): Triton on CUDA for float32 (or the interpreter when forced); float64
-    takes the torch path (the accuracy reference, where speed matters less)."""
+    """Return (backend, reason): Triton on CUDA for float32 (or the interpreter when forced).
+
+    float64 takes the torch path (the accuracy reference, where speed matters less).
+    """
     name = cm.select_backend(device, dtype, triton_ok=dtype == torch.float32)
     return name, f"{name} on {torch.device(device).type} ({dtype})"
 
@@ -358,7 +368,7 @@ def seed_mlp(
     w4: Tensor,
     fused: bool = True,
 ) -> Tensor:
-    """g (E, Q) of the environment seed's MLPs (module docstring).
+    """Compute g (E, Q) of the environment seed's MLPs (module docstring).
 
     ``fused``: the op (differentiable once in rbf only: force evaluation); else the torch
     reference (differentiable to any order in every input: training).

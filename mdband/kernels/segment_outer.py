@@ -40,8 +40,10 @@ OP_BWD = "mdband::segment_outer_bwd"
 def segment_outer_reference(
     a: Tensor, b: Tensor, index: Tensor, perm: Tensor, row_ptr: Tensor
 ) -> Tensor:
-    """out (n, P, Q) by torch: the products materialised, summed by :func:`segment_sum`
-    (differentiable to any order)."""
+    """Compute out (n, P, Q) by torch: the products materialised, summed by :func:`segment_sum`.
+
+    Differentiable to any order.
+    """
     E, P, Q = a.shape[0], a.shape[1], b.shape[1]
     prod = (a[:, :, None] * b[:, None, :]).reshape(E, P * Q)
     return segment_sum(prod, index, (perm, row_ptr)).reshape(-1, P, Q)
@@ -58,8 +60,10 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _rows(matrix_ptr, edges, edge_mask, n_cols, BLOCK_COLS: tl.constexpr):
-        """Rows ``edges`` (masked, (BE,)) of a row-major (E, n_cols) tensor: (BE, BLOCK_COLS),
-        zero-padded."""
+        """Load rows ``edges`` (masked, (BE,)) of a row-major (E, n_cols) tensor.
+
+        Returns (BE, BLOCK_COLS), zero-padded.
+        """
         p = tl.arange(0, BLOCK_COLS)
         m = edge_mask[:, None] & (p < n_cols)[None, :]
         return tl.load(matrix_ptr + edges[:, None] * n_cols + p[None, :], mask=m, other=0.0)

@@ -41,8 +41,9 @@ class _GatherRows(torch.autograd.Function):
 def segment_sum(
     values: torch.Tensor, index: torch.Tensor, csr_: tuple[torch.Tensor, torch.Tensor]
 ) -> torch.Tensor:
-    """out[k] = Σ_{e: index[e] = k} values[e]; ``csr_`` = (perm, row_ptr), the
-    :func:`~mdband.kernels._common.csr` of index.
+    """Sum ``values`` per segment: out[k] = Σ_{e: index[e] = k} values[e].
+
+    ``csr_`` = (perm, row_ptr), the :func:`~mdband.kernels._common.csr` of index.
 
     values (E, ...) → (n, ...). Sums each segment in a fixed order (no atomics, unlike
     ``index_add_`` on CUDA), so results repeat bit for bit; differentiable to any order (the

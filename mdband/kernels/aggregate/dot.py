@@ -1,5 +1,6 @@
-"""aggregate's "dot" backward: the (node, degree block) programs with BLOCK_EDGES edges per
-step as tl.dot tile products.
+"""aggregate's "dot" backward: (node, degree block) programs of tl.dot tile products.
+
+The programs take BLOCK_EDGES edges per step as tl.dot tile products.
 
 Same op, inputs, outputs and scratch as the walk backward (:mod:`.walk`; the math is the
 package docstring's). One program per (destination node n, degree block b = degree l), grid
@@ -65,10 +66,12 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PER_LANE: tl.constexpr,
     ):
-        """What the attention weights of the node's edges need: per channel lane (PER_LANE,
-        H > 1) or for the one head (H = 1, shapes (1,)) the head hc and the statistics (M, 1/S)
-        of the statistics pass; plain mode: hc = 0 (one "head" of all channels; the others
-        unused)."""
+        """Load what the attention weights of the node's edges need.
+
+        Per channel lane (PER_LANE, H > 1) or for the one head (H = 1, shapes (1,)) the head hc and
+        the statistics (M, 1/S) of the statistics pass; plain mode: hc = 0 (one "head" of all
+        channels; the others unused).
+        """
         if ATTENTION:
             if PER_LANE:
                 hc, mx, inv = head_stats(
@@ -112,15 +115,16 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PER_LANE: tl.constexpr,
     ):
-        """The step of BLOCK_EDGES edges at CSR positions i0 + i (those ≥ end masked): per edge
-        its id ee, validity oke, envelope eve (BE,); per row r = i·SP + s its edge er and
-        validity okr (R,), the edge's weight a (attention env²·exp(logit − M)·(1/S): (R, BC),
-        per channel lane's head, with PER_LANE, else (R, 1); plain: env·scale, (R, 1)), the
-        rotation entries coef (R, DOT_COLS) and the y rows yb (R, BC), both zero where masked.
-        ``pointers``: (perm, env, rot, y and logits pointers, the rotation's edge stride, y's
-        three strides, the logits' two); ``tiles``: (the entry offsets off and mask m2, rows
-        rs and row mask rowm, channel lanes cc and mask, each lane's head hc, the statistics
-        mx and inv)."""
+        """Load the step of BLOCK_EDGES edges at CSR positions i0 + i (those ≥ end masked).
+
+        Per edge its id ee, validity oke, envelope eve (BE,); per row r = i·SP + s its edge er and
+        validity okr (R,), the edge's weight a (attention env²·exp(logit − M)·(1/S): (R, BC), per
+        channel lane's head, with PER_LANE, else (R, 1); plain: env·scale, (R, 1)), the rotation
+        entries coef (R, DOT_COLS) and the y rows yb (R, BC), both zero where masked. ``pointers``:
+        (perm, env, rot, y and logits pointers, the rotation's edge stride, y's three strides, the
+        logits' two); ``tiles``: (the entry offsets off and mask m2, rows rs and row mask rowm,
+        channel lanes cc and mask, each lane's head hc, the statistics mx and inv).
+        """
         perm, env, rot, y, lg, sr0, sy0, sy1, sy2, sl0, sl1 = pointers
         off, m2, rs, rowm, cc, cmask, hc, mx, inv = tiles
         R: tl.constexpr = BLOCK_EDGES * SLOT_LANES
@@ -218,8 +222,11 @@ if cm.TRITON_AVAILABLE:
         PER_LANE: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        # one program per (destination node n, degree block b): gy rows, storage cotangent
-        # entries and the per-(block, edge) partials of q of block b over n's segment
+        """Run the "dot" backward of one (destination node n, degree block b) program.
+
+        Writes the gy rows, storage cotangent entries and the per-(block, edge) partials of q of
+        block b over n's segment (plain mode also the per-(block, node) partials of gs).
+        """
         n, beg, end, _, _ = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         b = tl.program_id(1)
         cc, cmask, col, jm, _, rs, rowm, m2, ia, ib, off = dot_block_rows(

@@ -1,5 +1,8 @@
-"""aggregate's launches: which kernels run (the tuning table's ``aggregate`` record) and their
-grids, warps, stages and tile sizes. Called inside the op's ``triton_op`` bodies only."""
+"""aggregate's launches: which kernels run, with their grids, warps, stages and tile sizes.
+
+The choice is the tuning table's ``aggregate`` record. Called inside the op's ``triton_op``
+bodies only.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +19,19 @@ if cm.TRITON_AVAILABLE:
 
 
 def dot_precision(y) -> str:
-    """The dot backward's tl.dot precision for features y: the tuning table's in float32,
-    "ieee" in float64."""
+    """Return the dot backward's tl.dot precision for features y.
+
+    The tuning table's in float32, "ieee" in float64.
+    """
     return tuning.current().aggregate.dot_precision if y.dtype == torch.float32 else "ieee"
 
 
 def bwd_kernels(y) -> str:
-    """The backward the tuning table picks for features y: "walk" or "dot"; "auto" is "dot"
-    where its tl.dot is tf32x3 on TF32 tensor cores (``cm.has_tf32_cores``), else the walk
-    (float64: the exact walk)."""
+    """Return the backward the tuning table picks for features y: "walk" or "dot".
+
+    "auto" is "dot" where its tl.dot is tf32x3 on TF32 tensor cores (``cm.has_tf32_cores``), else
+    the walk (float64: the exact walk).
+    """
     choice = tuning.current().aggregate.bwd
     if choice == "auto":
         tensor_cores = dot_precision(y) == "tf32x3" and cm.has_tf32_cores(y.device)
@@ -33,8 +40,11 @@ def bwd_kernels(y) -> str:
 
 
 def walk_warps(C: int, jp: int) -> int:
-    """Warps of a (node, degree block) walk program: few, so that many fit on an SM (the walks
-    are latency-bound); one per 512 elements of its JP × BC tiles, or the tuning table's."""
+    """Return the warps of a (node, degree block) walk program.
+
+    Few, so that many fit on an SM (the walks are latency-bound); one per 512 elements of its
+    JP × BC tiles, or the tuning table's.
+    """
     warps = tuning.current().aggregate.walk_warps
     if warps:
         return warps
@@ -42,8 +52,10 @@ def walk_warps(C: int, jp: int) -> int:
 
 
 def dot_warps(C: int, precision: str) -> int:
-    """Warps of a dot program: the tuning table's launch of ``precision``, else 8 (4 for
-    C ≤ 16)."""
+    """Return the warps of a dot program.
+
+    The tuning table's launch of ``precision``, else 8 (4 for C ≤ 16).
+    """
     warps = tuning.current().aggregate.dot_launch(precision).warps
     if warps is not None:
         return warps
@@ -56,7 +68,7 @@ def _optional(t, attn: bool, fallback, n: int):
 
 
 def stats(perm, row_ptr, env, logits, z, stats_out):
-    """The softmax statistics pass of attention mode into ``stats_out`` (N, 2, H)."""
+    """Run the softmax statistics pass of attention mode into ``stats_out`` (N, 2, H)."""
     N, H = stats_out.shape[0], logits.shape[1]
     cm.wrap(aggregate_stats_kernel)[(N,)](
         perm,
@@ -75,7 +87,7 @@ def stats(perm, row_ptr, env, logits, z, stats_out):
 
 
 def walk_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats_out, t, layout, sr):
-    """The walk forward into ``out``; ``t`` the storage's kernel tables, ``sr`` its strides."""
+    """Run the walk forward into ``out``; ``t`` the storage's kernel tables, ``sr`` its strides."""
     N, C = out.shape[0], y.shape[2]
     attn = logits is not None
     H = logits.shape[1] if attn else 0
@@ -118,9 +130,11 @@ def walk_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats_out, t, layo
 def bwd(
     gout, y, rot, rho, perm, row_ptr, env, logits, stats_in, s, gy, grot, qp, gsp, t, layout, sr, so
 ):
-    """The backward kernels (walk or dot, :func:`bwd_kernels`): fill gy, grot's entries, the
-    per-(block, edge) partials qp of q and, in plain mode, the per-(block, node) partials gsp
-    of gs; ``so`` the cotangent storage's strides."""
+    """Run the backward kernels (walk or dot, :func:`bwd_kernels`).
+
+    They fill gy, grot's entries, the per-(block, edge) partials qp of q and, in plain mode, the
+    per-(block, node) partials gsp of gs; ``so`` the cotangent storage's strides.
+    """
     N, C = gout.shape[0], y.shape[2]
     attn = logits is not None
     H = logits.shape[1] if attn else 0

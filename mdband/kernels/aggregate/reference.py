@@ -12,15 +12,20 @@ from mdband.kernels import _common as cm
 
 
 def messages(y, rot, layout, rot_lmax, lmax, rho):
-    """(W, msg): the storage's row matrix W (E, Dm, D) and the rotated-back, rescaled
-    messages msg (E, D, C) = rho · Wᵀ y."""
+    """Return (W, msg): the storage's row matrix and the rotated-back, rescaled messages.
+
+    W is (E, Dm, D); msg (E, D, C) = rho · Wᵀ y.
+    """
     W = cm.row_matrix(rot, layout, rot_lmax, lmax)
     return W, rho[None, :, None] * torch.bmm(W.transpose(1, 2), y)
 
 
 def softmax_stats(logits, env, z, dst, N):
-    """Segment max M (N, H) (detached: α does not depend on it), shifted sum S (N, H) and the
-    edges' weights w (E, H) = env² · exp(logit − M[dst])."""
+    """Return the segment max M, the shifted sum S and the edges' weights w of the softmax.
+
+    M (N, H) is detached (α does not depend on it), S (N, H), and the edges' weights
+    w (E, H) = env² · exp(logit − M[dst]).
+    """
     E, H = logits.shape
     lz = torch.log(z)
     M = lz.expand(N, H).clone()

@@ -37,7 +37,11 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         BLOCK_HEADS: tl.constexpr,
     ):
-        # per-head softmax statistics of node n, BLOCK_EDGES edges of its segment at a time
+        """Compute the per-head softmax statistics of node n = program_id(0).
+
+        Walks BLOCK_EDGES edges of the node's segment at a time and writes the max M and the shifted
+        sum S of each head into stats (N, 2, H).
+        """
         n = tl.program_id(0).to(tl.int64)
         beg = tl.load(offsets_ptr + n).to(tl.int64)
         end = tl.load(offsets_ptr + n + 1).to(tl.int64)
@@ -78,9 +82,11 @@ if cm.TRITON_AVAILABLE:
         stride_stats_head,
         BLOCK_CHANNELS: tl.constexpr,
     ):
-        """Per channel lane cc: its head hc = cc // head_dim and the node's softmax statistics
-        of that head (max M, and 1/S) from the statistics pass (stats have the features'
-        dtype)."""
+        """Load the head and softmax statistics of each channel lane cc.
+
+        Its head hc = cc // head_dim and the node's softmax statistics of that head (max M, and 1/S)
+        from the statistics pass (stats have the features' dtype).
+        """
         hc = cc // head_dim
         mx = tl.load(
             stats_ptr + node * stride_stats_node + hc * stride_stats_head, mask=cmask, other=0.0

@@ -1,5 +1,7 @@
-"""aggregate's "walk" kernels: one program per (destination node, degree block) walking the
-node's CSR segment one edge at a time, forward and backward.
+"""aggregate's "walk" kernels: forward and backward, walking a node's CSR segment edge by edge.
+
+One program per (destination node, degree block) walks the node's CSR segment one edge at a
+time, forward and backward.
 
 Shapes, layout and math: :mod:`mdband.kernels.aggregate`. A program loads what depends on
 (n, b) only once (tables, rho, the softmax statistics, in the backward g = gout[n, block b]·rho)
@@ -39,8 +41,11 @@ if cm.TRITON_AVAILABLE:
         stride_y_row,
         stride_y_chan,
     ):
-        """Edge e = perm[i] of a segment: e, its envelope, its rotation entries of the degree
-        block (at ``off``, mask m2) and its y rows rs (mask rm)."""
+        """Load edge e = perm[i] of a segment.
+
+        Returns e, its envelope, its rotation entries of the degree block (at ``off``, mask m2) and
+        its y rows rs (mask rm).
+        """
         e = tl.load(perm_ptr + i).to(tl.int64)
         ev = tl.load(env_ptr + e)
         coef = tl.load(rot_ptr + e * stride_rot_edge + off, mask=m2, other=0.0)
@@ -68,9 +73,12 @@ if cm.TRITON_AVAILABLE:
         stride_y_row,
         stride_y_chan,
     ):
-        """:func:`_edge_tiles` of a known edge e, every load masked by ok, an int (the prefetch
-        of an edge past the segment's end reads nothing). The tile masks take ok as a row
-        bound (rs ≥ 0): the interpreter's loads refuse a block mask and-ed with a scalar."""
+        """Load the tiles of :func:`_edge_tiles` for a known edge e.
+
+        Every load is masked by ok, an int (the prefetch of an edge past the segment's end reads
+        nothing). The tile masks take ok as a row bound (rs ≥ 0): the interpreter's loads refuse a
+        block mask and-ed with a scalar.
+        """
         live = rs[:, None] < tl.where(ok != 0, 1 << 30, 0)
         ev = tl.load(env_ptr + e, mask=ok != 0, other=0.0)
         coef = tl.load(rot_ptr + e * stride_rot_edge + off, mask=m2 & live, other=0.0)
@@ -85,9 +93,11 @@ if cm.TRITON_AVAILABLE:
     def _walk_load(
         pointers, tiles, e, i, end, BLOCK_CHANNELS: tl.constexpr, ATTENTION: tl.constexpr
     ):
-        """One step of the prefetching walk: the tiles and logits of edge e = perm[i] (nothing
-        read when i ≥ end) and the index of the edge after it, perm[i + 1]. ``pointers`` and
-        ``tiles``: see :func:`_walk_fetch`."""
+        """Do one step of the prefetching walk.
+
+        Loads the tiles and logits of edge e = perm[i] (nothing read when i ≥ end) and the index of
+        the edge after it, perm[i + 1]. ``pointers`` and ``tiles``: see :func:`_walk_fetch`.
+        """
         perm, env, rot, y, lg, sr0, sy0, sy1, sy2, sl0, sl1 = pointers
         off, m2, rs, rm, cc, cmask, hc = tiles
         ok = i < end
@@ -115,13 +125,15 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PREFETCH: tl.constexpr,
     ):
-        """Edge i of a walk, shared by the forward and the backward: (e, ev, coef, yb, t) to
-        work on and the state of the next step. ``pointers``: (perm, env, rot, y and logits
-        pointers, the rotation's edge stride, y's three strides and the logits' two);
-        ``tiles``: (the block's entry offsets off and mask m2, rows rs and mask rm, channel
-        lanes cc and mask, each lane's head hc); ``state`` = (e, next index, ev, coef, yb, t)
-        as left by the previous step (by :func:`_walk_first` before the loop); without
-        PREFETCH it is unused and edge i is loaded here."""
+        """Fetch edge i of a walk, shared by the forward and the backward.
+
+        Returns (e, ev, coef, yb, t) to work on and the state of the next step. ``pointers``: (perm,
+        env, rot, y and logits pointers, the rotation's edge stride, y's three strides and the
+        logits' two); ``tiles``: (the block's entry offsets off and mask m2, rows rs and mask rm,
+        channel lanes cc and mask, each lane's head hc); ``state`` = (e, next index, ev, coef, yb,
+        t) as left by the previous step (by :func:`_walk_first` before the loop); without PREFETCH
+        it is unused and edge i is loaded here.
+        """
         perm, env, rot, y, lg, sr0, sy0, sy1, sy2, sl0, sl1 = pointers
         off, m2, rs, rm, cc, cmask, hc = tiles
         e, en, ev, coef, yb, t = state
@@ -149,8 +161,10 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PREFETCH: tl.constexpr,
     ):
-        """The walk's state before its first edge (:func:`_walk_fetch`): edge beg loaded with
-        PREFETCH (nothing read for an empty segment), nothing read without."""
+        """Return the walk's state before its first edge (:func:`_walk_fetch`).
+
+        Edge beg is loaded with PREFETCH (nothing read for an empty segment), nothing read without.
+        """
         perm, env, rot, y, lg, sr0, sy0, sy1, sy2, sl0, sl1 = pointers
         off, m2, rs, rm, cc, cmask, hc = tiles
         live = beg < end
@@ -234,7 +248,10 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PREFETCH: tl.constexpr,
     ):
-        # one program per (destination node n, degree block b): out[n, block b]
+        """Run the walk forward of one (destination node n, degree block b) program.
+
+        It writes out[n, block b].
+        """
         n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
             offsets_ptr,
             col_table_ptr,
@@ -366,8 +383,11 @@ if cm.TRITON_AVAILABLE:
         ATTENTION: tl.constexpr,
         PREFETCH: tl.constexpr,
     ):
-        # one program per (destination node n, degree block b); everything that depends on
-        # (n, b) only is loaded once, the edge loop does block b's part of each edge
+        """Run the walk backward of one (destination node n, degree block b) program.
+
+        Everything that depends on (n, b) only is loaded once; the edge loop does block b's part of
+        each edge.
+        """
         n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
             offsets_ptr,
             col_table_ptr,

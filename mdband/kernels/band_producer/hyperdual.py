@@ -64,6 +64,7 @@ HI = ((0, 1, 2), (1, 3, 4), (2, 4, 5))  # Hessian slot of (i, j)
 
 
 def t_mul(a, b):
+    """Multiply two hyper-dual numbers (torch): value, gradient and Hessian of a · b."""
     out = [a[0] * b[0]] + [a[0] * b[1 + i] + b[0] * a[1 + i] for i in range(3)]
     for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)):
         k = 4 + HI[i][j]
@@ -72,6 +73,7 @@ def t_mul(a, b):
 
 
 def t_lin(ca, a, cb, b):
+    """Return the hyper-dual linear combination ca · a + cb · b (torch)."""
     return [ca * p + cb * q for p, q in zip(a, b)]
 
 
@@ -126,7 +128,10 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def hd_var(p, w, AXIS: tl.constexpr, HESS: tl.constexpr):
-        """w · p where w is the coordinate AXIS (0 x, 1 y, 2 z)."""
+        """Multiply a hyper-dual p by a coordinate w: w · p.
+
+        w is the coordinate AXIS (0 x, 1 y, 2 z).
+        """
         p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz = p
         r0 = w * p0
         rx = w * px
@@ -182,7 +187,7 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def hd_mul(a, b, HESS: tl.constexpr):
-        """a · b."""
+        """Multiply two hyper-dual numbers: a · b."""
         a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
         b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz = b
         r0 = a0 * b0
@@ -202,7 +207,7 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def hd_lin(ca, a, cb, b, HESS: tl.constexpr):
-        """ca · a + cb · b."""
+        """Return the linear combination ca · a + cb · b of two hyper-dual numbers."""
         a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
         b0, bx, by, bz, bxx, bxy, bxz, byy, byz, bzz = b
         r0 = ca * a0 + cb * b0
@@ -222,7 +227,7 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def hd_scale(c, a, HESS: tl.constexpr):
-        """c · a."""
+        """Scale a hyper-dual number ``a`` by ``c``: c · a."""
         a0, ax, ay, az, axx, axy, axz, ayy, ayz, azz = a
         r0 = c * a0
         if HESS:

@@ -1,5 +1,7 @@
-"""The band producer's kernel: edge vectors → the band (forward) or the band's cotangent → the
-edge vectors' (backward), BLOCK_EDGES edges per program, every degree unrolled at compile time.
+"""The band producer's kernel: edge vectors → the band, or its cotangent → the edge vectors'.
+
+Forward: edge vectors → the band; backward: the band's cotangent → the edge vectors'. BLOCK_EDGES
+edges per program, every degree unrolled at compile time.
 
 Math: :mod:`mdband.kernels.band_producer`. The solid harmonics come from the recursions of
 ``harmonics.py`` (C_m + i S_m = (x + i y)^m times the associated-Legendre part Q_l^m(z, r²)),
@@ -32,11 +34,13 @@ if cm.TRITON_AVAILABLE:
         SLOT_LANES: tl.constexpr,
         BACKWARD: tl.constexpr,
     ):
-        """Write (forward) or pull back (backward) the three band entries of Y_{l, j−l}, whose
-        hyper-dual is ``y``. ``tables``: (the band, band cotangent, entry table and coefficient
-        pointers, the band's and its cotangent's (edge, entry) strides, the edges e and their
-        mask); ``frame``: the chart frame (x', y') of each edge; ``acc``: the backward's sums
-        (dL/dû, and the Jacobian weights A, B), returned updated."""
+        """Write (forward) or pull back (backward) the three band entries of Y_{l, j−l}.
+
+        Its hyper-dual is ``y``. ``tables``: (the band, band cotangent, entry table and coefficient
+        pointers, the band's and its cotangent's (edge, entry) strides, the edges e and their mask);
+        ``frame``: the chart frame (x', y') of each edge; ``acc``: the backward's sums (dL/dû, and
+        the Jacobian weights A, B), returned updated.
+        """
         band_ptr, gband_ptr, entry_a_ptr, coef_ptr, sb0, sb1, sg0, sg1, e, em = tables
         p0, px, py, pz, pxx, pxy, pxz, pyy, pyz, pzz = y
         xp0, xp1, xp2, yp0, yp1, yp2 = frame
@@ -102,6 +106,12 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         BACKWARD: tl.constexpr,
     ):
+        """Produce the band of BLOCK_EDGES edges per program, or (BACKWARD) pull its cotangent back.
+
+        The forward writes the band entries of each edge vector; the backward writes dL/dv (the edge
+        vectors' cotangent) from the band's cotangent. Every degree up to LMAX is unrolled at
+        compile time.
+        """
         BWD: tl.constexpr = BACKWARD
         P: tl.constexpr = LMAX + 1
         e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES).to(tl.int64)

@@ -1,6 +1,9 @@
-"""The band producer's op: the dispatch, the launch (the tuning table's ``band_producer``
-record), the ``triton_op`` pair (forward, closed-form backward) with their fakes and autograd,
-and the public :func:`band_producer` (package docstring: the math)."""
+"""The band producer's op: the dispatch, the launch, the ``triton_op`` pair and the public function.
+
+The launch follows the tuning table's ``band_producer`` record; the ``triton_op`` pair (forward,
+closed-form backward) comes with their fakes and autograd; the public function is
+:func:`band_producer` (package docstring: the math).
+"""
 
 from __future__ import annotations
 
@@ -34,8 +37,11 @@ def backend(device, dtype, *, lmax: int) -> tuple[str | None, str]:
 
 
 def _block(E: int) -> tuple[int, int]:
-    """(edges, warps) per program: the tuning table's, or in the CPU interpreter at most its
-    ``interpreter_edges`` (the next power of two of E) and one warp."""
+    """Return (edges, warps) per program.
+
+    The tuning table's, or in the CPU interpreter at most its ``interpreter_edges`` (the next power
+    of two of E) and one warp.
+    """
     launch = tuning.current().band_producer
     if cm.interpret_mode():
         return min(launch.interpreter_edges, cm.next_pow2(max(E, 1))), 1
@@ -132,5 +138,5 @@ def band_producer(edge_vec: torch.Tensor, lmax: int) -> torch.Tensor:
 
 
 def band_storage(edge_vec: torch.Tensor, lmax: int) -> st.RotationStorage:
-    """A BAND RotationStorage built by :func:`band_producer`."""
+    """Build a BAND RotationStorage with :func:`band_producer`."""
     return st.RotationStorage(st.RotationLayout.BAND, lmax, band_producer(edge_vec, lmax))

@@ -1,5 +1,8 @@
-"""The band producer's torch reference: the forward (``wigner.band_from_unit``) and the
-closed-form backward through the hyper-duals of :mod:`.hyperdual`."""
+"""The band producer's torch reference: the forward and the closed-form backward.
+
+The forward is ``wigner.band_from_unit``; the closed-form backward goes through the hyper-duals
+of :mod:`.hyperdual`.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""rotate_mix's "edge" backward: one program per BLOCK_EDGES edges, then one per (source node,
-degree block) over the source CSR.
+"""rotate_mix's "edge" backward: an edge kernel, then a node kernel over the source CSR.
+
+One program per BLOCK_EDGES edges, then one per (source node, degree block) over the source CSR.
 
 Shapes and math: :mod:`mdband.kernels.rotate_mix`. Both kernels walk the degree blocks as the
 forward does (:func:`~.forward.rotated_block`). Edge kernel: reads x[src], rot, the mixer k (or
@@ -23,8 +24,10 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def radial_rows(radial_ptr, gy_ptr, edge, rs, rm, cc, strides):
-        """Rows rs (mask rm) of the edge's radial weights and of its output cotangent gy;
-        ``strides``: the radial weights' three and gy's three."""
+        """Return the rows rs (mask rm) of the edge's radial weights and of its output cotangent gy.
+
+        ``strides``: the radial weights' three and gy's three.
+        """
         sd0, sd1, sd2, sg0, sg1, sg2 = strides
         rd = tl.load(
             radial_ptr + edge * sd0 + rs[:, None] * sd1 + cc[None, :] * sd2, mask=rm, other=0.0
@@ -99,7 +102,12 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr,
         MIXER: tl.constexpr,
     ):
-        # with the mixer, grad_ptr is scratch: the mixer's input cotangent for the node kernel
+        """Run the edge backward of BLOCK_EDGES edges per program.
+
+        Writes the storage cotangent, gk, the program's basis partials and, with the mixer, the
+        mixer's input cotangent for the node kernel (then grad_ptr is that scratch); without the
+        mixer, grad.
+        """
         pid = tl.program_id(0).to(tl.int64)
         cc = tl.arange(0, BLOCK_CHANNELS)
         cmask = cc < n_channels
@@ -269,10 +277,12 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr,
         MIXER: tl.constexpr,
     ):
-        """gx[n] = Σ_{e: src=e→n} Dᵀ-rotation of the local cotangent, one degree block per
-        program (4x the parallelism at L = 3). MIXER: radial_ptr holds the mixer's input
-        cotangent written by the edge kernel; otherwise the plain radial product's cotangent
-        is formed here (gy · rad)."""
+        """Sum the Dᵀ-rotated cotangents of node n's out-edges into gx[n], per degree block.
+
+        gx[n] = Σ_{e: src=e→n} Dᵀ-rotation of the local cotangent, one degree block per program (4x
+        the parallelism at L = 3). MIXER: radial_ptr holds the mixer's input cotangent written by
+        the edge kernel; otherwise the plain radial product's cotangent is formed here (gy · rad).
+        """
         n, b, beg, end, cc, cmask, col, jm, rs, rm, m2, ia, ib = node_block(
             offsets_ptr,
             col_table_ptr,

@@ -1,5 +1,6 @@
-"""rotate_mix's "dot" backward of radial rows (no mixer): source-node programs with
-BLOCK_EDGES edges per step as tl.dot products.
+"""rotate_mix's "dot" backward of radial rows (no mixer): source-node programs of tl.dot products.
+
+The programs take BLOCK_EDGES edges per step as tl.dot products.
 
 Same op, inputs and outputs as the edge backward (:mod:`.backward`; the math is the package
 docstring's), for the mode without the mixer (y = xl · rad). One program per (source node n,
@@ -51,8 +52,10 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _step_edges(perm_ptr, i0, end, SLOT_LANES: tl.constexpr, BLOCK_EDGES: tl.constexpr):
-        """The step of BLOCK_EDGES edges at CSR positions i0 + i (those ≥ end masked): per row
-        r = i·SP + s its edge er and validity okr (R,)."""
+        """Return the edges of a step of BLOCK_EDGES edges at CSR positions i0 + i.
+
+        Those ≥ end are masked. Per row r = i·SP + s its edge er and validity okr (R,).
+        """
         R: tl.constexpr = BLOCK_EDGES * SLOT_LANES
         pos = i0 + tl.arange(0, BLOCK_EDGES)
         oke = pos < end
@@ -111,8 +114,10 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        # one program per (source node n, degree block b = l_in), pid = n·NB + b: block b's
-        # storage cotangent entries, grad rows and gx[n, block b]
+        """Run the dot backward of one (source node n, degree block b = l_in) program.
+
+        pid = n·NB + b. Writes block b's storage cotangent entries, grad rows and gx[n, block b].
+        """
         pid = tl.program_id(0).to(tl.int64)
         n = pid // N_BLOCKS
         b = pid % N_BLOCKS

@@ -34,11 +34,13 @@ if cm.TRITON_AVAILABLE:
         SLOT_LANES: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
-        """Degree block ``block`` of x[node] in the frame of ``edge``: xl (SLOT_LANES, BC),
-        the block's x columns xb (COL_LANES, BC), with the block's reduced rows rs (clamped to
-        ≥ 0) and their (SLOT_LANES, BC) mask rm, the entry mask m2 and the entries' storage
-        indices (ia, ib). ``tables``: the column, row and entry tables' pointers; ``strides``:
-        x's three and the rotation's three."""
+        """Rotate degree block ``block`` of x[node] into the frame of ``edge``.
+
+        Returns xl (SLOT_LANES, BC), the block's x columns xb (COL_LANES, BC), with the block's
+        reduced rows rs (clamped to ≥ 0) and their (SLOT_LANES, BC) mask rm, the entry mask m2 and
+        the entries' storage indices (ia, ib). ``tables``: the column, row and entry tables'
+        pointers; ``strides``: x's three and the rotation's three.
+        """
         col_t, row_t, ea_t, eb_t = tables
         sx0, sx1, sx2, sr0, sra, srb = strides
         col, jm, rows, sv, m2, tix = block_tables(col_t, row_t, block, COL_LANES, SLOT_LANES)
@@ -100,6 +102,11 @@ if cm.TRITON_AVAILABLE:
         LAYOUT: tl.constexpr,
         MIXER: tl.constexpr,
     ):
+        """Write the edge message y[e] of edge e = program_id(0).
+
+        Rotates x[src_e] into the edge's frame, degree block by degree block, and mixes it (MIXER)
+        or multiplies it by the radial rows.
+        """
         e = tl.program_id(0).to(tl.int64)
         cc = tl.arange(0, BLOCK_CHANNELS)
         cmask = cc < n_channels

@@ -1,5 +1,8 @@
-"""rotate_mix's launches: which kernels run (the tuning table's ``rotate_mix`` record) and their
-grids, warps, stages and tile sizes. Called inside the op's ``triton_op`` bodies only."""
+"""rotate_mix's launches: which kernels run, with their grids, warps, stages and tile sizes.
+
+The choice is the tuning table's ``rotate_mix`` record. Called inside the op's ``triton_op``
+bodies only.
+"""
 
 from __future__ import annotations
 
@@ -29,14 +32,19 @@ def strides2(t):
 
 
 def dot_precision(x) -> str:
-    """The dot backward's tl.dot precision for node features x: the tuning table's in float32,
-    "ieee" in float64."""
+    """Return the dot backward's tl.dot precision for node features x.
+
+    The tuning table's in float32, "ieee" in float64.
+    """
     return tuning.current().rotate_mix.dot_precision if x.dtype == torch.float32 else "ieee"
 
 
 def bwd_kernels(x, mix: bool) -> str:
-    """The backward the tuning table picks: "edge" or "dot" (radial rows only: a mixer keeps
-    the edge kernels); "auto" is "dot" where its tl.dot is tf32x3 on TF32 tensor cores."""
+    """Return the backward the tuning table picks: "edge" or "dot".
+
+    "dot" for radial rows only: a mixer keeps the edge kernels; "auto" is "dot" where its tl.dot is
+    tf32x3 on TF32 tensor cores.
+    """
     choice = tuning.current().rotate_mix.bwd
     if mix:
         return "edge"
@@ -53,8 +61,10 @@ def edge_block() -> int:
 
 
 def fwd(x, src, rot, k, basis, rad, y, t, mt, layout, sr):
-    """The forward edge kernel into ``y``; ``t`` / ``mt`` the storage's and the mixer's kernel
-    tables, ``sr`` the storage's strides."""
+    """Run the forward edge kernel into ``y``.
+
+    ``t`` / ``mt`` are the storage's and the mixer's kernel tables, ``sr`` the storage's strides.
+    """
     E, C = src.shape[0], x.shape[2]
     mix = k is not None
     kk, bb, rd = (k, basis, y) if mix else (y, y, rad)
@@ -94,9 +104,11 @@ def fwd(x, src, rot, k, basis, rad, y, t, mt, layout, sr):
 def edge_bwd(
     gy, x, src, rot, k, basis, rad, perm, row_ptr, gx, grot, gk, gbp, grad, t, mt, layout, sr, so
 ):
-    """The edge and node kernels: write gx, grot, gk (mixer) or grad (no mixer) and the basis
-    partials gbp (one row per edge program: :func:`edge_block` edges); ``so`` the cotangent
-    storage's strides."""
+    """Run the edge and node kernels.
+
+    They write gx, grot, gk (mixer) or grad (no mixer) and the basis partials gbp (one row per edge
+    program: :func:`edge_block` edges); ``so`` the cotangent storage's strides.
+    """
     N, C = x.shape[0], x.shape[2]
     E = src.shape[0]
     mix = k is not None
@@ -180,7 +192,7 @@ def edge_bwd(
 
 
 def dot_bwd(gy, x, rot, rad, perm, row_ptr, gx, grot, grad, t, layout, sr, so):
-    """The fused dot backward of radial rows: fills gx, grot's entries and grad."""
+    """Run the fused dot backward of radial rows: fills gx, grot's entries and grad."""
     N, C = x.shape[0], x.shape[2]
     rm = tuning.current().rotate_mix
     cm.wrap(rotate_mix_dot_bwd_kernel)[(N * t["nblk"],)](

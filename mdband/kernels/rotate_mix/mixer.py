@@ -53,7 +53,7 @@ def _mixer_lists(lmax: int):
 
 @lru_cache(maxsize=64)
 def mixer_tables(lmax: int, device_str: str) -> dict:
-    """The kernels' tables on a device: ``kidx`` (NB, SP, LP), ``orow`` (SP, LP), ``lp``."""
+    """Return the kernels' tables on a device: ``kidx`` (NB, SP, LP), ``orow`` (SP, LP), ``lp``."""
     _, kidx, orow, lp = _mixer_lists(lmax)
     dev = torch.device(device_str)
 

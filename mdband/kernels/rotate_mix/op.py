@@ -1,5 +1,8 @@
-"""rotate_mix's op: the dispatch, the ``triton_op`` pair (forward, closed-form backward) with
-their fakes and autograd, and the public :func:`rotate_mix` (package docstring: the math)."""
+"""rotate_mix's op: the dispatch, the ``triton_op`` pair and the public :func:`rotate_mix`.
+
+The ``triton_op`` pair (forward, closed-form backward) comes with their fakes and autograd; the
+math is in the package docstring.
+"""
 
 from __future__ import annotations
 

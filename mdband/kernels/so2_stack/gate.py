@@ -42,8 +42,11 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _edge_rows(n_edges, BLOCK_EDGES: tl.constexpr, ROWS: tl.constexpr, CHANNELS: tl.constexpr):
-        """This program's focus f, its edges' mask and flat indices f·E + e (both (BE, 1)), the
-        channels c and the offsets of the edges' row 0 (BE, C)."""
+        """Return the program's focus f, edge mask, flat edge indices, channels and row-0 offsets.
+
+        The focus f, its edges' mask and flat indices f·E + e (both (BE, 1)), the channels c and the
+        offsets of the edges' row 0 (BE, C).
+        """
         f = tl.program_id(1).to(tl.int64)
         e = tl.program_id(0).to(tl.int64) * BLOCK_EDGES + tl.arange(0, BLOCK_EDGES)
         idx = (f * n_edges + e)[:, None]
@@ -66,7 +69,7 @@ if cm.TRITON_AVAILABLE:
         CHANNELS: tl.constexpr,
         BLOCK_EDGES: tl.constexpr,
     ):
-        """y = x + act(h) given the gate logits (F, E, L·C)."""
+        """Compute y = x + act(h) given the gate logits (F, E, L·C)."""
         L: tl.constexpr = LMAX
         C: tl.constexpr = CHANNELS
         DM: tl.constexpr = 3 * L + 1
@@ -85,8 +88,11 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def _store_row(gh_ptr, gh_lo_ptr, inv_ptr, off, row, value, em, SPLIT: tl.constexpr):
-        """Row ``row`` of gh (BE, C) at ``off``: fp32, or (SPLIT) its fp16 parts and scale
-        (:class:`.presplit.SplitRows`; ``row`` the (BE, 1) flat row index f·E·Dm + e·Dm + r)."""
+        """Store row ``row`` of gh (BE, C) at ``off``.
+
+        fp32, or (SPLIT) its fp16 parts and scale (:class:`.presplit.SplitRows`; ``row`` the (BE, 1)
+        flat row index f·E·Dm + e·Dm + r).
+        """
         if SPLIT:
             hi, lo, inv = split_x(value, 1)  # fp16x3's split of an x tile
             tl.store(gh_ptr + off, hi, mask=em)
@@ -110,7 +116,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         SPLIT: tl.constexpr,
     ):
-        """gh = act'(h)ᵀ gy, one degree at a time (SPLIT: gh as fp16 parts, :func:`_store_row`)."""
+        """Compute gh = act'(h)ᵀ gy, one degree at a time.
+
+        SPLIT: gh as fp16 parts, :func:`_store_row`.
+        """
         L: tl.constexpr = LMAX
         C: tl.constexpr = CHANNELS
         DM: tl.constexpr = 3 * L + 1

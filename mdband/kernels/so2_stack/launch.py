@@ -1,8 +1,10 @@
-"""so2_mix_layer's launches: the linear kernel (plain, or with the gated epilogue), the gate
-kernels and the pre-split kernel, at the tuning table's ``so2_stack`` launches; where shared
-memory runs out a launch falls back to the next smaller one, and the launch that fit is kept
-per device and launches to try (an override's launches are a key of their own). Called inside
-the op's ``triton_op`` bodies only."""
+"""so2_mix_layer's launches: the linear, gate and pre-split kernels at the tuning table's launches.
+
+The linear kernel (plain, or with the gated epilogue), the gate kernels and the pre-split kernel
+run at the tuning table's ``so2_stack`` launches; where shared memory runs out a launch falls
+back to the next smaller one, and the launch that fit is kept per device and launches to try (an
+override's launches are a key of their own). Called inside the op's ``triton_op`` bodies only.
+"""
 
 from __future__ import annotations
 
@@ -30,21 +32,29 @@ if cm.TRITON_AVAILABLE:
 
 
 def forget_fitted_launches() -> None:
-    """Forget which launches fit: the next call tries the tuning table's launches from the
-    first (tests that simulate another device or refuse launches)."""
+    """Forget which launches fit.
+
+    The next call tries the tuning table's launches from the first (tests that simulate another
+    device or refuse launches).
+    """
     _FITTED.clear()
 
 
 def _in_turn(key: tuple, launches: tuple) -> tuple:
-    """The launches to try: the one that fit under ``key`` first, then the others in order."""
+    """Return the launches to try: the one that fit under ``key`` first, then the others.
+
+    The others follow in their order.
+    """
     kept = _FITTED.get(key)
     return launches if kept is None else (kept, *(x for x in launches if x != kept))
 
 
 def linear_slots(L: int, rows: int) -> int:
-    """Programs per edge block of the linear kernel: its 3L + 1 output rows one by one
-    (``rows = 1``), or in pairs of one m-group (``rows = 2``: ⌈(L + 1) / 2⌉ m = 0 pairs and L
-    |m| = 1 pairs)."""
+    """Return the programs per edge block of the linear kernel.
+
+    Its 3L + 1 output rows one by one (``rows = 1``), or in pairs of one m-group (``rows = 2``:
+    ⌈(L + 1) / 2⌉ m = 0 pairs and L |m| = 1 pairs).
+    """
     if rows == 1:
         return 3 * L + 1
     if rows == 2:
@@ -53,8 +63,10 @@ def linear_slots(L: int, rows: int) -> int:
 
 
 def _linear_launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
-    """Run the linear kernel on x into y (and, for ``gate = (wg, out, g, save)``, the gated
-    epilogue into out and g), trying smaller launches when shared memory runs out."""
+    """Run the linear kernel on x into y, trying smaller launches when shared memory runs out.
+
+    For ``gate = (wg, out, g, save)`` it also runs the gated epilogue into out and g.
+    """
     F, E, _, C = x.shape
     w_hi, w_lo, w_scale = weights.packed_weights(w0, wm, F, L, C, transpose, precision)
     table = tuning.current().so2_stack
@@ -108,8 +120,10 @@ def _linear_launch(x, res, w0, wm, L, transpose, precision, y, gate=None):
 
 
 def linear(x, res, w0, wm, lmax, transpose, precision):
-    """x·W (or x·Wᵀ) + res with the linear kernel in a split mode (TMA-capable GPU or the
-    interpreter)."""
+    """Compute x·W (or x·Wᵀ) + res with the linear kernel in a split mode.
+
+    Runs on a TMA-capable GPU or the interpreter.
+    """
     y = torch.empty_like(x)
     if not (cm.has_no_items(x.shape[1]) or cm.has_no_items(x.shape[0])):
         _linear_launch(x, res, w0, wm, lmax, transpose, precision, y)
@@ -117,8 +131,10 @@ def linear(x, res, w0, wm, lmax, transpose, precision):
 
 
 def gated_linear(x, w0, wm, wg, lmax, precision, save):
-    """(y, h) of a gated layer: ``h = x·W``, ``y = x + act(h)`` (:mod:`.linear`); h is an empty
-    tensor unless ``save``."""
+    """Return (y, h) of a gated layer: ``h = x·W``, ``y = x + act(h)`` (:mod:`.linear`).
+
+    h is an empty tensor unless ``save``.
+    """
     F, E, _, C = x.shape
     out = torch.empty_like(x)
     h = torch.empty_like(x) if save else x.new_empty(0)
@@ -129,7 +145,7 @@ def gated_linear(x, w0, wm, wg, lmax, precision, save):
 
 
 def gate_fwd(x, h, logits, y, L: int) -> None:
-    """The ieee path's gate forward into y."""
+    """Run the ieee path's gate forward into y."""
     F, E, _, C = x.shape
     launch = tuning.current().so2_stack.gate_launch(L, C)
     cm.wrap(so2_gate_fwd_kernel)[(triton.cdiv(E, launch.edges), F)](
@@ -146,8 +162,10 @@ def gate_fwd(x, h, logits, y, L: int) -> None:
 
 
 def gate_bwd(gy, h, wg, gh, L: int) -> None:
-    """The backward gate kernel into gh: an fp32 tensor like gy, or a :class:`SplitRows` for
-    the pre-split linear kernel."""
+    """Run the backward gate kernel into gh.
+
+    gh is an fp32 tensor like gy, or a :class:`SplitRows` for the pre-split linear kernel.
+    """
     F, E, _, C = gy.shape
     launch = tuning.current().so2_stack.gate_launch(L, C)
     split = isinstance(gh, tuple)
@@ -169,8 +187,11 @@ def gate_bwd(gy, h, wg, gh, L: int) -> None:
 
 
 def presplit_linear(x: SplitRows, res, w0, wm, L: int, transpose: bool) -> torch.Tensor:
-    """x·W + res (x·Wᵀ + res with ``transpose``), fp32 (F, E, Dm, C), by the pre-split kernel
-    (TMA-capable GPU or the interpreter), trying the tuning table's launches in turn."""
+    """Compute x·W + res (x·Wᵀ + res with ``transpose``) by the pre-split kernel.
+
+    The result is fp32 (F, E, Dm, C). Runs on a TMA-capable GPU or the interpreter, trying the
+    tuning table's launches in turn.
+    """
     F, E, dm, C = x.hi.shape
     y = torch.empty(x.hi.shape, dtype=torch.float32, device=x.hi.device)
     if cm.has_no_items(E) or cm.has_no_items(F):

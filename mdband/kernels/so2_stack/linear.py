@@ -72,8 +72,9 @@ if cm.TRITON_AVAILABLE:
         N_SLOTS: tl.constexpr,
         FIRST_SLOT: tl.constexpr,
     ):
-        """Rows j0, j1 of h = x·W (+ res) on BLOCK_EDGES edges of focus f: acc (BE, C) each,
-        one k-loop.
+        """Compute rows j0, j1 of h = x·W (+ res) on BLOCK_EDGES edges of focus f.
+
+        acc (BE, C) each, one k-loop.
 
         TMA descriptors: x, res, y, out, gates (F, E, ·), tiles [1, BE, C] (zero-filled /
         clipped past E); w_hi, w_lo (F·Dm·2L·C, C), tiles [C, C]: tile (f, j, k) is the block of

@@ -1,5 +1,8 @@
-"""so2_mix_layer's op: the dispatch, the ``triton_op`` pair (forward, closed-form backward of
-x) with their fakes and autograd, and the public :func:`so2_mix_layer` (package docstring)."""
+"""so2_mix_layer's op: the dispatch, the ``triton_op`` pair and the public :func:`so2_mix_layer`.
+
+The ``triton_op`` pair (forward, closed-form backward of x) comes with their fakes and autograd;
+the math is in the package docstring.
+"""
 
 from __future__ import annotations
 
@@ -45,8 +48,11 @@ def _dispatch(x, lmax) -> str:
 
 
 def _linear(x, res, w0, wm, lmax, transpose, precision):
-    """x·W (or x·Wᵀ) + res: the Triton kernel (tf32x3, fp16x3, fp16) where TMA runs
-    (``cm.has_tma``), else exact fp32 cuBLAS GEMMs (ieee)."""
+    """Compute x·W (or x·Wᵀ) + res.
+
+    The Triton kernel (tf32x3, fp16x3, fp16) where TMA runs (``cm.has_tma``), else exact fp32
+    cuBLAS GEMMs (ieee).
+    """
     if precision == "ieee" or not cm.has_tma(x.device):
         out = so2_linear(x, w0, wm, lmax, transpose)
         return out if res is None else out.add_(res)

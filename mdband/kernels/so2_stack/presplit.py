@@ -43,13 +43,16 @@ class SplitRows(NamedTuple):
         return cls(hi, torch.empty_like(hi), inv)
 
     def value(self) -> torch.Tensor:
-        """The float64 tensor the parts hold (tests)."""
+        """Return the float64 tensor the parts hold (tests)."""
         lo = self.lo.double() / weights.FP16_LO_SCALE
         return (self.hi.double() + lo) * self.inv.double()[..., None]
 
 
 def rows_per_program(L: int, requested: int) -> int:
-    """``requested`` rows per program if it divides both m-groups (L + 1 and 2L rows), else 1."""
+    """Return ``requested`` rows per program if it divides both m-groups, else 1.
+
+    The m-groups have L + 1 and 2L rows.
+    """
     return requested if (L + 1) % requested == 0 and (2 * L) % requested == 0 else 1
 
 
@@ -72,11 +75,13 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         ROWS: tl.constexpr,
     ):
-        """Rows j0..j0+ROWS−1 of y = x·W + res on BLOCK_EDGES edges of focus f; grid
-        (P·cdiv(E, BE), F), P = Dm / ROWS row blocks. x_hi, x_lo: tiles [1, BE, C] of
+        """Compute rows j0..j0+ROWS−1 of y = x·W + res on BLOCK_EDGES edges of focus f.
+
+        Grid (P·cdiv(E, BE), F), P = Dm / ROWS row blocks. x_hi, x_lo: tiles [1, BE, C] of
         (F, E, Dm·C) fp16; res, y: tiles [1, BE, ROWS·C] of (F, E, Dm·C) fp32; w_hi, w_lo: tiles
         [ROWS·C, C] of (F·P·2L·ROWS·C, C) fp16 (:func:`.weights.pack_weights` with
-        ``rows = ROWS``); inv (F·E·Dm,)."""
+        ``rows = ROWS``); inv (F·E·Dm,).
+        """
         L: tl.constexpr = LMAX
         C: tl.constexpr = CHANNELS
         BE: tl.constexpr = BLOCK_EDGES

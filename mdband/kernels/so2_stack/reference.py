@@ -1,5 +1,7 @@
-"""so2_mix_layer's torch reference: the SO(2) linear map, the gated activation and the layer,
-forward and closed-form backward (the math is the package docstring's)."""
+"""so2_mix_layer's torch reference: the SO(2) linear map, the gated activation and the layer.
+
+Forward and closed-form backward (the math is the package docstring's).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def _gauss(a, b, c, d):
 
 
 def so2_linear(x, w0, wm, L, transpose=False, gauss=True):
-    """h = SO2Linear(x) (or x·Wᵀ) for x (F, E, Dm, Ci) with torch GEMMs (differentiable).
+    """Compute h = SO2Linear(x) (or x·Wᵀ) for x (F, E, Dm, Ci) with torch GEMMs (differentiable).
 
     m = 0 rows: one GEMM; |m| = 1 rows: the complex product ``h₋ + i·h₊ = (x₋ + i·x₊)(Wu + i·Wv)``
     with three GEMMs (``gauss``) or four.
@@ -37,12 +39,12 @@ def so2_linear(x, w0, wm, L, transpose=False, gauss=True):
 
 
 def linear_reference(x, w0, wm, L):
-    """h = SO2Linear(x) for x (F, E, Dm, C), four GEMMs (differentiable)."""
+    """Compute h = SO2Linear(x) for x (F, E, Dm, C), four GEMMs (differentiable)."""
     return so2_linear(x, w0, wm, L, gauss=False)
 
 
 def linear_t_reference(g, w0, wm, L):
-    """gx = g Wᵀ: the transpose of :func:`linear_reference` (closed form)."""
+    """Compute gx = g Wᵀ: the transpose of :func:`linear_reference` (closed form)."""
     return so2_linear(g, w0, wm, L, transpose=True, gauss=False)
 
 
@@ -78,7 +80,7 @@ def so2_mix_layer_reference(x, w0, wm, wg, lmax, gated):
 
 
 def gate_bwd_reference(gy, h, wg, L):
-    """gh = act'(h)ᵀ gy (closed form)."""
+    """Compute gh = act'(h)ᵀ gy (closed form)."""
     F, E, _, C = h.shape
     g = _gates(h, wg, L)
     hr = h[:, :, 1:].reshape(F, E, 3, L, C)
@@ -92,6 +94,6 @@ def gate_bwd_reference(gy, h, wg, L):
 
 
 def so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated):
-    """gx of the layer for the cotangent gy (closed form)."""
+    """Compute gx of the layer for the cotangent gy (closed form)."""
     gh = gate_bwd_reference(gy, h, wg, lmax) if gated else gy
     return gy + linear_t_reference(gh, w0, wm, lmax)

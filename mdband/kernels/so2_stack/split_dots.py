@@ -17,15 +17,18 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def rna_tf32(x):
-        """x rounded to the nearest TF32 value (ties away from zero), as ``cvt.rna.tf32.f32``."""
+        """Round x to the nearest TF32 value (ties away from zero), as ``cvt.rna.tf32.f32``."""
         bits = x.to(tl.int32, bitcast=True) + 0x1000
         return (bits & -8192).to(tl.float32, bitcast=True)
 
     @triton.jit
     def row_scales(tile):
-        """(s, 1/s) per row of the tile (BE, C): powers of two (from the exponent bits of the
-        row's largest |x|, so s·(1/s) = 1 exactly) that put max|x·s| in [2¹³, 2¹⁴), where fp16
-        holds the row's 11 + 11 bits with no subnormals; an all-zero row gets s = 2¹²⁶."""
+        """Return (s, 1/s) per row of the tile (BE, C).
+
+        Powers of two (from the exponent bits of the row's largest |x|, so s·(1/s) = 1 exactly) that
+        put max|x·s| in [2¹³, 2¹⁴), where fp16 holds the row's 11 + 11 bits with no subnormals; an
+        all-zero row gets s = 2¹²⁶.
+        """
         top = tl.max(tl.abs(tile), axis=1)
         exponent = ((top.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
         s_bits = tl.minimum(tl.maximum(127 + 13 - exponent, 1), 253)
@@ -35,9 +38,11 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def split_x(tile, MODE: tl.constexpr):
-        """(hi, lo, 1/s) of an x tile (BE, C) for the products of mode MODE (see
-        :func:`.linear.so2_linear_kernel`; lo is unused by fp16 and 1/s by tf32x3); tf32x3
-        rounds both parts to the nearest TF32 value."""
+        """Split an x tile (BE, C) into (hi, lo, 1/s) for the products of mode MODE.
+
+        See :func:`.linear.so2_linear_kernel`; lo is unused by fp16 and 1/s by tf32x3; tf32x3 rounds
+        both parts to the nearest TF32 value.
+        """
         # one return at the end: the compiler types every return of a function, also those
         # after a constexpr branch that returned
         if MODE == 0:
@@ -56,8 +61,10 @@ if cm.TRITON_AVAILABLE:
 
     @triton.jit
     def row_dot(xh, xl, inv, w_hi, w_lo_desc, w_row, acc, MODE: tl.constexpr):
-        """acc + x·Wᵀ of one output row's weight tile (w_hi and, but for fp16, w_lo =
-        w_lo_desc[w_row])."""
+        """Return acc + x·Wᵀ of one output row's weight tile.
+
+        The tile is w_hi and, but for fp16, w_lo = w_lo_desc[w_row].
+        """
         if MODE == 0:
             acc = tl.dot(xl, w_hi.T, acc, input_precision="tf32")
             w_lo = w_lo_desc.load([w_row, 0])

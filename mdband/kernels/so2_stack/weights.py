@@ -1,5 +1,7 @@
-"""Weight tiles of the so2_mix_layer linear kernel, split into the operand pairs of its
-precision mode and cached per frozen weight pair.
+"""Weight tiles of the so2_mix_layer linear kernel, split into its precision mode's operand pairs.
+
+The tiles are split into the operand pairs of the kernel's precision mode and cached per frozen
+weight pair.
 
 Precision modes of the kernel's products (x and W both split, accumulation in fp32):
 
@@ -39,7 +41,7 @@ _FP16_W_TOP = 13
 
 
 def mode_code(mode: str) -> int:
-    """The kernel's constexpr MODE of a split mode (0 tf32x3, 1 fp16x3, 2 fp16)."""
+    """Return the kernel's constexpr MODE of a split mode (0 tf32x3, 1 fp16x3, 2 fp16)."""
     return SPLIT_MODES.index(mode)
 
 
@@ -60,10 +62,13 @@ def oriented(w0, wm, F, L, transpose):
 
 
 def weight_tiles(w0, wm, F, L, C, transpose):
-    """Kernel weight tiles (F·Dm·2L·C, C): tile (f, j, k) = the block of W from input row k of
-    row j's k-list to row j, stored [c_out][c_in]; rows j ≤ L (m = 0) read x rows 0..L through
-    W0, rows m = ∓1 read x₋ then x₊ through the (P, Q) pair of :func:`oriented`: P₋ = Wu,
-    Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 1 MB at L = 3, C = 64)."""
+    """Build the kernel weight tiles (F·Dm·2L·C, C).
+
+    Tile (f, j, k) = the block of W from input row k of row j's k-list to row j, stored
+    [c_out][c_in]; rows j ≤ L (m = 0) read x rows 0..L through W0, rows m = ∓1 read x₋ then x₊
+    through the (P, Q) pair of :func:`oriented`: P₋ = Wu, Q₋ = −Wv, P₊ = Wv, Q₊ = Wu (≈ 1 MB at
+    L = 3, C = 64).
+    """
     W0, Wu, Wv = oriented(w0, wm, F, L, transpose)
     K = 2 * L
     # W0 (F, (L+1)C, (L+1)C) -> [f, j, k, c_out, c_in], k-list padded to 2L steps
@@ -82,8 +87,11 @@ def split_tf32(t):
 
 
 def split_fp16(t):
-    """(hi, lo, scale): t·scale = hi + lo/2¹¹ + O(2⁻²²·|t·scale|), hi and lo fp16; scale a
-    power of two putting max|t·scale| in [2¹³, 2¹⁴) (1 for an all-zero t)."""
+    """Split t into (hi, lo, scale), hi and lo fp16.
+
+    t·scale = hi + lo/2¹¹ + O(2⁻²²·|t·scale|); scale is a power of two putting max|t·scale| in
+    [2¹³, 2¹⁴) (1 for an all-zero t).
+    """
     # one value back to the host: packing runs at a layer's first (eager) call, never inside a
     # CUDA-graph capture (the capture finds the packed weights in the cache)
     top = float(t.abs().max()) if t.numel() else 0.0
@@ -95,10 +103,12 @@ def split_fp16(t):
 
 
 def row_block_tiles(tiles, F, L, C, rows):
-    """:func:`weight_tiles` regrouped for ``rows`` output rows per program: tile (f, p, k) of
-    (rows·C, C) stacks the tiles (f, p·rows + i, k), i = 0..rows−1 (the pre-split kernel of
-    :mod:`.presplit`); ``rows`` divides 3L + 1 and no block crosses the m-groups (the caller's
-    :func:`.presplit.rows_per_program`)."""
+    """Regroup the tiles of :func:`weight_tiles` for ``rows`` output rows per program.
+
+    Tile (f, p, k) of (rows·C, C) stacks the tiles (f, p·rows + i, k), i = 0..rows−1 (the pre-split
+    kernel of :mod:`.presplit`); ``rows`` divides 3L + 1 and no block crosses the m-groups (the
+    caller's :func:`.presplit.rows_per_program`).
+    """
     if rows == 1:
         return tiles
     t = tiles.view(F, (3 * L + 1) // rows, rows, 2 * L, C, C)
@@ -106,9 +116,11 @@ def row_block_tiles(tiles, F, L, C, rows):
 
 
 def pack_weights(w0, wm, F, L, C, transpose, mode="tf32x3", rows=1):
-    """The kernel's weights in ``mode``: (wh, wl, scale) with the tiles of :func:`weight_tiles`
-    (regrouped by :func:`row_block_tiles` for ``rows`` > 1) as W·scale = wh + wl (tf32x3:
-    scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused)."""
+    """Return the kernel's weights in ``mode``: (wh, wl, scale).
+
+    The tiles of :func:`weight_tiles` (regrouped by :func:`row_block_tiles` for ``rows`` > 1) as
+    W·scale = wh + wl (tf32x3: scale 1; fp16x3: wl carries 2¹¹; fp16: wl = wh, unused).
+    """
     tiles = row_block_tiles(weight_tiles(w0, wm, F, L, C, transpose), F, L, C, rows)
     if mode == "tf32x3":
         return (*split_tf32(tiles), 1.0)
@@ -124,9 +136,11 @@ _PACKED: dict = {}  # (id(w0), id(wm), transpose, mode, rows) -> (ref w0, ref wm
 
 
 def packed_weights(w0, wm, F, L, C, transpose, mode="tf32x3", rows=1):
-    """:func:`pack_weights`, cached per weight pair while its data is unchanged (an MD run
-    calls every layer with the same frozen weights; in-place edits bump ``_version``; an entry
-    goes when either tensor is freed)."""
+    """Return :func:`pack_weights`, cached per weight pair while its data is unchanged.
+
+    An MD run calls every layer with the same frozen weights; in-place edits bump ``_version``; an
+    entry goes when either tensor is freed.
+    """
     key = (id(w0), id(wm), transpose, mode, rows)
     versions = (w0._version, wm._version, F, L, C)
     hit = _PACKED.get(key)

@@ -1,7 +1,9 @@
-"""zonal_embed's kernels: one program per destination node over its CSR segment, forward
-(every degree block, one edge at a time) and backward ("walk": one edge at a time, exact FMAs;
-"dot": BLOCK_EDGES edges per step as tf32x3 tl.dot products). Shapes and math:
-:mod:`mdband.kernels.zonal`."""
+"""zonal_embed's kernels: one program per destination node over its CSR segment.
+
+Forward (every degree block, one edge at a time) and backward ("walk": one edge at a time, exact
+FMAs; "dot": BLOCK_EDGES edges per step as tf32x3 tl.dot products). Shapes and math:
+:mod:`mdband.kernels.zonal`.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ if cm.TRITON_AVAILABLE:
         SLOT_LANES: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
-        """Degree block ``block``'s packed columns col (COL_LANES,), their mask jm and the
-        storage indices (ia, ib) of its m = 0 row (slot 0) of the rotation storage."""
+        """Load degree block ``block``'s packed columns and the storage indices of its m = 0 row.
+
+        Returns the packed columns col (COL_LANES,), their mask jm and the storage indices (ia, ib)
+        of its m = 0 row (slot 0) of the rotation storage.
+        """
         jj = tl.arange(0, COL_LANES)
         col = tl.load(col_table_ptr + block * COL_LANES + jj)
         jm = col >= 0
@@ -63,6 +68,10 @@ if cm.TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
+        """Compute out[n] of destination node n = program_id(0).
+
+        Walks the node's segment one edge at a time, every degree block.
+        """
         n, beg, end, cc, cmask = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         jj = tl.arange(0, COL_LANES)
         sn = tl.load(node_scale_ptr + n)
@@ -144,6 +153,11 @@ if cm.TRITON_AVAILABLE:
         BLOCK_CHANNELS: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
+        """Run the "walk" backward of destination node n = program_id(0), one edge at a time.
+
+        Exact FMAs; writes the radial and storage cotangents of n's edges and the node scale's
+        cotangent gs[n].
+        """
         n, beg, end, cc, cmask = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         sn = tl.load(node_scale_ptr + n)
         dt = gradial_ptr.dtype.element_ty
@@ -234,9 +248,12 @@ if cm.TRITON_AVAILABLE:
         BLOCK_EDGES: tl.constexpr,
         LAYOUT: tl.constexpr,
     ):
-        """The backward of one node, its segment's edges BLOCK_EDGES at a time: per degree
-        block, the radial cotangent u = Y·g (BE, DOT_COLS)·(DOT_COLS, BC) and the storage's Y
-        cotangent rad·gᵀ as tf32x3 dots (DOT_COLS ≥ 16 padded columns, BC ≥ 16 channels)."""
+        """Run the backward of one node, its segment's edges BLOCK_EDGES at a time.
+
+        Per degree block, the radial cotangent u = Y·g (BE, DOT_COLS)·(DOT_COLS, BC) and the
+        storage's Y cotangent rad·gᵀ as tf32x3 dots (DOT_COLS ≥ 16 padded columns, BC ≥ 16
+        channels).
+        """
         n, beg, end, cc, cmask = node_segment(offsets_ptr, n_channels, BLOCK_CHANNELS)
         sn = tl.load(node_scale_ptr + n)
         dt = gradial_ptr.dtype.element_ty

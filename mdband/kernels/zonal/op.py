@@ -1,6 +1,9 @@
-"""zonal_embed's op: the dispatch, the launches (the tuning table's ``zonal`` record), the
-``triton_op`` pair (forward, closed-form backward) with their fakes and autograd, and the
-public :func:`zonal_embed` (package docstring: the math)."""
+"""zonal_embed's op: the dispatch, the launches, the ``triton_op`` pair and the public function.
+
+The launches follow the tuning table's ``zonal`` record; the ``triton_op`` pair (forward,
+closed-form backward) comes with their fakes and autograd; the public function is
+:func:`zonal_embed` (package docstring: the math).
+"""
 
 from __future__ import annotations
 
@@ -35,8 +38,10 @@ def backend(device, dtype, *, lmax: int, channels: int | None = None) -> tuple[s
 
 
 def bwd_kernel(radial) -> str:
-    """The backward kernel (``"dot"`` or ``"walk"``) the tuning table picks for ``radial``:
-    "auto" is the tf32x3 dot where TF32 tensor cores run it (float32), else the walk."""
+    """Return the backward kernel (``"dot"`` or ``"walk"``) the tuning table picks for ``radial``.
+
+    "auto" is the tf32x3 dot where TF32 tensor cores run it (float32), else the walk.
+    """
     choice = tuning.current().zonal.bwd
     tensor_cores = radial.dtype == torch.float32 and cm.has_tf32_cores(radial.device)
     return "dot" if choice == "auto" and tensor_cores else "walk"
