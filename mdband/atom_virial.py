@@ -24,8 +24,10 @@ LAMMPS_CENTROID = (0, 4, 8, 3, 6, 7, 1, 2, 5)
 
 
 def atom_virials(edge_grad, edge_vec, src, dst, n_atoms: int) -> torch.Tensor:
-    """Per-atom virials (N, 3, 3), float64, eV: half of each edge's ``−g ⊗ r`` on ``src``,
-    half on ``dst`` (deepmd-kit's partition); ``Σ_i`` of the result is the virial.
+    """Compute per-atom virials (N, 3, 3), float64, eV, with deepmd-kit's partition.
+
+    Half of each edge's ``−g ⊗ r`` goes on ``src``, half on ``dst``; ``Σ_i`` of the result is
+    the virial.
 
     Parameters
     ----------
@@ -45,16 +47,21 @@ def atom_virials(edge_grad, edge_vec, src, dst, n_atoms: int) -> torch.Tensor:
 
 
 def lammps_order(atom_virial: torch.Tensor) -> torch.Tensor:
-    """(N, 3, 3) per-atom virials as LAMMPS' nine centroid columns (N, 9):
-    ``xx yy zz xy xz yz yx zx zy`` (the first six: ``compute stress/atom``'s)."""
+    """Reorder (N, 3, 3) per-atom virials as LAMMPS' nine centroid columns (N, 9).
+
+    The columns are ``xx yy zz xy xz yz yx zx zy`` (the first six: ``compute stress/atom``'s).
+    """
     flat = atom_virial.reshape(-1, 9)
     return flat[:, list(LAMMPS_CENTROID)]
 
 
 def ase_stresses(atom_virial, volume: float):
-    """ASE's per-atom stresses (N, 6; eV/Å³, Voigt ``xx yy zz yz xz xy``) from per-atom virials
-    (N, 3, 3; numpy): ``−virial_i / V`` symmetrised, so that they sum to ASE's ``stress``
-    (``Calculator.get_stresses``, as ASE's own pair potentials define it)."""
+    """Convert per-atom virials (N, 3, 3; numpy) to ASE's per-atom stresses.
+
+    The stresses (N, 6; eV/Å³, Voigt ``xx yy zz yz xz xy``) are ``−virial_i / V`` symmetrised,
+    so that they sum to ASE's ``stress`` (``Calculator.get_stresses``, as ASE's own pair
+    potentials define it).
+    """
     import numpy as np
 
     w = np.asarray(atom_virial, dtype=np.float64)
@@ -67,12 +74,15 @@ def ase_stresses(atom_virial, volume: float):
 
 def evaluate_atom_virial(pot, positions, cell, pbc, species, graph=None, neighbours=None,
                          charge_spin=None):  # fmt: skip
-    """What :meth:`Potential.evaluate` computes with ``atom_virial=True``, as float64 tensors:
-    (atom energies, forces, virial, per-atom virials (N, 3, 3)), from one eager evaluation (no
-    CUDA-graph replay) on the neighbour list ``pot.edges`` gives (or ``graph``), on the device
-    of ``positions`` when a tensor, else on the potential's. A direct-force model's virials are
-    NaN, as its virial is; spin models are refused. ``charge_spin``: a charge/spin model's
-    (:meth:`Potential.charge_spin_of`; None: its defaults)."""
+    """Compute what :meth:`Potential.evaluate` computes with ``atom_virial=True``.
+
+    The result is float64 tensors (atom energies, forces, virial, per-atom virials (N, 3, 3)),
+    from one eager evaluation (no CUDA-graph replay) on the neighbour list ``pot.edges`` gives
+    (or ``graph``), on the device of ``positions`` when a tensor, else on the potential's. A
+    direct-force model's virials are NaN, as its virial is; spin models are refused.
+    ``charge_spin``: a charge/spin model's (:meth:`Potential.charge_spin_of`; None: its
+    defaults).
+    """
     import numpy as np
 
     from mdband.errors import MdbandError

@@ -79,10 +79,12 @@ class BatchSystem(NamedTuple):
 
 
 def atom_capacity(n_atoms: int) -> int:
-    """Padded atom count of a CUDA-graph batch: the next multiple of ``next_pow2(n) / 16``
-    (at least :data:`MIN_ATOM_GRANULE`): at most 16 buckets per doubling, under 12.5 % of the
-    atoms or 16 atoms of padding (isolated atoms: no edge work). A pure function of the atom
-    count (0 for 0)."""
+    """Return the padded atom count of a CUDA-graph batch of ``n_atoms`` atoms.
+
+    It is the next multiple of ``next_pow2(n) / 16`` (at least :data:`MIN_ATOM_GRANULE`): at
+    most 16 buckets per doubling, under 12.5 % of the atoms or 16 atoms of padding (isolated
+    atoms: no edge work). A pure function of the atom count (0 for 0).
+    """
     if n_atoms <= 0:
         return 0
     granule = max(MIN_ATOM_GRANULE, (1 << (int(n_atoms) - 1).bit_length()) // 16)
@@ -90,13 +92,16 @@ def atom_capacity(n_atoms: int) -> int:
 
 
 def batch_forward(pot, types, src, dst, vectors, charge_spin=None, systems=None):
-    """(atom energies (N,), forces (N, 3), per-atom virials (N, 9)), float64 device tensors,
-    of one model call over concatenated systems; ``vectors`` (E, 3) float64 on the device;
-    ``charge_spin`` (S, 2) and ``systems`` (N,): a charge/spin model's rows and each atom's.
+    """Run one model call over concatenated systems.
+
+    Returns (atom energies (N,), forces (N, 3), per-atom virials (N, 9)), float64 device
+    tensors; ``vectors`` (E, 3) float64 on the device; ``charge_spin`` (S, 2) and ``systems``
+    (N,): a charge/spin model's rows and each atom's.
 
     An edge's virial term ``−g_e ⊗ v_e`` is booked to its centre atom ``dst``; a system's
     virial is the sum over its atoms (rows xx, xy, xz, yx, … of ``W``). A direct-force model
-    (deepmd-kit's dens mode) gives its own forces and NaN virials."""
+    (deepmd-kit's dens mode) gives its own forces and NaN virials.
+    """
     n = int(types.shape[0])
     out = pot.evaluate_edges(types, src, dst, vectors, charge_spin=charge_spin, systems=systems)
     if out.forces is not None:  # a direct-force model: no virial (NaN, as evaluate gives it)
@@ -110,10 +115,13 @@ def batch_forward(pot, types, src, dst, vectors, charge_spin=None, systems=None)
 
 
 class BatchStep(DeviceStep):
-    """A :class:`~mdband.step_graph.DeviceStep` of concatenated systems: its outputs are
-    :func:`batch_forward`'s (per-atom virials instead of one virial). A charge/spin model's
-    buffers hold a row per atom at most (a system has at least one atom) and each atom's row;
-    the rows past the batch's systems repeat its first, and the padding atoms take it."""
+    """A :class:`~mdband.step_graph.DeviceStep` of concatenated systems.
+
+    Its outputs are :func:`batch_forward`'s (per-atom virials instead of one virial). A
+    charge/spin model's buffers hold a row per atom at most (a system has at least one atom)
+    and each atom's row; the rows past the batch's systems repeat its first, and the padding
+    atoms take it.
+    """
 
     def __init__(self, potential, mode: str, n_atoms: int, capacity: int) -> None:
         super().__init__(potential, mode, n_atoms, capacity)
@@ -125,6 +133,7 @@ class BatchStep(DeviceStep):
 
     def load(self, types, src, dst, rows, positions=None, cell=None, charge_spin=None,
              systems=None) -> None:  # fmt: skip
+        """Copy a batch into the step's buffers (and a charge/spin model's rows and systems)."""
         super().load(types, src, dst, rows, positions, cell)
         if self.charge_spin is not None:
             s, n = int(charge_spin.shape[0]), int(systems.shape[0])
@@ -134,6 +143,7 @@ class BatchStep(DeviceStep):
             self.systems[n:].zero_()
 
     def compute(self, pot):
+        """Run :func:`batch_forward` on the buffers; record the model call's chunk count."""
         out = batch_forward(pot, self.types, self.src, self.dst, self.edge_vectors(),
                             self.charge_spin, self.systems)  # fmt: skip
         self.chunks = pot.last_chunks
@@ -141,15 +151,21 @@ class BatchStep(DeviceStep):
 
 
 class BatchGraphs(StepGraphs):
-    """CUDA-graph replay of batches (``capture=False``: padded, eager; how the CPU tests see
-    the padding). Buckets are keyed by the padded atom count and the edge capacity."""
+    """CUDA-graph replay of batches.
+
+    With ``capture=False`` batches run padded but eager (how the CPU tests see the padding).
+    Buckets are keyed by the padded atom count and the edge capacity.
+    """
 
     step_class = BatchStep
 
     def run_batch(self, types, src, dst, vectors, charge_spin=None, systems=None):
-        """:func:`batch_forward`'s outputs for a batch whose ``types`` are already padded to
-        :func:`atom_capacity` (padding atoms isolated); edges unpadded; ``charge_spin`` (S, 2)
-        and ``systems`` (the real atoms') of a charge/spin model."""
+        """Return :func:`batch_forward`'s outputs for a batch, replayed from its bucket.
+
+        The batch's ``types`` are already padded to :func:`atom_capacity` (padding atoms
+        isolated); edges unpadded; ``charge_spin`` (S, 2) and ``systems`` (the real atoms') of
+        a charge/spin model.
+        """
         frame = (types, src, dst, vectors, None, None, charge_spin, systems)
         return self._evaluate("vectors", frame)
 
@@ -167,10 +183,12 @@ class _Prepared:
 
     @property
     def n_atoms(self) -> int:
+        """Number of atoms of the system."""
         return int(self.types.shape[0])
 
     @property
     def n_edges(self) -> int:
+        """Number of edges of the system's neighbour list."""
         return int(self.src.shape[0])
 
 
@@ -179,9 +197,12 @@ def _host(x):
 
 
 def as_record(item, charge_spin: bool = True) -> BatchSystem:
-    """``item`` (ASE ``Atoms``, an mdband :class:`~mdband.io.frames.Frame`, a
-    :class:`BatchSystem` or a 4- or 6-tuple) as a :class:`BatchSystem`; the charge and spin of
-    atoms (``info``) and frames only with ``charge_spin`` (a model that takes them)."""
+    """Return ``item`` as a :class:`BatchSystem`.
+
+    ``item`` is ASE ``Atoms``, an mdband :class:`~mdband.io.frames.Frame`, a
+    :class:`BatchSystem` or a 4- or 6-tuple; the charge and spin of atoms (``info``) and frames
+    are taken only with ``charge_spin`` (a model that takes them).
+    """
     if isinstance(item, Atoms):
         cs = (item.info.get("charge"), item.info.get("spin")) if charge_spin else ()
         return BatchSystem(item.positions, item.cell.array, item.pbc, item.numbers, *cs)
@@ -236,7 +257,10 @@ class BatchEvaluator:
 
     # ------------------------------------------------------------------ preparation
     def prepare(self, index: int, item) -> _Prepared:
-        """Checked types and neighbour list of system ``index``; errors name the system."""
+        """Return the checked types and neighbour list of system ``index``.
+
+        Errors name the system.
+        """
         try:
             return self._prepare(index, as_record(item, self.pot.charge_spin is not None))
         except MdbandError as exc:
@@ -268,9 +292,12 @@ class BatchEvaluator:
         return _Prepared(index, types, g.src, g.dst, vec, cs)
 
     def _charge_spin(self, rec: BatchSystem) -> tuple[int, int] | None:
-        """The (charge, spin) row of a charge/spin model's system (its values, else the
-        model's defaults; :class:`~mdband.charge_spin.MissingChargeSpinError` without), None
-        for other models (which refuse given values: :func:`mdband.charge_spin.refuse_unused`)."""
+        """Return the (charge, spin) row of a charge/spin model's system, None for others.
+
+        The row holds the system's values, else the model's defaults
+        (:class:`~mdband.charge_spin.MissingChargeSpinError` without); other models refuse
+        given values (:func:`mdband.charge_spin.refuse_unused`).
+        """
         inputs = self.pot.charge_spin
         if inputs is None:
             refuse_unused(rec.charge, rec.spin)
@@ -279,7 +306,7 @@ class BatchEvaluator:
 
     # ------------------------------------------------------------------ packing
     def _fits(self, n_systems: int, n_atoms: int, n_edges: int) -> bool:
-        """Whether a batch of this size may run as one unchunked model call."""
+        """Tell whether a batch of this size may run as one unchunked model call."""
         if self.batch_size is not None and n_systems > self.batch_size:
             return False
         if n_atoms > self.batch_atoms:
@@ -289,7 +316,7 @@ class BatchEvaluator:
         return not self.pot.would_chunk(n_atoms, n_edges)
 
     def run(self, systems: Iterable) -> Iterator[list[tuple[int, Result]]]:
-        """``(index, Result)`` of every system, in order: one list per model call."""
+        """Yield ``(index, Result)`` of every system, in order: one list per model call."""
         pending: list[_Prepared] = []
         atoms = edges = 0
         for index, item in enumerate(systems):
@@ -304,8 +331,11 @@ class BatchEvaluator:
             yield from self._flush(pending)
 
     def _flush(self, batch: list[_Prepared]) -> Iterator[list[tuple[int, Result]]]:
-        """The results of ``batch``: one model call, or two halves after running out of GPU
-        memory (recursively, down to single systems, whose error is raised)."""
+        """Yield the results of ``batch``: one model call, or two halves after an OOM.
+
+        After running out of GPU memory the batch is split in two halves, recursively, down to
+        single systems, whose error is raised.
+        """
         try:
             out = self._evaluate(batch)
         except torch.OutOfMemoryError:
@@ -323,8 +353,10 @@ class BatchEvaluator:
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, batch: list[_Prepared]) -> list[Result]:
-        """One model call over the systems of ``batch`` (systems without atoms take no part:
-        zeros)."""
+        """Run one model call over the systems of ``batch``.
+
+        Systems without atoms take no part (zeros).
+        """
         full = [p for p in batch if p.n_atoms > 0]
         if not full:
             return [_empty() for _ in batch]
@@ -332,7 +364,7 @@ class BatchEvaluator:
         return [next(results) if p.n_atoms > 0 else _empty() for p in batch]
 
     def _call(self, batch: list[_Prepared]) -> list[Result]:
-        """The model call over ``batch`` (systems of at least one atom)."""
+        """Run the model call over ``batch`` (systems of at least one atom)."""
         dev = self.pot.device
         counts = [p.n_atoms for p in batch]
         n = sum(counts)
@@ -394,7 +426,7 @@ _GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def batch_graphs(potential) -> BatchGraphs | None:
-    """The :class:`BatchGraphs` of ``potential`` where it replays CUDA graphs, else None."""
+    """Return the :class:`BatchGraphs` of ``potential`` where it replays CUDA graphs, else None."""
     if potential.cuda_graphs != "on":
         return None
     graphs = _GRAPHS.get(potential)
@@ -406,7 +438,7 @@ def batch_graphs(potential) -> BatchGraphs | None:
 def evaluate_many(potential, systems, *, batch_size: int | None = None,
                   batch_atoms: int | None = None, compute_virial: bool = True,
                   progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
-    """:meth:`BatchEvaluation.evaluate_many` of ``potential`` (see there)."""
+    """Run :meth:`BatchEvaluation.evaluate_many` of ``potential`` (see there)."""
     ev = BatchEvaluator(potential, batch_size=batch_size, batch_atoms=batch_atoms,
                         graphs=batch_graphs(potential),
                         compute_virial=compute_virial)  # fmt: skip
@@ -419,12 +451,12 @@ def evaluate_many(potential, systems, *, batch_size: int | None = None,
 
 
 class BatchEvaluation:
-    """:meth:`evaluate_many`, which :class:`~mdband.potential.Potential` inherits."""
+    """Provide :meth:`evaluate_many`, which :class:`~mdband.potential.Potential` inherits."""
 
     def evaluate_many(self, systems, *, batch_size: int | None = None,
                       batch_atoms: int | None = None, compute_virial: bool = True,
                       progress: Callable[[int], None] | None = None) -> list[Result]:  # fmt: skip
-        """Energy, forces, virial and per-atom energies of many frames, in few model calls.
+        """Compute energy, forces, virial and per-atom energies of many frames in few calls.
 
         Parameters
         ----------

@@ -32,10 +32,12 @@ _MIN_VOLUME = 1e-10
 
 
 def magmoms_of(atoms, potential: Potential) -> np.ndarray | None:
-    """The magnetic moments (N, 3; μB) a spin model reads from ``atoms`` (their initial
-    magnetic moments); None for other models (which ignore any moments). Raises
-    :class:`~mdband.errors.SpinInputError` when a spin model finds none, or one number per atom
-    (collinear moments say no direction)."""
+    """Return the magnetic moments (N, 3; μB) a spin model reads from ``atoms``.
+
+    They are the atoms' initial magnetic moments; None for other models (which ignore any
+    moments). Raises :class:`~mdband.errors.SpinInputError` when a spin model finds none, or
+    one number per atom (collinear moments say no direction).
+    """
     if potential.spin is None:
         return None
     if not atoms.has("initial_magmoms"):
@@ -149,7 +151,7 @@ class Calculator(_AseCalculator):
         return self._neighbours.n_builds
 
     def neighbour_reference(self) -> NeighbourReference | None:
-        """The positions/cell/pbc the current reusable list was built from (None if none)."""
+        """Return the positions/cell/pbc the current reusable list was built from (or None)."""
         return self._neighbours.reference()
 
     def restore_neighbours(self, reference: NeighbourReference | None) -> None:
@@ -158,24 +160,31 @@ class Calculator(_AseCalculator):
 
     def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
                   charge=None, spin=None):  # fmt: skip
-        """The potential's :class:`~mdband.potential.Result` of one frame (a subclass hook;
-        ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom virials;
-        ``charge``, ``spin``: a charge/spin model's, :meth:`charge_spin`)."""
+        """Return the potential's :class:`~mdband.potential.Result` of one frame.
+
+        A subclass hook; ``magmoms``: a spin model's moments; ``atom_virial``: with the per-atom
+        virials; ``charge``, ``spin``: a charge/spin model's, :meth:`charge_spin`.
+        """
         return self.potential.evaluate(positions, cell, pbc, numbers, neighbours=self._neighbours,
                                        magmoms=magmoms, atom_virial=atom_virial, charge=charge,
                                        spin=spin)  # fmt: skip
 
     def charge_spin(self, atoms) -> dict:
-        """``{"charge": ..., "spin": ...}`` of ``atoms`` for the potential: its
-        ``atoms.info`` values for a charge/spin model (None where absent: the model's
-        default), nothing for other models."""
+        """Return the ``{"charge": ..., "spin": ...}`` of ``atoms`` for the potential.
+
+        These are its ``atoms.info`` values for a charge/spin model (None where absent: the
+        model's default), nothing (an empty dict) for other models.
+        """
         if self.potential.charge_spin is None:
             return {}
         return {"charge": atoms.info.get("charge"), "spin": atoms.info.get("spin")}
 
     def check_state(self, atoms, tol: float = 1e-15) -> list[str]:
-        """ASE's changes since the last calculation, plus ``"info"`` when the total charge or
-        spin multiplicity a charge/spin model reads changed (ASE compares no ``info``)."""
+        """Return ASE's changes since the last calculation, plus ``"info"`` where needed.
+
+        ``"info"`` is added when the total charge or spin multiplicity a charge/spin model reads
+        changed (ASE compares no ``info``).
+        """
         changes = super().check_state(atoms, tol)
         if self.atoms is not None and self.charge_spin(atoms) != self.charge_spin(self.atoms):
             changes.append("info")
@@ -183,6 +192,11 @@ class Calculator(_AseCalculator):
 
     # ------------------------------------------------------------------ ASE interface
     def calculate(self, atoms=None, properties=("energy",), system_changes=all_changes) -> None:
+        """Evaluate the potential on ``atoms`` and store ASE's ``results``.
+
+        ``stresses`` are computed only when in ``properties``; ``stress`` only for a cell of
+        non-zero volume; ``magnetic_forces`` only for a spin model.
+        """
         super().calculate(atoms, properties, system_changes)
         atoms = self.atoms
         positions = np.ascontiguousarray(atoms.get_positions(), dtype=np.float64)

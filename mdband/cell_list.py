@@ -65,8 +65,11 @@ class _Grid(NamedTuple):
 
 
 def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
-    """Rows: the cell vectors of periodic directions; unit vectors orthogonal to them (and to
-    each other) for open directions, so open coordinates never mix into periodic ones."""
+    """Build the box basis of a cell: one row per direction.
+
+    Rows: the cell vectors of periodic directions; unit vectors orthogonal to them (and to each
+    other) for open directions, so open coordinates never mix into periodic ones.
+    """
     basis = np.zeros((3, 3))
     periodic = [k for k in range(3) if pbc[k]]
     for k in periodic:
@@ -108,8 +111,11 @@ def _bins(scale: np.ndarray, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: 
 
 @functools.lru_cache(maxsize=16)
 def _frame(cell_key: bytes, pbc: tuple[bool, bool, bool], device: torch.device) -> _Frame:
-    """The box basis of a cell (cached: an MD run's cell rarely changes, and each of these
-    small host → device copies costs a few µs of latency on CUDA)."""
+    """Return the box basis of a cell and its inverse on ``device``.
+
+    Cached: an MD run's cell rarely changes, and each of these small host → device copies costs
+    a few µs of latency on CUDA.
+    """
     cell = np.frombuffer(cell_key, dtype=np.float64).reshape(3, 3)
     basis = _box_basis(cell, pbc)
     inv = np.linalg.inv(basis)
@@ -153,8 +159,9 @@ def cell_list_edges(
     max_candidates: int = 1 << 25,
     host_cell: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every pair within ``cutoff`` as ``(src, dst, shifts)`` int64 tensors on the positions'
-    device, sorted by ``dst``.
+    """Find every pair within ``cutoff``, sorted by ``dst``.
+
+    The pairs are ``(src, dst, shifts)`` int64 tensors on the positions' device.
 
     Parameters
     ----------
@@ -225,10 +232,13 @@ def cell_list_edges(
 
 def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, pbc, rc2,
                               max_candidates):  # fmt: skip
-    """``(j, i, s)``: every candidate j of atom i in its stencil bins with
-    ``COINCIDENT_R2 < |v|² < rc2`` (v between wrapped positions, s the neighbour's image), by i,
-    stencil slot, bin order: torch operations, atoms batched to ``max_candidates`` candidates
-    (the path of CPUs and the reference of :func:`mdband.kernels.cell_pairs.cell_pairs`)."""
+    """Return the pairs ``(j, i, s)`` among the stencil candidates, with torch operations.
+
+    Every candidate j of atom i in its stencil bins with ``COINCIDENT_R2 < |v|² < rc2`` (v
+    between wrapped positions, s the neighbour's image), by i, stencil slot, bin order: torch
+    operations, atoms batched to ``max_candidates`` candidates (the path of CPUs and the
+    reference of :func:`mdband.kernels.cell_pairs.cell_pairs`).
+    """
     i64 = dict(dtype=torch.int64, device=wrapped.device)
     n_t = grid.n_bins
     offsets = grid.offsets
@@ -275,8 +285,10 @@ def candidate_pairs_reference(b, wrapped, order, starts, counts, grid, frame, pb
 
 
 def _atom_batches(per_atom: np.ndarray, max_candidates: int):
-    """Contiguous atom ranges with at most ``max_candidates`` candidates each (one atom may
-    exceed it alone)."""
+    """Yield contiguous atom ranges with at most ``max_candidates`` candidates each.
+
+    One atom may exceed it alone.
+    """
     n = per_atom.shape[0]
     if int(per_atom.sum()) <= max_candidates:
         yield 0, n

@@ -50,9 +50,12 @@ _RANGES = {"charge": CHARGE_RANGE, "spin": SPIN_RANGE}
 
 
 def whole_number(name: str, value) -> int:
-    """``value`` (charge or spin) as an int, or a :class:`ChargeSpinError` in one line: it must
-    be a whole number (int, integral float or numpy scalar; not a bool or string) within the
-    model's table (:data:`CHARGE_RANGE`, :data:`SPIN_RANGE`)."""
+    """Return ``value`` (charge or spin) as an int, checked.
+
+    It must be a whole number (int, integral float or numpy scalar; not a bool or string)
+    within the model's table (:data:`CHARGE_RANGE`, :data:`SPIN_RANGE`); else a
+    :class:`ChargeSpinError` in one line is raised.
+    """
     low, high = _RANGES[name]
     if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:  # numpy / torch scalars
         value = value.item()
@@ -71,15 +74,21 @@ def whole_number(name: str, value) -> int:
 
 @dataclass(frozen=True)
 class ChargeSpinInputs:
-    """What a charge/spin model takes: ``default`` is deepmd-kit's ``default_chg_spin``
-    ``(charge, spin)`` (None: both must be given)."""
+    """What a charge/spin model takes.
+
+    ``default`` is deepmd-kit's ``default_chg_spin`` ``(charge, spin)`` (None: both must be
+    given).
+    """
 
     default: tuple[float, float] | None = None
 
     def resolve(self, charge=None, spin=None) -> tuple[int, int]:
-        """The (charge, spin) a call evaluates: the values given, else the default's (as
-        deepmd-kit uses it: truncated to integers). Raises :class:`MissingChargeSpinError`
-        naming what is missing, :class:`ChargeSpinError` for a bad value."""
+        """Return the (charge, spin) a call evaluates.
+
+        These are the values given, else the default's (as deepmd-kit uses it: truncated to
+        integers). Raises :class:`MissingChargeSpinError` naming what is missing,
+        :class:`ChargeSpinError` for a bad value.
+        """
         missing = [n for n, v in (("charge", charge), ("spin", spin)) if v is None]
         if missing and self.default is None:
             raise MissingChargeSpinError(missing)
@@ -90,7 +99,7 @@ class ChargeSpinInputs:
         return whole_number("charge", charge), whole_number("spin", spin)
 
     def describe(self) -> str:
-        """One line for ``mdband info`` and logs."""
+        """Describe the inputs in one line for ``mdband info`` and logs."""
         if self.default is None:
             return "total charge and spin multiplicity (required: no default_chg_spin)"
         c, s = self.default
@@ -98,8 +107,10 @@ class ChargeSpinInputs:
 
 
 def refuse_unused(charge, spin) -> None:
-    """Raise :class:`ChargeSpinError` when a charge or spin is given to a model that takes
-    neither (it would be silently ignored)."""
+    """Raise :class:`ChargeSpinError` when a charge or spin is given to a model without them.
+
+    That is a model that takes neither: the values would be silently ignored.
+    """
     given = [n for n, v in (("charge", charge), ("spin", spin)) if v is not None]
     if given:
         raise ChargeSpinError(
@@ -111,10 +122,13 @@ def refuse_unused(charge, spin) -> None:
 def charge_spin_tensor(
     inputs: ChargeSpinInputs | None, charge, spin, device
 ) -> torch.Tensor | None:
-    """The ``charge_spin`` model input of a system for a model taking ``inputs`` (None: none):
-    int64 (1, 2) ``[[charge, spin]]`` on ``device`` (:meth:`ChargeSpinInputs.resolve`; one
-    tensor per value and device, reused), or None for a model that takes neither (which
-    refuses given values: :func:`refuse_unused`)."""
+    """Return the ``charge_spin`` model input of a system for a model taking ``inputs``.
+
+    ``inputs`` None means the model takes none. The input is int64 (1, 2)
+    ``[[charge, spin]]`` on ``device`` (:meth:`ChargeSpinInputs.resolve`; one tensor per value
+    and device, reused), or None for a model that takes neither (which refuses given values:
+    :func:`refuse_unused`).
+    """
     if inputs is None:
         refuse_unused(charge, spin)
         return None
@@ -127,11 +141,13 @@ def _row(row: tuple[int, int], device: torch.device) -> torch.Tensor:
 
 
 def model_kwargs(inputs: ChargeSpinInputs | None, charge_spin, device, systems=None) -> dict:
-    """The energy module's ``charge_spin`` (and ``systems``) keywords of one call:
+    """Return the energy module's ``charge_spin`` (and ``systems``) keywords of one call.
+
     ``charge_spin`` (from :func:`charge_spin_tensor`, or (S, 2) rows of S systems with
     ``systems`` the row of each atom), or the defaults' row when None, for a model taking
     ``inputs``; nothing for a model that takes none (:class:`ChargeSpinError` if one was
-    given)."""
+    given).
+    """
     if inputs is None:
         if charge_spin is not None:
             raise ChargeSpinError("this model takes no total charge or spin multiplicity")

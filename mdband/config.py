@@ -46,16 +46,19 @@ class SpinConfig:
     sel: int = 0
 
     def to_dict(self) -> dict:
+        """Return the section as a plain dict (tuples as lists), as model files store it."""
         return {"scheme": self.scheme, "use_spin": list(self.use_spin),
                 "virtual_scale": list(self.virtual_scale), "sel": self.sel}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: dict) -> SpinConfig:
+        """Build a SpinConfig from :meth:`to_dict`'s dict (``virtual_scale``, ``sel`` optional)."""
         scale = tuple(float(x) for x in d.get("virtual_scale", ()))
         use = tuple(bool(x) for x in d["use_spin"])
         return cls(str(d["scheme"]), use, scale, int(d.get("sel", 0)))
 
     def magnetic_types(self, type_map) -> list[str]:
+        """Return the types of ``type_map`` whose ``use_spin`` is on."""
         return [t for t, on in zip(type_map, self.use_spin) if on]
 
 
@@ -130,37 +133,50 @@ class SeZMConfig:
 
     @property
     def lmax(self) -> int:
+        """Largest degree: the first block's of ``l_schedule`` (0 without blocks)."""
         return self.l_schedule[0] if self.l_schedule else 0
 
     @property
     def n_blocks(self) -> int:
+        """Number of interaction blocks: the length of ``l_schedule``."""
         return len(self.l_schedule)
 
     @property
     def readout_lmax(self) -> int:
+        """Degree of the last block of ``l_schedule`` (:attr:`lmax` without blocks)."""
         return self.l_schedule[-1] if self.l_schedule else self.lmax
 
     @property
     def focus_channels(self) -> int:
+        """Width of one focus: ``focus_dim``, or ``channels`` when it is 0."""
         return self.channels if self.focus_dim == 0 else self.focus_dim
 
     @property
     def hidden_channels(self) -> int:
+        """Width of all foci together: ``n_focus`` × :attr:`focus_channels`."""
         return self.n_focus * self.focus_channels
 
     @property
     def radial_hidden(self) -> list[int]:
+        """Hidden widths of the radial MLP: ``radial_mlp`` with 0 meaning ``channels``."""
         return [self.channels if x == 0 else int(x) for x in self.radial_mlp]
 
     @property
     def fitting_widths(self) -> list[int]:
+        """Hidden widths of the fitting net: ``fitting_neuron`` with 0 meaning :func:`auto_width`.
+
+        The auto width is that of :attr:`fitting_input`.
+        """
         auto = auto_width(self.fitting_input)
         return [auto if w == 0 else int(w) for w in self.fitting_neuron]
 
     @property
     def fitting_input(self) -> int:
-        """Width of the fitting net's input: the descriptor, plus the case one-hot when it is
-        concatenated (``dim_case_embd`` without ``case_film_embd``)."""
+        """Width of the fitting net's input.
+
+        It is the descriptor, plus the case one-hot when it is concatenated (``dim_case_embd``
+        without ``case_film_embd``).
+        """
         return self.channels + (0 if self.case_film_embd else self.dim_case_embd)
 
     @property
@@ -188,12 +204,16 @@ class SeZMConfig:
 
     @property
     def basis_family(self) -> str:
-        """``bessel`` or ``gaussian``: a ``/fix`` basis evaluates like its family (it only keeps
-        the frequencies or centres out of training)."""
+        """Family of the radial basis: ``bessel`` or ``gaussian``.
+
+        A ``/fix`` basis evaluates like its family (it only keeps the frequencies or centres
+        out of training).
+        """
         return self.basis_type.partition("/")[0]
 
     @property
     def use_gie(self) -> bool:
+        """Whether the environment seed is used: ``use_env_seed`` with :attr:`lmax` > 0."""
         return self.use_env_seed and self.lmax > 0
 
     def ffn_opts(self) -> dict:
@@ -217,6 +237,12 @@ class SeZMConfig:
         }
 
     def to_dict(self) -> dict:
+        """Return the config as a plain dict: the one stored in model files and hashed.
+
+        Tuples become lists; ``extra`` is left out; ``spin`` only when set; a
+        ``lebedev_quadrature`` whose two entries agree is one bool; the fields added later are
+        left out at their defaults, so older models keep their dict and hash.
+        """
         d = asdict(self)
         d.pop("extra")
         d.pop("spin")
@@ -235,6 +261,7 @@ class SeZMConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> SeZMConfig:
+        """Build and validate a config from a :meth:`to_dict` dict (older forms accepted)."""
         kw = dict(d)
         for k in (
             "type_map",
@@ -264,6 +291,11 @@ class SeZMConfig:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
+        """Raise :class:`~mdband.errors.UnsupportedModelError` for a value mdband refuses.
+
+        The error names the option and its value.
+        """
+
         def bad(opt, val, why=""):
             raise UnsupportedModelError(opt, val, why)
 

@@ -45,8 +45,10 @@ DEFAULT_EXCHANGE_WIDTH = 128
 
 @runtime_checkable
 class Chunking(Protocol):
-    """A model that evaluates in chunks of destination atoms under the memory budget
-    (SeZM: :class:`~mdband.model.block.SeZMDescriptor`; :mod:`mdband.model.chunking`)."""
+    """A model that evaluates in chunks of destination atoms under the memory budget.
+
+    SeZM: :class:`~mdband.model.block.SeZMDescriptor`; see :mod:`mdband.model.chunking`.
+    """
 
     #: chunks of destination atoms the last forward used (1: unchunked)
     last_chunks: int
@@ -60,15 +62,18 @@ class Chunking(Protocol):
         ...
 
     def memory_budget_text(self, device: torch.device) -> str:
-        """The ``memory_budget`` setting and what it resolves to on ``device``, one line."""
+        """Return one line: the ``memory_budget`` setting and what it resolves to on ``device``."""
         ...
 
 
 @runtime_checkable
 class DirectForceModel(Protocol):
-    """A model whose forces come out of the network instead of the gradient of its energy
-    (deepmd-kit's dens mode; :attr:`ModelContract.direct_forces`): :meth:`energies_and_forces`
-    replaces the forward plus autograd, and there is no virial (NaN, as deepmd-kit gives it)."""
+    """A model whose forces come out of the network instead of the gradient of its energy.
+
+    This is deepmd-kit's dens mode (:attr:`ModelContract.direct_forces`):
+    :meth:`energies_and_forces` replaces the forward plus autograd, and there is no virial
+    (NaN, as deepmd-kit gives it).
+    """
 
     def energies_and_forces(
         self, types, src, dst, edge_vec, exchange=None, plan=None, csr_pair=None, **options
@@ -121,10 +126,12 @@ CHUNKING = ("last_chunks", "would_chunk", "shrink_chunks", "memory_budget_text")
 
 
 def check_model(model, kind: str) -> ModelContract:
-    """``model`` if it satisfies :class:`ModelContract`, else a
-    :class:`~mdband.errors.ModelContractError` naming the kind and every missing member (a
-    :class:`DirectForceModel`'s ``energies_and_forces`` and a :class:`Chunking`'s members
-    included)."""
+    """Return ``model`` if it satisfies :class:`ModelContract`, else raise.
+
+    The error is a :class:`~mdband.errors.ModelContractError` naming the kind and every missing
+    member (a :class:`DirectForceModel`'s ``energies_and_forces`` and a :class:`Chunking`'s
+    members included).
+    """
     if not isinstance(model, torch.nn.Module):
         raise ModelContractError(kind, [f"torch.nn.Module (it built a {type(model).__name__})"])
     missing = [name for name in MEMBERS if not hasattr(model, name)]

@@ -86,13 +86,17 @@ class MemoryBudgetError(MdbandError):
 
 
 class ResourceExhaustedError(MdbandError):
-    """The disk filled up or memory ran out (the last good checkpoint and the trajectory are
-    kept; ``mdband run`` exits with code 4)."""
+    """The disk filled up or memory ran out.
+
+    The last good checkpoint and the trajectory are kept; ``mdband run`` exits with code 4.
+    """
 
 
 class ChargeSpinError(MdbandError, ValueError):
-    """A total charge or spin multiplicity that is not a whole number in the model's table,
-    or one given to a model that takes none."""
+    """A total charge or spin multiplicity that the model cannot take.
+
+    It is not a whole number in the model's table, or it was given to a model that takes none.
+    """
 
 
 class MissingChargeSpinError(ChargeSpinError):
@@ -127,10 +131,12 @@ _OUT_OF_MEMORY = (
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
-    """True for an error that means memory ran out, whichever allocator raised it:
-    ``MemoryError`` (Python, numpy), ``torch.OutOfMemoryError`` (CUDA) and the
+    """Tell whether ``exc`` means that memory ran out, whichever allocator raised it.
+
+    True for ``MemoryError`` (Python, numpy), ``torch.OutOfMemoryError`` (CUDA) and the
     ``RuntimeError`` of torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")
-    or of a C++ library (vesin: "failed to allocate memory")."""
+    or of a C++ library (vesin: "failed to allocate memory").
+    """
     if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
         return True
     return isinstance(exc, RuntimeError) and any(t in str(exc) for t in _OUT_OF_MEMORY)

@@ -47,6 +47,7 @@ class EdgeGraph:
 
     @property
     def n_edges(self) -> int:
+        """Number of edges."""
         return int(self.src.shape[0])
 
     def edge_vectors(self, positions: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
@@ -91,8 +92,10 @@ EDGE_BYTES = 100
 
 
 def face_widths(cell: np.ndarray) -> np.ndarray:
-    """Distance between opposite faces of the cell along each cell vector (Å); 0 where the
-    cell is flat."""
+    """Return the distance between opposite faces of the cell along each cell vector (Å).
+
+    It is 0 where the cell is flat.
+    """
     cell = np.asarray(cell, dtype=np.float64).reshape(3, 3)
     volume = abs(float(np.linalg.det(cell)))
     out = np.zeros(3)
@@ -103,8 +106,9 @@ def face_widths(cell: np.ndarray) -> np.ndarray:
 
 
 def check_neighbour_work(positions, cell, pbc, cutoff: float, host: bool = True) -> int:
-    """Refuse, in one line, a neighbour list whose size or search is absurd; return its
-    estimated number of edges.
+    """Refuse an absurd neighbour list in one line; return its estimated number of edges.
+
+    A list is refused when its size or its search is absurd.
 
     Checked before any list is built (:class:`~mdband.errors.StructureError`): every coordinate
     within :data:`MAX_COORDINATE` Å and, along periodic directions, within
@@ -141,8 +145,11 @@ def check_neighbour_work(positions, cell, pbc, cutoff: float, host: bool = True)
 
 
 def _work(n: int, cell, pbc, cutoff, stats, host: bool) -> int:
-    """:func:`check_neighbour_work` from ``stats``: the largest |coordinate| and its atom, the
-    extent along x, y, z, the largest |fractional coordinate| per cell vector and its atom."""
+    """Run the checks of :func:`check_neighbour_work` on ``stats``.
+
+    ``stats``: the largest |coordinate| and its atom, the extent along x, y, z, the largest
+    |fractional coordinate| per cell vector and its atom.
+    """
     cutoff = float(cutoff)
     if not (np.isfinite(cutoff) and cutoff > 0):
         raise StructureError(f"cutoff {cutoff} Å must be a finite positive length")
@@ -203,12 +210,14 @@ def _physical_memory() -> int | None:
 
 
 def vesin_can_search(positions: np.ndarray, cell: np.ndarray, pbc, cutoff: float) -> bool:
-    """False where vesin's CPU cell list would fail: its grid is scaled down to
-    :data:`_VESIN_MAX_CELLS` cells keeping the aspect ratio, which rounds a direction to zero
-    cells for long, flat boxes (an open structure with an atom 1e6 Å away, a large open flake)
-    and kills the process with SIGFPE. The grid is estimated as vesin makes it (face distances
-    of the cell along periodic directions, the atoms' extent along open ones), with a margin
-    of 2 cells."""
+    """Tell whether vesin's CPU cell list can search this box (False where it would fail).
+
+    It fails where its grid is scaled down to :data:`_VESIN_MAX_CELLS` cells keeping the aspect
+    ratio, which rounds a direction to zero cells for long, flat boxes (an open structure with
+    an atom 1e6 Å away, a large open flake) and kills the process with SIGFPE. The grid is
+    estimated as vesin makes it (face distances of the cell along periodic directions, the
+    atoms' extent along open ones), with a margin of 2 cells.
+    """
     pbc = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,))
     positions = np.asarray(positions, dtype=np.float64)
     if positions.shape[0] == 0:

@@ -41,7 +41,7 @@ _kept = False  # applied in this process
 
 
 def _glibc_mallopt():
-    """glibc's ``mallopt``, or None where the C library is not glibc."""
+    """Return glibc's ``mallopt``, or None where the C library is not glibc."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
@@ -76,8 +76,10 @@ def is_kept() -> bool:
 
 
 def apply(setting: str, device) -> str:
-    """Apply ``setting`` for a model on ``device`` (a ``torch.device`` or its name); one line
-    saying what holds for this process now."""
+    """Apply ``setting`` for a model on ``device`` (a ``torch.device`` or its name).
+
+    Returns one line saying what holds for this process now.
+    """
     if setting not in CHOICES:
         raise ValueError(f"host_memory={setting!r} is not one of {', '.join(CHOICES)}")
     on_cpu = str(getattr(device, "type", device)).split(":")[0] == "cpu"

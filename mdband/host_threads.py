@@ -26,8 +26,11 @@ _state = {"source": None}
 
 
 def apply_wait_policy() -> None:
-    """Set ``OMP_WAIT_POLICY`` to :data:`DEFAULT_WAIT_POLICY` if it is unset and torch (and so
-    its OpenMP runtime) is not loaded yet; record where the policy in force comes from."""
+    """Set ``OMP_WAIT_POLICY`` to the default if it is unset and torch is not loaded yet.
+
+    The default is :data:`DEFAULT_WAIT_POLICY`; torch's loading also loads its OpenMP runtime,
+    which reads the variable. Records where the policy in force comes from.
+    """
     if _state["source"] is not None:
         return
     if "OMP_WAIT_POLICY" in os.environ:

@@ -43,7 +43,9 @@ _PRODUCT_KINDS = ("sezm",)
 
 
 def register_kind(kind: str):
-    """Decorator registering ``builder`` for model files of kind ``kind``::
+    """Return a decorator that registers a builder for model files of kind ``kind``.
+
+    Usage::
 
         @register_kind("lj")
         def build(config, state_dict, options): ...
@@ -82,7 +84,7 @@ def _entry_point_builder(kind: str) -> Builder | None:
 
 
 def plugin_modules() -> list[str]:
-    """The module names in ``MDBAND_PLUGINS`` (empty when it is unset)."""
+    """Return the module names in ``MDBAND_PLUGINS`` (empty when it is unset)."""
     return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
 
 
@@ -106,7 +108,7 @@ def known_kinds() -> list[str]:
 
 
 def model_builder(kind: str) -> Builder:
-    """The builder of ``kind`` (see the module docstring for where it is looked for).
+    """Return the builder of ``kind`` (see the module docstring for where it is looked for).
 
     Raises
     ------

@@ -27,7 +27,7 @@ def potential_from_parts(
     source=None,
     checked: bool = False,
 ) -> Potential:
-    """A :class:`Potential` of model ``kind`` built from its configuration and weights.
+    """Build a :class:`Potential` of model ``kind`` from its configuration and weights.
 
     Every weight must be one the built network has, with its shape (a
     :class:`~mdband.errors.ModelFileError` otherwise, whatever the kind's builder checks). The
@@ -192,8 +192,10 @@ def _load(path, device, dtype, head, options, t0) -> Potential:
 
 
 def check_weights(module, state_dict: dict, where: str = "") -> None:
-    """Raise :class:`ModelFileError` unless ``state_dict`` holds exactly the built network's
-    weights, each with the network's shape."""
+    """Raise :class:`ModelFileError` unless ``state_dict`` fits the built network.
+
+    It must hold exactly the built network's weights, each with the network's shape.
+    """
     own = module.state_dict()
     extra = sorted(set(state_dict) - set(own))
     missing = sorted(set(own) - set(state_dict))

@@ -39,8 +39,11 @@ log = logging.getLogger(__name__)
 
 
 def host_edge_graph(positions, cell, pbc, cutoff: float) -> EdgeGraph:
-    """:func:`mdband.graph.build_edge_graph` (vesin), or mdband's cell list on the CPU (the
-    same edges) for the boxes vesin cannot search (:func:`mdband.graph.vesin_can_search`)."""
+    """Build a neighbour list on the host: vesin, or mdband's cell list where vesin fails.
+
+    This is :func:`mdband.graph.build_edge_graph` (vesin), or mdband's cell list on the CPU
+    (the same edges) for the boxes vesin cannot search (:func:`mdband.graph.vesin_can_search`).
+    """
     positions = np.ascontiguousarray(positions, dtype=np.float64)
     cell = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64).reshape(3, 3)
     pbc = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
@@ -62,7 +65,7 @@ class NeighbourReference:
 
 
 def _host(cell, host_cell) -> np.ndarray:
-    """The cell as a numpy (3, 3) array (``host_cell`` when the caller has it)."""
+    """Return the cell as a numpy (3, 3) array (``host_cell`` when the caller has it)."""
     if host_cell is not None:
         return np.asarray(host_cell, dtype=np.float64).reshape(3, 3)
     return torch.as_tensor(cell).detach().to("cpu", torch.float64).numpy().reshape(3, 3)
@@ -87,9 +90,11 @@ class HostNeighbourList:
         self._shift_vectors: np.ndarray | None = None
 
     def reference(self) -> NeighbourReference | None:
+        """Return where the current reusable list was built (None if none)."""
         return self._reference
 
     def restore(self, reference: NeighbourReference | None) -> None:
+        """Rebuild the reusable list from ``reference`` (None, or no skin: drop the list)."""
         self._reference = self._full = None
         if reference is not None and self.skin > 0:
             self._build(
@@ -159,6 +164,7 @@ class DeviceNeighbourList:
         self._shift_vectors: torch.Tensor | None = None
 
     def reference(self) -> NeighbourReference | None:
+        """Return where the current reusable list was built, copied to numpy (None if none)."""
         if self._ref_pos is None:
             return None
         return NeighbourReference(
@@ -168,6 +174,7 @@ class DeviceNeighbourList:
         )
 
     def restore(self, reference: NeighbourReference | None) -> None:
+        """Rebuild the reusable list from ``reference`` on the device (None or no skin: drop it)."""
         self._ref_pos = self._full = None
         if reference is not None and self.skin > 0:
             dev = self.device
@@ -205,8 +212,11 @@ class DeviceNeighbourList:
     def edges(
         self, positions: torch.Tensor, cell: torch.Tensor, pbc, host_cell: np.ndarray | None = None
     ) -> EdgeGraph:
-        """Edges within the cutoff for these positions; ``host_cell``, the same cell as a numpy
-        array when the caller has it, saves copying ``cell`` back to the host at a build."""
+        """Return the edges within the cutoff for these positions.
+
+        ``host_cell``, the same cell as a numpy array when the caller has it, saves copying
+        ``cell`` back to the host at a build.
+        """
         pbc = tuple(bool(p) for p in np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)))
         n = int(positions.shape[0])
         if self.skin <= 0:

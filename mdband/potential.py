@@ -3,7 +3,8 @@
 A :class:`Potential` wraps an energy module ``model(types, src, dst, edge_vec, exchange=None)``
 that returns per-atom energies. Forces and the virial come from one autograd pass over the edge
 vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` and
-``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V); many frames: :mod:`mdband.batch`."""
+``W = −Σ_e g_e ⊗ edge_vec_e`` (eV; ASE stress = −W / V); many frames: :mod:`mdband.batch`.
+"""
 
 from __future__ import annotations
 
@@ -127,6 +128,7 @@ class Potential(BatchEvaluation):
 
     @property
     def rotation_layout_reason(self) -> str:
+        """Why the model uses its rotation storage, one line ("" if none)."""
         return str(self.model.rotation_layout_reason)
 
     @property
@@ -144,8 +146,10 @@ class Potential(BatchEvaluation):
 
     @property
     def last_chunks(self) -> int:
-        """Chunks of destination atoms the last evaluation used (1: unchunked; 1 too for a
-        replayed CUDA graph, which runs no forward)."""
+        """Chunks of destination atoms the last evaluation used (1: unchunked, or a replay).
+
+        A replayed CUDA graph runs no forward: 1 too.
+        """
         if self._step_chunks is not None:
             return self._step_chunks
         chunking = self.model.chunking
@@ -166,17 +170,20 @@ class Potential(BatchEvaluation):
         return self.model.chunking.memory_budget_text(self.device)
 
     def n_parameters(self) -> int:
+        """Return the number of the model's parameters (elements of all its parameter tensors)."""
         return sum(p.numel() for p in self.model.parameters())
 
     # ------------------------------------------------------------------ species
     def types_of(self, species) -> np.ndarray:
-        """Type indices of ``species`` (chemical symbols or atomic numbers), vectorised
-        (:class:`~mdband.errors.UnknownElementError` for elements the type map lacks)."""
+        """Return the type indices of ``species`` (chemical symbols or atomic numbers).
+
+        Vectorised; :class:`~mdband.errors.UnknownElementError` for elements the type map lacks.
+        """
         return self._types(species)
 
     # ------------------------------------------------------------------ evaluation
     def charge_spin_of(self, charge=None, spin=None) -> torch.Tensor | None:
-        """``charge_spin`` of a system (:func:`mdband.charge_spin.charge_spin_tensor`)."""
+        """Return a system's ``charge_spin`` (:func:`mdband.charge_spin.charge_spin_tensor`)."""
         return _cs.charge_spin_tensor(self.charge_spin, charge, spin, self.device)
 
     def evaluate_edges(
@@ -194,7 +201,7 @@ class Potential(BatchEvaluation):
         charge_spin: torch.Tensor | None = None,
         systems: torch.Tensor | None = None,
     ) -> EdgeResult:
-        """Atom energies and ``∂E/∂edge_vec`` for a prepared edge list (tensors on ``device``).
+        """Compute atom energies and ``∂E/∂edge_vec`` of a prepared edge list on ``device``.
 
         ``E`` sums the first ``n_local`` atom energies (all atoms when None); ghost atoms beyond
         ``n_local`` only provide features, as in LAMMPS. ``plan``, a ChunkPlan of a model that
@@ -202,7 +209,8 @@ class Potential(BatchEvaluation):
         budget planned that runs out of GPU memory is run again in chunks of half the edges
         (up to :data:`OOM_RETRIES` times) before the error is raised. ``magmoms``: mdband.spin.
         ``charge_spin``: from :meth:`charge_spin_of` (None: the model's defaults), or (S, 2)
-        rows of S systems with ``systems`` the row of each atom (mdband.batch)."""
+        rows of S systems with ``systems`` the row of each atom (mdband.batch).
+        """
         retries = 0
         while True:
             try:
@@ -217,12 +225,14 @@ class Potential(BatchEvaluation):
                 torch.cuda.empty_cache()
 
     def _retry_in_chunks(self, plan, exchange, retries: int, n_atoms: int) -> bool:
-        """After an out-of-memory error of an evaluation the memory budget planned: whether to
-        run it again in smaller chunks (half the edges of the failed call's largest chunk, for
-        this call and the next ones; :meth:`SeZMDescriptor.shrink_chunks`). Not for fixed
-        plans, multi-rank exchanges (every rank would have to repeat its exchanges) or
-        CUDA-graph captures (:class:`StepGraphs` handles those), at most :data:`OOM_RETRIES`
-        times per call."""
+        """Tell whether to run an evaluation again in smaller chunks after running out of memory.
+
+        This follows an out-of-memory error of an evaluation the memory budget planned; the smaller
+        chunks have half the edges of the failed call's largest chunk, for this call and the next
+        ones (:meth:`SeZMDescriptor.shrink_chunks`). Not for fixed plans, multi-rank exchanges
+        (every rank would have to repeat its exchanges) or CUDA-graph captures (:class:`StepGraphs`
+        handles those), at most :data:`OOM_RETRIES` times per call.
+        """
         chunking = self.model.chunking
         if chunking is None or plan is not None or exchange is not None or retries >= OOM_RETRIES:
             return False
@@ -271,11 +281,13 @@ class Potential(BatchEvaluation):
                           extra=extra)  # fmt: skip
 
     def neighbour_list(self, skin: float = 0.0):
-        """A neighbour list for repeated :meth:`evaluate` calls (``neighbours=``): the torch
-        cell list on this potential's device (default for CUDA potentials) or vesin on numpy
-        (default on the CPU), as :attr:`neighbour_backend` says (setting ``neighbour_list``;
-        see :mod:`mdband.neighbours`). ``skin`` (Å) > 0 reuses it while no atom moved more
-        than ``skin / 2``."""
+        """Return a neighbour list for repeated :meth:`evaluate` calls (``neighbours=``).
+
+        It is the torch cell list on this potential's device (default for CUDA potentials) or
+        vesin on numpy (default on the CPU), as :attr:`neighbour_backend` says (setting
+        ``neighbour_list``; see :mod:`mdband.neighbours`). ``skin`` (Å) > 0 reuses it while no
+        atom moved more than ``skin / 2``.
+        """
         from mdband.neighbours import DeviceNeighbourList
 
         if self.neighbour_backend == "cell_list":
@@ -297,7 +309,7 @@ class Potential(BatchEvaluation):
         charge=None,
         spin=None,
     ) -> Result:
-        """Energy, forces, virial and per-atom energies of one frame.
+        """Compute energy, forces, virial and per-atom energies of one frame.
 
         Parameters
         ----------
@@ -348,8 +360,10 @@ class Potential(BatchEvaluation):
         return _result(*out, compute_virial, True, self.last_chunks)
 
     def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
-        """(atom energies, forces, virial) float64 tensors on the device for one frame and its
-        edges (numpy arrays or tensors): replayed step graphs when available, else eager."""
+        """Return (atom energies, forces, virial), float64 device tensors, of one frame.
+
+        Edges: numpy arrays or tensors. Replayed step graphs when available, else eager.
+        """
         if self._steps is not None and graph.n_edges > 0:
             out = self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
             self._step_chunks = out.chunks
@@ -366,8 +380,10 @@ class Potential(BatchEvaluation):
         return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
-        """The neighbour list :meth:`evaluate` would use for this frame (numpy inputs): on the
-        device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise."""
+        """Return the neighbour list :meth:`evaluate` would use for this frame (numpy inputs).
+
+        On the device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise.
+        """
         pos = np.asarray(positions, dtype=np.float64)
         cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
         if self.neighbour_backend == "cell_list":
@@ -378,8 +394,11 @@ class Potential(BatchEvaluation):
         return (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
 
     def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
-        """Edges from ``neighbours`` (a fresh device list when None) for device positions and
-        cell; a DeviceNeighbourList also gets the host copy of the cell (no copy back)."""
+        """Return the edges from ``neighbours`` for device positions and cell.
+
+        ``neighbours`` None: a fresh device list. A DeviceNeighbourList also gets the host copy
+        of the cell (no copy back).
+        """
         from mdband.neighbours import DeviceNeighbourList
 
         nl = neighbours if neighbours is not None else self.neighbour_list()
@@ -389,8 +408,11 @@ class Potential(BatchEvaluation):
 
     def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
                          spin):  # fmt: skip
-        """:meth:`evaluate` for torch inputs: CPU tensors take the numpy path (bitwise the
-        same numbers), tensors on the potential's CUDA device stay there."""
+        """Run :meth:`evaluate` for torch inputs.
+
+        CPU tensors take the numpy path (bitwise the same numbers), tensors on the potential's
+        CUDA device stay there.
+        """
         if positions.device != self.device and positions.device.type != "cpu":
             raise MdbandError(
                 f"positions are on {positions.device} but the potential is on {self.device}"
@@ -423,8 +445,11 @@ class Potential(BatchEvaluation):
         return _result(*out, virial, False, self.last_chunks)
 
     def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
-        """(atom energies, forces, virial) from positions on the potential's device; the neighbour
-        list (torch cell list) is built there, or taken from ``graph`` / ``neighbours``."""
+        """Return (atom energies, forces, virial) from positions on the potential's device.
+
+        The neighbour list (torch cell list) is built there, or taken from ``graph`` /
+        ``neighbours``.
+        """
         pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
         validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
         if graph is None:
@@ -432,11 +457,11 @@ class Potential(BatchEvaluation):
         return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t, cs)
 
     def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
-        """Atom energies (N,), forces (N, 3) and virial (3, 3) as float64 tensors on ``device``
-        from edge arrays (numpy, or tensors on any device) whose atoms are all local
-        (N = len(types); ``vectors`` (E, 3) Å); ``charge_spin`` from :meth:`charge_spin_of`.
+        """Return atom energies (N,), forces (N, 3), virial (3, 3), float64 on ``device``.
 
-        On CUDA the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
+        From edge arrays (numpy, or tensors on any device) whose atoms are all local (N =
+        len(types); ``vectors`` (E, 3) Å); ``charge_spin`` from :meth:`charge_spin_of`. On CUDA
+        the step replays from a CUDA graph (see :mod:`mdband.step_graph`).
         """
         if self._steps is not None and len(src) > 0:
             out = self._steps.run_vectors(types, src, dst, vectors, charge_spin)
@@ -452,14 +477,18 @@ class Potential(BatchEvaluation):
         return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors), charge_spin)
 
     def graph_step(self, types, src, dst, edge_vec, charge_spin=None):
-        """:meth:`forces_from_vectors` and the chunks its forward used: the step that
-        :class:`~mdband.step_graph.StepGraphs` runs eagerly or captures."""
+        """Run :meth:`forces_from_vectors`; also return the chunks its forward used.
+
+        This is the step that :class:`~mdband.step_graph.StepGraphs` runs eagerly or captures.
+        """
         out = self.forces_from_vectors(types, src, dst, edge_vec, charge_spin)
         return (*out, self.last_chunks)
 
     def forces_from_vectors(self, types, src, dst, edge_vec, charge_spin=None):
-        """(atom energies, forces, virial), float64, of one evaluation from device tensors
-        (the virial NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin``)."""
+        """Return (atom energies, forces, virial), float64, of one evaluation of device tensors.
+
+        The virial is NaN for a direct-force model, as deepmd-kit gives it; ``charge_spin``.
+        """
         out = self.evaluate_edges(types, src, dst, edge_vec, charge_spin=charge_spin)
         if out.forces is not None:
             nan = torch.full((3, 3), float("nan"), dtype=torch.float64, device=out.forces.device)
@@ -473,9 +502,11 @@ class Potential(BatchEvaluation):
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:
-        """Write mdband's own versioned model file (see :mod:`mdband.io.modelfile`); its name
-        ends in ``.mdband`` by convention and never in deepmd-kit's ``.pt``/``.pth``/``.pt2``
-        (:class:`~mdband.errors.ModelFileError`)."""
+        """Write mdband's own versioned model file (see :mod:`mdband.io.modelfile`).
+
+        Its name ends in ``.mdband`` by convention, never in deepmd-kit's ``.pt``/``.pth``/``.pt2``
+        (:class:`~mdband.errors.ModelFileError`).
+        """
         from mdband.io.model_output import check_mdband_name
         from mdband.io.modelfile import save_model_file
 
@@ -483,14 +514,17 @@ class Potential(BatchEvaluation):
         save_model_file(self, path)
 
     def save_deepmd(self, path, precision: str | None = None) -> None:
-        """Write a deepmd-kit 3.2 training checkpoint (``.pt``) of this SeZM model, which
+        """Write a deepmd-kit 3.2 training checkpoint (``.pt``) of this SeZM model.
+
         deepmd-kit's ``DeepPot``, ``dp --pt test`` and ``dp --pt freeze`` read with the same
-        numbers (see :mod:`mdband.io.deepmd_export`); ``precision`` defaults to the weights'."""
+        numbers (see :mod:`mdband.io.deepmd_export`); ``precision`` defaults to the weights'.
+        """
         from mdband.io.deepmd_export import save_deepmd_checkpoint
 
         save_deepmd_checkpoint(self, path, precision)
 
     def __repr__(self) -> str:
+        """Show kind, type map, cutoff, device, dtype and rotation layout."""
         return (
             f"Potential(kind={self.kind!r}, type_map={self.type_map}, cutoff={self.cutoff}, "
             f"device={self.device}, dtype={self.dtype}, layout={self.rotation_layout})"

@@ -1,5 +1,9 @@
-"""What an evaluation returns (:class:`Result`, :class:`EdgeResult`) and the small rules every
-:class:`~mdband.potential.Potential` applies: the device and dtype names, the weights hash."""
+"""What an evaluation returns, and the small rules every Potential applies.
+
+The results are :class:`Result` and :class:`EdgeResult`; the rules every
+:class:`~mdband.potential.Potential` applies are the device and dtype names and the weights
+hash.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Return the torch dtype of a dtype or its name: float32 or float64 (else MdbandError)."""
     if isinstance(dtype, torch.dtype):
         if dtype not in _DTYPES.values():
             raise MdbandError(f"unsupported dtype {dtype}; use float32 or float64")
@@ -28,7 +33,10 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
-    """mdband's one device rule: ``None`` or ``"auto"`` is CUDA when available, else CPU."""
+    """Return the torch device a device name means, by mdband's one device rule.
+
+    ``None`` or ``"auto"`` is CUDA when available, else CPU.
+    """
     if device is None or device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = check_device(device)
@@ -41,15 +49,16 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 @dataclass
 class Result:
-    """Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,); for a
-    spin model also the magnetic forces ``-∂E/∂s`` (N, 3; eV/μB; None for other models).
+    """The result of one evaluation: energy, forces, virial and per-atom energies.
 
-    numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's device
-    (energy a 0-d tensor) for tensor input. ``atom_virial`` (N, 3, 3; eV) is there when the
-    evaluation was asked for it (``atom_virial=True``), else None: deepmd-kit's per-atom
-    virial (``DeepPot.eval(..., atomic=True)``; ``atom_virial.reshape(N, 9)`` is its layout),
-    half of each edge's ``−g ⊗ r`` on each of its atoms, summing to ``virial``
-    (:mod:`mdband.atom_virial`).
+    Energy (eV), forces (N, 3; eV/Å), virial (3, 3; eV) and per-atom energies (N,); for a spin
+    model also the magnetic forces ``-∂E/∂s`` (N, 3; eV/μB; None for other models).
+
+    They are numpy arrays (energy a float) for numpy input; torch float64 tensors on the input's
+    device (energy a 0-d tensor) for tensor input. ``atom_virial`` (N, 3, 3; eV) is there when the
+    evaluation was asked for it (``atom_virial=True``), else None: deepmd-kit's per-atom virial
+    (``DeepPot.eval(..., atomic=True)``; ``atom_virial.reshape(N, 9)`` is its layout), half of each
+    edge's ``−g ⊗ r`` on each of its atoms, summing to ``virial`` (:mod:`mdband.atom_virial`).
     """
 
     energy: float
@@ -67,9 +76,11 @@ class Result:
 
 @dataclass
 class EdgeResult:
-    """Tensor results of :meth:`Potential.evaluate_edges` (all float64): ``edge_grad``
-    ∂E/∂edge_vec, or for a :class:`~mdband.contract.DirectForceModel` the ``forces`` (N, 3)
-    it returns."""
+    """Tensor results of :meth:`Potential.evaluate_edges` (all float64).
+
+    ``edge_grad`` is ∂E/∂edge_vec, or for a :class:`~mdband.contract.DirectForceModel` the
+    ``forces`` (N, 3) it returns are given instead.
+    """
 
     atom_energy: torch.Tensor
     edge_grad: torch.Tensor | None = None
@@ -117,8 +128,10 @@ def weights_hash(config: dict, state_dict: dict[str, torch.Tensor]) -> str:
 
 
 def assemble_forces(edge_grad, edge_vec, src, dst, n_atoms: int, csr_pair=None):
-    """Forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3);
-    ``csr_pair``: the edges' (dst CSR, src CSR) when already built."""
+    """Assemble forces (N, 3) and virial (3, 3), float64, from ``g = ∂E/∂edge_vec`` (E, 3).
+
+    ``csr_pair``: the edges' (dst CSR, src CSR) when already built.
+    """
     if edge_grad.is_cuda:
         # deterministic CSR reduction with float64 accumulation (no atomics)
         from mdband.kernels.force_assembly import force_assembly
@@ -138,12 +151,15 @@ def verified_hash(
     claimed: str | None,
     parameters: set[str] | frozenset[str] = frozenset(),
 ) -> str:
-    """The hash of a model with these weights: ``claimed`` (a model file's recorded hash) where
-    :func:`weights_hash` gives it from ``state_dict`` as stored, cast to float64 (how a
-    :class:`Potential` hashes its own weights) or cast back to float32 (a float32 source saved
-    in float64: every float64 weight, those that are float32 numbers, or the ``parameters``
-    among them, its buffers kept, as deepmd-kit stores a float32 model); otherwise the weights'
-    own hash, so weights changed after the hash was made (a flipped bit) change it."""
+    """Return the hash of a model with these weights: the claimed one where the weights give it.
+
+    The hash is ``claimed`` (a model file's recorded hash) where :func:`weights_hash` gives it from
+    ``state_dict`` as stored, cast to float64 (how a :class:`Potential` hashes its own weights) or
+    cast back to float32 (a float32 source saved in float64: every float64 weight, those that are
+    float32 numbers, or the ``parameters`` among them, its buffers kept, as deepmd-kit stores a
+    float32 model); otherwise the weights' own hash, so weights changed after the hash was made (a
+    flipped bit) change it.
+    """
     own = weights_hash(config, state_dict)
     if claimed is None or claimed == own:
         return own

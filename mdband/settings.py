@@ -127,8 +127,10 @@ def parse_memory_size(text) -> int:
 
 
 def check_budget(value, source: str = "memory_budget") -> str:
-    """The memory_budget setting normalised: "auto", "off" or a size as given (ValueError
-    naming ``source`` otherwise)."""
+    """Return the memory_budget setting normalised: "auto", "off" or a size as given.
+
+    Anything else raises a ValueError naming ``source``.
+    """
     text = str(value).strip().lower()
     if text not in ("auto", "off"):
         try:
@@ -161,6 +163,12 @@ PRECISION_ACCURACY = {
 
 @dataclass(frozen=True)
 class EngineSettings:
+    """The engine settings of a model: one validated field per setting of the module table.
+
+    Every field holds one of its documented values (ValueError otherwise);
+    :meth:`resolve` also reads the environment variables.
+    """
+
     rotation_layout: str = "auto"
     kernels: str = "auto"
     recompute: str = "off"
@@ -172,6 +180,7 @@ class EngineSettings:
     host_memory: str = "auto"
 
     def __post_init__(self) -> None:
+        """Normalise ``memory_budget`` and refuse a value that is not one of a field's choices."""
         object.__setattr__(self, "memory_budget", check_budget(self.memory_budget))
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
@@ -202,6 +211,7 @@ class EngineSettings:
         return cls(**kw)
 
     def to_dict(self) -> dict:
+        """Return the settings as a plain dict, field name to value."""
         return asdict(self)
 
     def neighbour_backend(self, device) -> str:

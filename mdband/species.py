@@ -1,5 +1,7 @@
-"""A model's type indices of chemical symbols or atomic numbers (what ``Potential.types_of``
-answers), one lookup per distinct species."""
+"""A model's type indices of chemical symbols or atomic numbers.
+
+This is what ``Potential.types_of`` answers, one lookup per distinct species.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from mdband.errors import MdbandError, UnknownElementError
 
 
 class TypeLookup:
-    """The type index of each element of ``type_map`` (by symbol and, for element symbols, by
-    atomic number)."""
+    """The type index of each element of ``type_map``.
+
+    Elements are looked up by symbol and, for element symbols, by atomic number.
+    """
 
     def __init__(self, type_map) -> None:
         self.type_map = list(type_map)
@@ -21,8 +25,11 @@ class TypeLookup:
         self._tindex = {s: i for i, s in enumerate(self.type_map)}
 
     def __call__(self, species) -> np.ndarray:
-        """Type indices (int64) of ``species`` (chemical symbols or atomic numbers), vectorised;
-        :class:`~mdband.errors.UnknownElementError` names every element the map lacks."""
+        """Return the type indices (int64) of ``species`` (chemical symbols or atomic numbers).
+
+        Vectorised; :class:`~mdband.errors.UnknownElementError` names every element the map
+        lacks.
+        """
         arr = np.asarray(species).reshape(-1)
         if arr.size == 0:
             return np.zeros(0, dtype=np.int64)
@@ -46,8 +53,10 @@ class TypeLookup:
         return lookup[inverse.reshape(-1)]
 
     def of_frame(self, species, n_atoms: int) -> np.ndarray:
-        """Type indices of a frame's ``species`` (a tensor too), one per position
-        (:class:`~mdband.errors.MdbandError` when the counts differ)."""
+        """Return the type indices of a frame's ``species`` (a tensor too), one per position.
+
+        :class:`~mdband.errors.MdbandError` when the counts differ.
+        """
         if isinstance(species, torch.Tensor):
             species = species.detach().cpu().numpy()
         types = self(species)

@@ -31,7 +31,10 @@ from mdband.graph import COINCIDENT_R2
 
 
 def check_magmoms(magmoms, n_atoms: int, spin) -> torch.Tensor | np.ndarray:
-    """The moments as given, checked against the model (``spin``: its SpinConfig or None)."""
+    """Return the moments as given, checked against the model.
+
+    ``spin``: the model's SpinConfig or None.
+    """
     if spin is None:
         if magmoms is None:
             return None
@@ -57,8 +60,11 @@ def check_magmoms(magmoms, n_atoms: int, spin) -> torch.Tensor | np.ndarray:
 
 
 def leaf_gradients(energy, edge_vec, magmoms, extra: dict) -> torch.Tensor:
-    """``∂E/∂edge_vec`` (zeros where E does not depend on it); with ``magmoms`` (a native spin
-    model's moments, an autograd leaf) also ``extra["magmom_grad"] = ∂E/∂magmoms`` (float64)."""
+    """Return ``∂E/∂edge_vec`` (zeros where E does not depend on it).
+
+    With ``magmoms`` (a native spin model's moments, an autograd leaf) also set
+    ``extra["magmom_grad"] = ∂E/∂magmoms`` (float64).
+    """
     leaves = [edge_vec] if magmoms is None else [edge_vec, magmoms]
     grads = torch.autograd.grad(energy, leaves, allow_unused=True)
     g, *gm = (torch.zeros_like(x) if gx is None else gx for gx, x in zip(grads, leaves))
@@ -69,11 +75,13 @@ def leaf_gradients(energy, edge_vec, magmoms, extra: dict) -> torch.Tensor:
 
 def evaluate_spin(pot, positions, cell, pbc, species, graph, neighbours, magmoms,
                   charge_spin=None):  # fmt: skip
-    """What :meth:`Potential.evaluate` returns for a spin model (``pot.spin``), as float64
-    tensors: (atom energies, forces, virial, magnetic forces), on the device of ``positions``
-    when a tensor, else on the potential's. ``charge_spin``: a charge/spin model's
-    (:meth:`Potential.charge_spin_of`; None: its defaults), one row for the real and virtual
-    atoms alike (deepmd-kit's spin model conditions the whole extended frame)."""
+    """Compute what :meth:`Potential.evaluate` returns for a spin model (``pot.spin``).
+
+    The result is float64 tensors: (atom energies, forces, virial, magnetic forces), on the device
+    of ``positions`` when a tensor, else on the potential's. ``charge_spin``: a charge/spin model's
+    (:meth:`Potential.charge_spin_of`; None: its defaults), one row for the real and virtual atoms
+    alike (deepmd-kit's spin model conditions the whole extended frame).
+    """
 
     def host(a):
         return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
@@ -130,7 +138,7 @@ def _deepspin(pot, types, src, dst, vec, m, cs=None):
 
 
 def deepspin_edges(types, src, dst, vec, d, mag, sel: int, ntypes_real: int, rcut: float):
-    """The deepspin scheme's nodes and edges from the real atoms' edges within ``rcut``.
+    """Build the deepspin scheme's nodes and edges from the real atoms' edges within ``rcut``.
 
     Returns ``(types2, src2, dst2, vec2, disp)``: the N real atoms then one virtual atom per
     magnetic atom (in atom order; type ``t + ntypes_real``), their edges, and each virtual
@@ -163,8 +171,10 @@ def deepspin_edges(types, src, dst, vec, d, mag, sel: int, ntypes_real: int, rcu
 
 
 def _nearest(centre, r, k: int, n: int) -> torch.Tensor:
-    """Mask of the ``k`` nearest neighbours of each centre (deepmd-kit's neighbour list keeps
-    the ``sel`` nearest real neighbours)."""
+    """Return the mask of the ``k`` nearest neighbours of each centre.
+
+    deepmd-kit's neighbour list keeps the ``sel`` nearest real neighbours.
+    """
     order = torch.argsort(r, stable=True)
     order = order[torch.argsort(centre[order], stable=True)]
     counts = torch.bincount(centre, minlength=n)

@@ -59,8 +59,10 @@ MIN_GRANULE = 64
 
 
 class StepSource(Protocol):
-    """What :class:`StepGraphs` and :class:`DeviceStep` use of their potential, and nothing
-    else (:class:`~mdband.potential.Potential` provides it)."""
+    """What :class:`StepGraphs` and :class:`DeviceStep` use of their potential.
+
+    They use nothing else; :class:`~mdband.potential.Potential` provides it.
+    """
 
     device: torch.device
     cutoff: float
@@ -74,7 +76,7 @@ class StepSource(Protocol):
         ...
 
     def charge_spin_of(self) -> torch.Tensor | None:
-        """The (1, 2) charge/spin row of the model's defaults (None: it takes none)."""
+        """Return the (1, 2) charge/spin row of the model's defaults (None: it takes none)."""
         ...
 
     def graph_step(self, types, src, dst, edge_vec, charge_spin=None) -> tuple:
@@ -83,23 +85,28 @@ class StepSource(Protocol):
 
 
 class StepOutputs(tuple):
-    """(atom energies (N,), forces (N, 3), virial (3, 3)), float64 device tensors, of one call;
+    """The outputs of one call, and the chunks its forward used.
+
+    The outputs are (atom energies (N,), forces (N, 3), virial (3, 3)), float64 device tensors;
     ``chunks``: the chunks of destination atoms its forward used (1 for a replayed graph, which
-    runs no forward: captured buckets are never chunked)."""
+    runs no forward: captured buckets are never chunked).
+    """
 
     chunks: int
 
     def __new__(cls, outputs, chunks: int) -> StepOutputs:
+        """Make the tuple of ``outputs`` carrying ``chunks``."""
         out = super().__new__(cls, outputs)
         out.chunks = int(chunks)
         return out
 
 
 def edge_capacity(n_edges: int) -> int:
-    """Padded edge count for ``n_edges``: the next multiple of ``next_pow2(n_edges) / 256``.
+    """Return the padded edge count for ``n_edges``.
 
-    Pure function of the edge count (0 for 0). Buckets are 0.4–0.8 % of the edge count wide
-    (≥ 64 edges), so the padding is < 0.8 % of the edges or < 64 edges.
+    It is the next multiple of ``next_pow2(n_edges) / 256``. Pure function of the edge count
+    (0 for 0). Buckets are 0.4–0.8 % of the edge count wide (≥ 64 edges), so the padding is
+    < 0.8 % of the edges or < 64 edges.
     """
     if n_edges <= 0:
         return 0
@@ -197,8 +204,10 @@ class DeviceStep:
         return torch.where(self.is_pad[:, None], self.pad_vector, ev)
 
     def compute(self, source: StepSource) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers (the
-        chunks the step used in :attr:`chunks`)."""
+        """Compute (atom energies (N,), forces (N, 3), virial (3, 3)), float64, from the buffers.
+
+        The chunks the step used are kept in :attr:`chunks`.
+        """
         *outputs, self.chunks = source.graph_step(
             self.types, self.src, self.dst, self.edge_vectors(), self.charge_spin
         )
@@ -212,7 +221,7 @@ def _put(buf: torch.Tensor, arr) -> None:
 
 
 def _copies(outputs):
-    """A graph's outputs are overwritten by its next replay: callers get copies."""
+    """Return copies of a graph's outputs, which its next replay overwrites."""
     return tuple(t.clone() for t in outputs)
 
 
@@ -239,16 +248,20 @@ for _register in (
 
 
 class _WeightsWatch:
-    """:func:`_weights_version` of a module for every call, walking the module tree (about
-    1,000 modules and 150 tensors for the default config: ~0.5 ms of Python) only after some
-    module registered or replaced a parameter, buffer or submodule; otherwise the tensors of
-    the last walk are read again (in-place edits still show in their ``_version``)."""
+    """:func:`_weights_version` of a module for every call; the module tree is walked rarely.
+
+    The module tree (about 1,000 modules and 150 tensors for the default config: ~0.5 ms of
+    Python) is walked only after some module registered or replaced a parameter, buffer or
+    submodule; otherwise the tensors of the last walk are read again (in-place edits still show
+    in their ``_version``).
+    """
 
     def __init__(self) -> None:
         self._epoch = -1
         self._tensors: tuple[torch.Tensor, ...] = ()
 
     def version(self, module: torch.nn.Module) -> tuple:
+        """Return ``(id, _version)`` of every parameter and buffer of ``module`` (last walked)."""
         if self._epoch != _structure_epoch:
             self._tensors = (*module.parameters(), *module.buffers())
             self._epoch = _structure_epoch
@@ -282,6 +295,7 @@ class StepGraphs:
 
     @property
     def potential(self):
+        """The potential these graphs serve (RuntimeError once it was freed)."""
         pot = self._potential()
         if pot is None:
             raise RuntimeError("the potential of these step graphs was freed")
@@ -305,8 +319,10 @@ class StepGraphs:
             self._weights = version
 
     def release(self) -> None:
-        """Drop every bucket and its graph and return their memory pool to the device (with
-        the pools of unreachable potentials: garbage is collected first)."""
+        """Drop every bucket and its graph and return their memory pool to the device.
+
+        The pools of unreachable potentials go too: garbage is collected first.
+        """
         self.steps.clear()
         gc.collect()
         if self.device.type == "cuda":
@@ -315,8 +331,9 @@ class StepGraphs:
 
     # ------------------------------------------------------------------ evaluation
     def run(self, types, src, dst, shifts, positions, cell, charge_spin=None) -> StepOutputs:
-        """Device (atom energies, forces, virial) of one frame from numpy arrays or tensors
-        (unpadded edges), with the chunks the step used.
+        """Evaluate one frame: device (atom energies, forces, virial), with the chunks used.
+
+        The frame is numpy arrays or tensors (unpadded edges).
 
         Out of memory (graphs hold a pool of about one step's peak, and a new bucket's first
         call runs outside it): every graph is dropped, garbage collected, and the call runs
@@ -328,14 +345,18 @@ class StepGraphs:
         return self._evaluate("positions", frame)
 
     def run_vectors(self, types, src, dst, vectors, charge_spin=None) -> StepOutputs:
-        """As :meth:`run` for edge vectors (E, 3) given directly (LAMMPS, one rank: ghost
-        neighbours already mapped to their owners)."""
+        """Evaluate as :meth:`run` does, for edge vectors (E, 3) given directly.
+
+        That is LAMMPS on one rank: ghost neighbours are already mapped to their owners.
+        """
         return self._evaluate("vectors", (types, src, dst, vectors, None, None,
                                           self._cs(charge_spin)))  # fmt: skip
 
     def _cs(self, charge_spin):
-        """``charge_spin`` for the buffers: the model's defaults when None (resolved here, so
-        a missing input raises before any buffer is touched)."""
+        """Return the ``charge_spin`` for the buffers: the model's defaults when None.
+
+        The defaults are resolved here, so a missing input raises before any buffer is touched.
+        """
         pot = self.potential
         if pot.charge_spin is None:
             if charge_spin is not None:

@@ -1,6 +1,9 @@
-"""Checks of what callers hand to :meth:`mdband.Potential.evaluate` and ``device=``: one-line
-typed errors instead of silent reshapes (positions of shape (6, 2) read as (4, 3)), surprises
-(``pbc="False"`` read as periodic) or torch tracebacks (``device="tpu"``)."""
+"""Checks of what callers hand to :meth:`mdband.Potential.evaluate` and ``device=``.
+
+They raise one-line typed errors instead of silent reshapes (positions of shape (6, 2) read
+as (4, 3)), surprises (``pbc="False"`` read as periodic) or torch tracebacks
+(``device="tpu"``).
+"""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ def _finite(x) -> bool:
 
 
 def check_frame_input(positions, cell, pbc) -> None:
-    """Raise :class:`~mdband.errors.StructureError` unless ``positions`` is (N, 3) and finite,
-    ``cell`` is None or (3, 3) and finite, and ``pbc`` is one bool or three.
+    """Raise :class:`~mdband.errors.StructureError` unless the frame's input is well formed.
+
+    That is: ``positions`` is (N, 3) and finite, ``cell`` is None or (3, 3) and finite, and
+    ``pbc`` is one bool or three.
 
     ``pbc`` accepts Python and numpy bools and the integers 0 and 1 (as ASE does); strings and
     anything else are refused, since ``bool("False")`` is True.
@@ -64,8 +69,11 @@ def _check_pbc(pbc) -> None:
 
 
 def check_device(device) -> torch.device:
-    """``device`` as a :class:`torch.device`, or an :class:`~mdband.errors.MdbandError` in one
-    line for a name torch does not know (``"tpu"``) or mdband does not run on (``"mps"``)."""
+    """Return ``device`` as a :class:`torch.device`, or raise for a device mdband cannot use.
+
+    The error is an :class:`~mdband.errors.MdbandError` in one line for a name torch does not
+    know (``"tpu"``) or mdband does not run on (``"mps"``).
+    """
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
