@@ -59,9 +59,9 @@ def grid_product_bwd_reference(gout, t, b, left, right, k):
 
 
 if cm.TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
     from triton.runtime.errors import OutOfResources
-
-    triton, tl = cm.triton, cm.tl
 
     @triton.jit
     def _dot(a, b, PRECISION: tl.constexpr):

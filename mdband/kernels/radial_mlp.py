@@ -81,7 +81,8 @@ def applies(width: int, dtype: torch.dtype) -> bool:
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _hidden(
