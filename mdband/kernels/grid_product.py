@@ -306,7 +306,14 @@ def _launch_fitting(kernel, pass_, t, b, left, right, k, exact, tensors) -> bool
     launch that fit is kept per device and shape, so every later call (and a CUDA-graph
     capture) starts there."""
     table = tuning.current().grid_product.launch(pass_, left.shape[2] // k)
-    key = (left.device, pass_, tuple(t.shape), tuple(b.shape), left.shape[2] // k, left.dtype)
+    key: tuple = (
+        left.device,
+        pass_,
+        tuple(t.shape),
+        tuple(b.shape),
+        left.shape[2] // k,
+        left.dtype,
+    )
     key += (table,)  # a changed table (tuning.override) is a new key
     channels = _FITTED.get(key)
     if channels == 0:
