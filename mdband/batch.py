@@ -39,7 +39,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -136,6 +136,7 @@ class BatchStep(DeviceStep):
         """Copy a batch into the step's buffers (and a charge/spin model's rows and systems)."""
         super().load(types, src, dst, rows, positions, cell)
         if self.charge_spin is not None:
+            assert self.systems is not None  # made with charge_spin
             s, n = int(charge_spin.shape[0]), int(systems.shape[0])
             self.charge_spin[:s].copy_(charge_spin)
             self.charge_spin[s:].copy_(charge_spin[:1].expand(self.n_atoms - s, 2))
@@ -371,9 +372,9 @@ class BatchEvaluator:
         offsets = np.cumsum([0, *counts[:-1]])
         types = torch.as_tensor(np.concatenate([p.types for p in batch]), device=dev)
         if self.on_device:
-            src = torch.cat([p.src + int(o) for p, o in zip(batch, offsets)])
-            dst = torch.cat([p.dst + int(o) for p, o in zip(batch, offsets)])
-            vec = torch.cat([p.vectors for p in batch])
+            src = torch.cat([cast(torch.Tensor, p.src) + int(o) for p, o in zip(batch, offsets)])
+            dst = torch.cat([cast(torch.Tensor, p.dst) + int(o) for p, o in zip(batch, offsets)])
+            vec = torch.cat([cast(torch.Tensor, p.vectors) for p in batch])
         else:
             src = torch.as_tensor(np.concatenate([p.src + o for p, o in zip(batch, offsets)]),
                                   device=dev)  # fmt: skip

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -181,7 +181,7 @@ def cell_list_edges(
     neighbour beyond the first are found for cells thinner than ``cutoff``.
     """
     dev = positions.device
-    i64 = dict(dtype=torch.int64, device=dev)
+    i64: dict[str, Any] = dict(dtype=torch.int64, device=dev)
     pbc = tuple(bool(p) for p in np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)))
     r = positions.detach().to(torch.float64)
     n_atoms = int(r.shape[0])

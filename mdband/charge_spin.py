@@ -93,8 +93,10 @@ class ChargeSpinInputs:
         if missing and self.default is None:
             raise MissingChargeSpinError(missing)
         if charge is None:
+            assert self.default is not None  # a missing value raised above without one
             charge = int(self.default[0])  # deepmd-kit: .to(int64), toward zero
         if spin is None:
+            assert self.default is not None
             spin = int(self.default[1])
         return whole_number("charge", charge), whole_number("spin", spin)
 

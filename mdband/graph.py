@@ -40,9 +40,9 @@ class EdgeGraph:
         Number of atoms (nodes).
     """
 
-    src: np.ndarray
-    dst: np.ndarray
-    shifts: np.ndarray
+    src: np.ndarray | torch.Tensor
+    dst: np.ndarray | torch.Tensor
+    shifts: np.ndarray | torch.Tensor
     n_atoms: int
 
     @property
@@ -128,11 +128,11 @@ def check_neighbour_work(positions, cell, pbc, cutoff: float, host: bool = True)
     inv = np.linalg.inv(cell) if periodic else np.zeros((3, 3))
     if isinstance(positions, torch.Tensor):
         r = positions.detach().to(torch.float64)
-        far, far_at = r.abs().amax(1).max(0)
-        frac = (r @ torch.as_tensor(inv, device=r.device)).abs()
-        shift, shift_at = frac.max(0)
+        far_t, far_at = r.abs().amax(1).max(0)
+        frac_t = (r @ torch.as_tensor(inv, device=r.device)).abs()
+        shift, shift_at = frac_t.max(0)
         extent = r.amax(0) - r.amin(0)
-        both = [far[None], far_at[None].double(), extent, shift, shift_at.double()]
+        both = [far_t[None], far_at[None].double(), extent, shift, shift_at.double()]
         stats = torch.cat(both).cpu().numpy()
     else:
         pos = np.asarray(positions, dtype=np.float64)

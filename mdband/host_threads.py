@@ -22,7 +22,7 @@ import os
 import sys
 
 DEFAULT_WAIT_POLICY = "PASSIVE"
-_state = {"source": None}
+_state: dict[str, str | None] = {"source": None}
 
 
 def apply_wait_policy() -> None:

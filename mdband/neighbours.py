@@ -137,6 +137,7 @@ class HostNeighbourList:
         if not self._reusable(positions, cell, pbc):
             self._build(positions, cell, pbc)
         full = self._full
+        assert full is not None  # built above
         vec = np.take(positions, full.src, axis=0)
         vec -= np.take(positions, full.dst, axis=0)
         vec += self._shift_vectors

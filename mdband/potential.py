@@ -97,7 +97,8 @@ class Potential(BatchEvaluation):
         self.settings: EngineSettings | None = self.model.settings
         #: doubles per atom moved by one LAMMPS call of a per-layer ghost exchange (lammps/)
         self.exchange_width = int(self.model.exchange_width)
-        self._steps, self._step_chunks = None, None  # StepGraphs; chunks of its last call
+        self._steps = None  # StepGraphs
+        self._step_chunks: int | None = None  # chunks of its last call
         settings = self.settings or EngineSettings.resolve(
             neighbour_list=neighbour_list, host_memory=host_memory
         )

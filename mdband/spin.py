@@ -30,7 +30,7 @@ from mdband.errors import MdbandError, SpinInputError
 from mdband.graph import COINCIDENT_R2
 
 
-def check_magmoms(magmoms, n_atoms: int, spin) -> torch.Tensor | np.ndarray:
+def check_magmoms(magmoms, n_atoms: int, spin) -> torch.Tensor | np.ndarray | None:
     """Return the moments as given, checked against the model.
 
     ``spin``: the model's SpinConfig or None.

@@ -41,7 +41,7 @@ import threading
 import warnings
 import weakref
 from collections import OrderedDict
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -144,7 +144,8 @@ class DeviceStep:
     def __init__(self, potential: StepSource, mode: str, n_atoms: int, capacity: int) -> None:
         dev = potential.device
         self.mode, self.n_atoms, self.capacity = mode, n_atoms, capacity
-        i64, f64 = dict(dtype=torch.int64, device=dev), dict(dtype=torch.float64, device=dev)
+        i64: dict[str, Any] = dict(dtype=torch.int64, device=dev)
+        f64: dict[str, Any] = dict(dtype=torch.float64, device=dev)
         self.types = torch.zeros(n_atoms, **i64)
         self.src = torch.zeros(capacity, **i64)
         self.dst = torch.zeros(capacity, **i64)
@@ -413,6 +414,7 @@ class StepGraphs:
         return StepOutputs(self._on_stream(lambda: step.compute(pot)), step.chunks)
 
     def _replay(self, step: DeviceStep, pot) -> StepOutputs:
+        assert step.graph is not None  # replayed once captured
         step.graph.replay()
         self.n_replays += 1
         return StepOutputs(_copies(step.outputs), 1)  # no forward ran: one chunk (never chunked)
@@ -427,6 +429,7 @@ class StepGraphs:
 
     def _capture(self, step: DeviceStep, pot) -> None:
         graph = torch.cuda.CUDAGraph()
+        assert self._stream is not None  # made when capturing
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
         # no garbage collection inside the capture: freeing another object's CUDA graph or
         # tensors (say an earlier potential kept alive by an atoms <-> calculator cycle) is not

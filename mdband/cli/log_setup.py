@@ -20,6 +20,6 @@ def configure_logging(verbosity: int) -> None:
         if getattr(handler, "mdband_cli", False):
             logger.removeHandler(handler)
     handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
-    handler.mdband_cli = True
+    handler.mdband_cli = True  # type: ignore[attr-defined]  # our marker on a rich handler
     logger.addHandler(handler)
     logger.setLevel(LEVELS.get(verbosity, logging.DEBUG))

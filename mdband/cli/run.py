@@ -60,7 +60,7 @@ def _load_toml(path: str) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[no-redef]  # the same API
     from mdband.md.config import normalise_mapping
     from mdband.md.errors import ConfigError
 

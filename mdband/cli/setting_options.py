@@ -23,6 +23,7 @@ def option_for(spec: Spec):
     if spec.kind == "bool" and not spec.is_list:
         decl = f"{spec.flag}/--no-{spec.flag[2:]}"
         return click.option(decl, spec.name, default=None, help=spec.help_text())
+    kind: type | click.ParamType
     if spec.is_list:  # split and converted by given_settings, checked by the dataclass
         kind = str
     elif spec.choices:

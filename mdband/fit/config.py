@@ -236,7 +236,7 @@ def read_toml(path) -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[no-redef]  # the same API
     p = Path(path)
     if not p.is_file():
         raise FitConfigError(f"config file {p} does not exist")

@@ -92,8 +92,9 @@ def _digest(ck: Checkpoint) -> str:
         add("integrator/" + name, ck.integrator[name])
     for name in sorted(ck.rng):
         h.update(f"rng/{name}:{json.dumps(ck.rng[name], sort_keys=True)}".encode())
-    for name in sorted(ck.neighbours or {}):
-        add("neighbours/" + name, ck.neighbours[name])
+    neighbours = ck.neighbours or {}
+    for name in sorted(neighbours):
+        add("neighbours/" + name, neighbours[name])
     if _has_constraints(ck):
         h.update(f"constraints:{ck.constraints}".encode())
     if ck.outputs:  # absent from older files, whose checksum stays valid

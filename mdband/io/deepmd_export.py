@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
+from typing import Any
 
 import torch
 from ase.data import atomic_numbers
@@ -40,7 +41,7 @@ TRAIN_INFOS = {"lr": 0, "step": 0}
 
 # descriptor options that SeZMConfig fixes (config._FIXED) and the other options deepmd-kit
 # 3.2's argcheck writes out, at their normalised values, in its order
-_DESCRIPTOR_REST = {
+_DESCRIPTOR_REST: dict[str, Any] = {
     "seed": None,
     "sel": 256,
     "random_gamma": True,
@@ -69,7 +70,7 @@ _DESCRIPTOR_REST = {
     "exclude_types": [],
     "trainable": True,
 }
-_FITTING_REST = {
+_FITTING_REST: dict[str, Any] = {
     "seed": None,
     "numb_fparam": 0,
     "numb_aparam": 0,
@@ -194,7 +195,11 @@ def model_params(cfg: SeZMConfig, precision: str) -> dict:
         "l_schedule": None if uniform else list(cfg.l_schedule),
     }
     descriptor = {k: values[k] for k in _DESCRIPTOR_ORDER}
-    fitting = {"type": "dpa4_ener", "neuron": list(cfg.fitting_neuron), "precision": precision}
+    fitting: dict[str, Any] = {
+        "type": "dpa4_ener",
+        "neuron": list(cfg.fitting_neuron),
+        "precision": precision,
+    }
     fitting.update(_FITTING_REST)
     # a head of a multi-task model keeps its case one-hot (fitting_net.case_embd in the weights)
     fitting.update(dim_case_embd=cfg.dim_case_embd, case_film_embd=cfg.case_film_embd)
@@ -350,7 +355,9 @@ def deepmd_checkpoint(potential, precision: str | None = None) -> dict:
     clash = sorted(set(derived) & set(state))
     if clash:
         raise UnsupportedModelError("state", clash[0], "a derived buffer is also a weight")
-    model = {"_extra_state": {"model_params": params, "train_infos": dict(TRAIN_INFOS)}}
+    model: dict[str, Any] = {
+        "_extra_state": {"model_params": params, "train_infos": dict(TRAIN_INFOS)}
+    }
     model["model.Default.min_nbor_dist"] = torch.tensor(-1.0, dtype=torch.float64)
     if cfg.bridging != "none":  # deepmd-kit's InnerPotential keeps the nuclear charges
         z = [float(atomic_numbers[s]) for s in cfg.type_map]

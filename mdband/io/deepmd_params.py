@@ -20,6 +20,7 @@ conditioning (``add_chg_spin_ebd`` / ``default_chg_spin``) in :func:`config_from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 from mdband.config import SeZMConfig, SpinConfig
 from mdband.errors import UnsupportedModelError
@@ -187,7 +188,7 @@ _PREFIX = {"descriptor": "", "fitting_net": "fitting_net.", "model": "model."}
 
 
 # ----------------------------------------------------------------------------- typed reads
-def _bad(name: str, value, why: str):
+def _bad(name: str, value, why: str) -> NoReturn:
     raise UnsupportedModelError(name, value, why)
 
 

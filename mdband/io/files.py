@@ -77,8 +77,8 @@ def exists(path) -> bool:
 
 
 def check_outputs(
-    outputs: Mapping[str, object],
-    inputs: Mapping[str, object] | None = None,
+    outputs: Mapping[str, str | os.PathLike | None],
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
     *,
     error: type[Exception] = OutputPathError,
     verb: str = "the command",
@@ -159,8 +159,8 @@ def start_new_file(path, overwrite: bool, what: str = "output") -> Path:
 
 
 def claim_outputs(
-    outputs: Mapping[str, object],
-    inputs: Mapping[str, object] | None = None,
+    outputs: Mapping[str, str | os.PathLike | None],
+    inputs: Mapping[str, str | os.PathLike | None] | None = None,
     *,
     overwrite: bool = False,
     error: type[Exception] = OutputPathError,

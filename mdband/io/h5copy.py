@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import h5py
 import numpy as np
@@ -38,9 +39,9 @@ def open_for_reading(path) -> tuple[h5py.File, bool]:
     return h5py.File(path, "r", swmr=True, libver=LIBVER), True
 
 
-def _objects(f: h5py.File) -> list[tuple[str, str, object]]:
+def _objects(f: h5py.File) -> list[tuple[str, str, Any]]:
     """Every link below the root as ``(path, kind, object)``, parents before children."""
-    out: list[tuple[str, str, object]] = []
+    out: list[tuple[str, str, Any]] = []
 
     def walk(group: h5py.Group, prefix: str) -> None:
         for name in group:

@@ -7,7 +7,9 @@ by an index, a slice or a list of indices, as in ``ase.io.read``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import overload
 
 import h5py
 import numpy as np
@@ -179,11 +181,15 @@ class H5MDReader:
             return [self._index(int(index))]
         return [self._index(int(i)) for i in index]
 
-    def frame(self, i) -> Frame:
+    @overload
+    def frame(self, i: int | np.integer) -> Frame: ...
+    @overload
+    def frame(self, i: slice | Sequence[int]) -> list[Frame]: ...
+    def frame(self, i) -> Frame | list[Frame]:
         """Frame ``i`` (an int), or a list of frames for a slice or a list of indices."""
         if not isinstance(i, (int, np.integer)):
             return [self.frame(k) for k in self.indices(i)]
-        k = self._index(i)
+        k = self._index(int(i))
         part = self._part
         obs = {}
         for name in (*OBSERVABLES, *MODEL_DEVI_OBSERVABLES):

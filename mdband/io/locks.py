@@ -67,8 +67,10 @@ def _lock_files(path: Path) -> list[tuple[Path, bool]]:
                 continue
             if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
                 out.append((resolved.parent / f".{name}.lock", True))
-    seen: set[Path] = set()
-    return [(p, opt) for p, opt in out if not (p in seen or seen.add(p))]
+    first: dict[Path, bool] = {}
+    for p, opt in out:
+        first.setdefault(p, opt)
+    return list(first.items())
 
 
 class OutputLock:

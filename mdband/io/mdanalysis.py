@@ -24,7 +24,7 @@ from ase.data import chemical_symbols
 from mdband.io.h5md_reader import H5MDReader as _MdbandReader
 
 __all__ = ["reader_class", "universe"]
-_READER = []
+_READER: list[type] = []
 
 
 def reader_class():

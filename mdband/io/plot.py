@@ -143,7 +143,7 @@ def _from_csv(path: Path) -> dict[str, np.ndarray]:
     except ValueError as exc:
         raise PlotError(str(exc)) from None
     names = list(cols)
-    rows = np.stack([cols[n] for n in names], axis=1) if names else []
+    rows: np.ndarray | list = np.stack([cols[n] for n in names], axis=1) if names else []
     return _complete(_from_columns(names, rows, "csv"), len(cols["step"]))
 
 

@@ -138,6 +138,7 @@ def _child(path: Path, dst, through_step, stall_seconds):
     if through_step is not None:
         args.append(str(int(through_step)))
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None  # stdout=PIPE
     lines: list[str] = []
     buf = b""
     deadline = time.monotonic() + stall + _STARTUP_SECONDS

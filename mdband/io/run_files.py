@@ -110,7 +110,7 @@ class _CsvLog:
         self._names = table.csv_header()
         if not fresh:
             with open(path, newline="") as fh:
-                self._names = next(csv.reader(fh), None) or self._names
+                self._names = next(csv.reader(fh), []) or self._names
         self._fh = open(path, "a" if append else "w", newline="")  # noqa: SIM115
         self._csv = csv.writer(self._fh)
         if fresh:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -167,4 +168,6 @@ def column_series(names, by: str) -> dict[int, tuple[str, float]]:
     use.
     """
     known = {getattr(c, by): c for c in _all_columns() if getattr(c, by) and c.series}
-    return {k: (known[n].series, known[n].factor) for k, n in enumerate(names) if n in known}
+    return {
+        k: (cast(str, known[n].series), known[n].factor) for k, n in enumerate(names) if n in known
+    }

@@ -44,7 +44,8 @@ from mdband.kernels import tuning
 MAX_STENCIL = 1024
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _atom_slots(

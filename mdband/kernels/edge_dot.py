@@ -54,7 +54,8 @@ def edge_dot_bwd_reference(g, q, k, dst, src, dperm, dptr, sperm, sptr):
 
 # ---------------------------------------------------------------------------- Triton kernels
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _rows(

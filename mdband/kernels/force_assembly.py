@@ -35,7 +35,8 @@ def force_assembly_reference(g, edge_vec, src, dst, N):
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def force_assembly_kernel(

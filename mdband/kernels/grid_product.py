@@ -60,9 +60,9 @@ def grid_product_bwd_reference(gout, t, b, left, right, k):
 
 
 if cm.TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
     from triton.runtime.errors import OutOfResources
-
-    triton, tl = cm.triton, cm.tl
 
     @triton.jit
     def _dot(a, b, PRECISION: tl.constexpr):
@@ -324,7 +324,14 @@ def _launch_fitting(kernel, pass_, t, b, left, right, k, exact, tensors) -> bool
     later call (and a CUDA-graph capture) starts there.
     """
     table = tuning.current().grid_product.launch(pass_, left.shape[2] // k)
-    key = (left.device, pass_, tuple(t.shape), tuple(b.shape), left.shape[2] // k, left.dtype)
+    key: tuple = (
+        left.device,
+        pass_,
+        tuple(t.shape),
+        tuple(b.shape),
+        left.shape[2] // k,
+        left.dtype,
+    )
     key += (table,)  # a changed table (tuning.override) is a new key
     channels = _FITTED.get(key)
     if channels == 0:

@@ -118,7 +118,9 @@ def radial_basis_bwd_reference(
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     try:  # libdevice's sin/cos on the GPU (tl.sin may lower to the approximate instructions)
         from triton.language.extra import libdevice as _libdevice
     except ImportError:  # pragma: no cover - an older Triton

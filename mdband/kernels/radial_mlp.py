@@ -77,14 +77,16 @@ def enabled() -> bool:
 def applies(width: int, dtype: torch.dtype) -> bool:
     """Tell whether a model calls the op for outputs of width D.
 
-    It does for :func:`enabled`, D ≤ the tuning table's ``max_width`` and float32 (the kernels' one
-    dtype).
+    It does for :func:`enabled`, D ≤ the tuning table's ``max_width`` (None: no limit) and
+    float32 (the kernels' one dtype).
     """
-    return enabled() and width <= tuning.current().radial_mlp.max_width and dtype == torch.float32
+    widest = tuning.current().radial_mlp.max_width  # None: no limit
+    return enabled() and (widest is None or width <= widest) and dtype == torch.float32
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _hidden(
@@ -374,8 +376,8 @@ def radial_mlp(
     if not fused:
         return radial_mlp_reference(rbf, w1, scale, w2, env, eps)
     norm, has_env = scale is not None, env is not None
-    s = (scale if norm else w1.new_ones(C)).contiguous()
-    ev = (env if has_env else rbf.new_zeros(E, 1)).contiguous()
+    s = (scale if scale is not None else w1.new_ones(C)).contiguous()
+    ev = (env if env is not None else rbf.new_zeros(E, 1)).contiguous()
     return _radial_mlp_op(
         rbf.contiguous(), w1.contiguous(), s, w2.contiguous(), ev, norm, has_env, float(eps)
     )

@@ -68,7 +68,8 @@ def applies(dtype: torch.dtype) -> bool:
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _chain(

@@ -56,7 +56,8 @@ def segment_outer_bwd_reference(g: Tensor, a: Tensor, b: Tensor, index: Tensor):
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _rows(matrix_ptr, edges, edge_mask, n_cols, BLOCK_COLS: tl.constexpr):

@@ -35,7 +35,8 @@ def take_rows_reference(x: Tensor, idx: Tensor) -> Tensor:
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def take_rows_kernel(

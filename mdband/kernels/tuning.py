@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 #: tl.dot input precisions a launch may ask for ("auto": tf32x3 where TF32 tensor cores run it)
 DOT_PRECISIONS = ("auto", "tf32x3", "ieee")
@@ -450,7 +451,7 @@ def current() -> Tuning:
     return _CURRENT[0]
 
 
-def _changed(table: Tuning, op: str, change) -> object:
+def _changed(table: Tuning, op: str, change) -> Any:
     if op not in {f.name for f in dataclasses.fields(Tuning)}:
         ops = ", ".join(f.name for f in dataclasses.fields(Tuning))
         raise ValueError(f"tuning.override: no op {op!r} (ops: {ops})")

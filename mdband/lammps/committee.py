@@ -44,14 +44,14 @@ class CommitteeModel(LammpsModel):
     """
 
     def __init__(self, potentials, types_per_model, options: dict | None = None) -> None:
-        opts = [dict(options or {}) for _ in potentials]
+        each = [dict(options or {}) for _ in potentials]
         if any(p.charge_spin is not None for p in potentials):
-            for o, p in zip(opts, potentials):  # given to every model that takes them
+            for o, p in zip(each, potentials):  # given to every model that takes them
                 if p.charge_spin is None:
                     o.pop("charge", None), o.pop("spin", None)
-        super().__init__(potentials[0], types_per_model[0], opts[0])
+        super().__init__(potentials[0], types_per_model[0], each[0])
         self.members = [
-            LammpsModel(p, t, o) for p, t, o in zip(potentials[1:], types_per_model[1:], opts[1:])
+            LammpsModel(p, t, o) for p, t, o in zip(potentials[1:], types_per_model[1:], each[1:])
         ]
         for m in self.members:
             m.announce = False
@@ -134,7 +134,7 @@ class CommitteeModel(LammpsModel):
         src_np = np.frombuffer(src, dtype=np.int64)
         dst_np = np.frombuffer(dst, dtype=np.int64)
         vec_np = np.frombuffer(vec, dtype=np.float64).reshape(-1, 3)
-        edges = (src_np, dst_np, vec_np)
+        edges: tuple[np.ndarray, np.ndarray, np.ndarray] = (src_np, dst_np, vec_np)
         first = edges if self.first_cutoff == self.cutoff else _within(edges, self.first_cutoff)
         super().compute(nlocal, nghost, types, *first, forces, eatom, vatom, out)
         if devi is None:
@@ -166,7 +166,7 @@ class CommitteeModel(LammpsModel):
             np.frombuffer(devi_atom, dtype=np.float64)[:nlocal] = eps
 
 
-def _within(edges, cutoff: float):
+def _within(edges, cutoff: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Keep the edges (src, dst, vec) shorter than ``cutoff``, in their order."""
     src, dst, vec = edges
     keep = np.flatnonzero(np.einsum("ij,ij->i", vec, vec) < cutoff * cutoff)

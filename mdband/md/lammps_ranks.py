@@ -9,8 +9,11 @@ does not abort the MPI job for it.
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
 from mdband.errors import MdbandError
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 def launcher_rank_size() -> tuple[int, int]:
@@ -31,10 +34,10 @@ def launcher_rank_size() -> tuple[int, int]:
     return 0, 1
 
 
-def all_ranks(exc: BaseException) -> BaseException:
+def all_ranks(exc: _E) -> _E:
     """Mark ``exc`` as raised on every rank at the same point (no rank is left waiting)."""
     try:
-        exc.all_ranks = True
+        exc.all_ranks = True  # type: ignore[attr-defined]  # a marker on the exception
     except AttributeError:
         pass
     return exc

@@ -12,6 +12,7 @@ from rich.progress import (
     MofNCompleteColumn,
     Progress,
     ProgressColumn,
+    TaskID,
     TextColumn,
     TimeRemainingColumn,
 )
@@ -75,7 +76,7 @@ class Reporter:
         self._append = append
         self._log = None
         self._progress = None
-        self._task = None
+        self._task: TaskID | None = None
         self._t0 = time.perf_counter()
         self.samples: list[tuple[int, float, dict]] = []
         self.plot_source = None if log is None else str(log)  # named by the drift line
@@ -114,6 +115,7 @@ class Reporter:
     def advance(self, step: int) -> None:
         """Move the progress bar to ``step``."""
         if self._progress is not None:
+            assert self._task is not None  # added by start()
             self._progress.update(self._task, completed=step - self.first_step)
 
     def message(self, text: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from ase import Atoms
@@ -26,6 +27,9 @@ from mdband.md.outputs import ResumePlan, claim_outputs, new_run_id, plan_resume
 from mdband.md.system import check_structure
 from mdband.md.velocities import set_initial_velocities
 from mdband.potential import Potential
+
+if TYPE_CHECKING:
+    from mdband.committee.recorder import DeviationRecorder
 from mdband.settings import ENV
 
 
@@ -43,7 +47,7 @@ class Prepared:
     notes: list[str]
     locks: OutputLocks
     plan: ResumePlan  # what happens to the outputs (a fresh run: "create", no log cut)
-    model_devi: object | None = None  # mdband.committee.recorder.DeviationRecorder
+    model_devi: DeviationRecorder | None = None
 
 
 def prepare(config: RunConfig, potential: Potential | None = None) -> Prepared:

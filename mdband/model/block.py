@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -216,7 +217,7 @@ class SeZMDescriptor(nn.Module):
         if op_applies("grid_product", cfg, cfg.lmax, self.settings):
             for mod in self.modules():  # the grid nets (FFNs, readout, message-node grids)
                 if hasattr(mod, "grid_settings"):
-                    mod.grid_settings = self.settings
+                    mod.grid_settings = self.settings  # type: ignore[assignment]  # not a tensor
         self.deg_floor = 0.25 if cfg.version >= 1.1 else cfg.eps
         self.last_chunks = 1  # chunks the last forward used
         #: most edges per chunk, set by :meth:`shrink_chunks` after an evaluation ran out of
@@ -227,7 +228,9 @@ class SeZMDescriptor(nn.Module):
 
     def needs_rotations(self) -> bool:
         """Tell whether the edges' rotations are needed (geometric embedding or a local frame)."""
-        return self.cfg.use_gie or any(b.so2_conv.needs_local_frame for b in self.blocks)
+        return self.cfg.use_gie or any(
+            cast(InteractionBlock, b).so2_conv.needs_local_frame for b in self.blocks
+        )
 
     def edge_cache(self, src, dst, edge_vec, n_nodes: int, rows=None, n_src=None,
                    csr_pair=None, gate=None) -> EdgeCache:  # fmt: skip
@@ -242,7 +245,7 @@ class SeZMDescriptor(nn.Module):
                                     rows=rows, n_src=n_src, dst_csr=dst_csr,
                                     src_csr=src_csr, gate=gate)  # fmt: skip
 
-    def edge_geometry(self, edge_vec):
+    def edge_geometry(self, edge_vec) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
         """(r (E, 1), env (E, 1), rbf (E, n_radial), rotations or None) of edge vectors."""
         cfg = self.cfg
         _, r = unit_vectors(edge_vec)

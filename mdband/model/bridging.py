@@ -62,7 +62,7 @@ def switch(r: torch.Tensor, r_in: float, r_out: float) -> torch.Tensor:
 def zbl_energy(r: torch.Tensor, zi: torch.Tensor, zj: torch.Tensor) -> torch.Tensor:
     """ZBL pair energy (eV) at distances r (Å) of nuclear charges zi, zj (same shape)."""
     x = r / (0.88534 * BOHR_A / (zi.pow(0.23) + zj.pow(0.23)))
-    phi = 0.0
+    phi: torch.Tensor | float = 0.0
     for a, b in zip(ZBL_A, ZBL_B):  # deepmd-kit's order of the sum
         phi = phi + a * torch.exp(-b * x)
     return KE_EV_A * zi * zj / r * phi
@@ -88,6 +88,7 @@ class ZBLBridging(nn.Module):
         self.r_outer = float(r_outer)
         self.cutoff = float(cutoff)
         z = [float(atomic_numbers[s]) for s in type_map]
+        self.charges: torch.Tensor
         self.register_buffer("charges", torch.tensor(z, dtype=torch.float64), persistent=False)
 
     def _apply(self, fn, recurse=True):

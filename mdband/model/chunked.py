@@ -30,7 +30,7 @@ of forces) go through the chunks as well.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 from torch.profiler import record_function
@@ -270,12 +270,12 @@ class EdgeChunks:
         out = None if higher else torch.cat(outs, dim=0)
         if not back:
             return out, None
-        gvec = torch.cat([g[0] for g in per_chunk]) if need[0] else None
+        gvec = torch.cat([cast(torch.Tensor, g[0]) for g in per_chunk]) if need[0] else None
         gx = None
         if need[1] and higher:
             gx = summed[-1]
         elif need[1]:
-            gx = torch.cat([g[1] for g in per_chunk])
+            gx = torch.cat([cast(torch.Tensor, g[1]) for g in per_chunk])
             sent = [(p, gp) for p, gp in zip(prepared, summed) if gp is not None]
             if sent:  # the prepared tensors' summed cotangents, back through prepare once
                 with record_function(f"chunked: {name} prepare backward"):

@@ -9,6 +9,7 @@ grid → post_focus_mix. Rotations are read only through :mod:`mdband.so3.storag
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -172,11 +173,14 @@ class SO2Convolution(nn.Module):
 
             opts = cfg.ffn_opts()
             opts["kmax"] = min(cfg.kmax, lmax)
-            self.message_node_grid_product = MessageNodeSO3(lmax, C, opts)
+            self.message_node_grid_product: MessageNodeSO3 | None = MessageNodeSO3(lmax, C, opts)
         else:
             self.message_node_grid_product = None
         self.needs_local_frame = n > 0 or cfg.radial_so2_mode != "none"
         deg_m = torch.tensor(reduced_degree_index(lmax))
+        self._deg_m: torch.Tensor
+        self._deg: torch.Tensor
+        self._rho: torch.Tensor
         self.register_buffer("_deg_m", deg_m, persistent=False)
         self.register_buffer("_deg", st.tables(lmax, "cpu")["deg"].clone(), persistent=False)
         self.register_buffer("_rho", st.rotate_inv_rescale(lmax), persistent=False)
@@ -191,6 +195,7 @@ class SO2Convolution(nn.Module):
         """Apply the residual SO(2) layers on (F, E, Dm, Cf): the fused op or the torch modules."""
         fused = self._stack_fused(xl)
         for lin, act in zip(self.so2_linears, self.non_linearities):
+            lin = cast(SO2Linear, lin)  # so2_linears holds SO2Linear modules
             if fused:
                 wg = act.gate_linear.weight if isinstance(act, GatedActivation) else None
                 xl = so2_mix_layer(xl, lin.weight_m0, lin.weight_m[0], wg, self.lmax,
@@ -287,6 +292,7 @@ class SO2Convolution(nn.Module):
         of radl and an accumulation in the backward).
         """
         mixer = self.radial_degree_mixer
+        assert mixer is not None  # called only with a radial SO(2) mode
         if self.H == 0:
             return mixer.kernel(radl), None
         E, L, F, H, Cw = radl.shape[0], self.lmax, self.F, self.H, self.Cw

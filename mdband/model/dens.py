@@ -52,6 +52,8 @@ class SeZMDensModel(SeZMEnergyModel):
     def build_heads(self, cfg: SeZMConfig) -> None:
         """Build the dens fitting net and its float64 ``out_std`` and ``dens_force_rmsd``."""
         self.dens_fitting_net = DensFittingNet(cfg)
+        self.out_std: torch.Tensor
+        self.dens_force_rmsd: torch.Tensor
         self.register_buffer("out_std", torch.ones(1, cfg.ntypes, 1, dtype=torch.float64))
         self.register_buffer("dens_force_rmsd", torch.tensor(1.0, dtype=torch.float64))
 
@@ -90,7 +92,7 @@ class SeZMDensModel(SeZMEnergyModel):
         f = heads.direct_force_head(x).to(torch.float64) * self.dens_force_rmsd
         return e, f
 
-    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,
+    def forward(self, types, src, dst, edge_vec, exchange=None, plan=None,  # type: ignore[override]  # no magmoms
                 energy_rows=None, csr_pair=None, charge_spin=None,
                 systems=None) -> torch.Tensor:  # fmt: skip
         """Atom energies (N,), float64 (the forces come from :meth:`energies_and_forces`)."""

@@ -126,6 +126,7 @@ class EnvironmentSeed(nn.Module):
         self.spin_scale = None
         if use_spin is not None:
             mask = torch.tensor([1.0 if on else 0.0 for on in use_spin], dtype=torch.float64)
+            self.spin_mask: torch.Tensor
             self.register_buffer("spin_mask", mask, persistent=False)
             self.spin_scale = nn.Parameter(torch.zeros(1))
 

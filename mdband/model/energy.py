@@ -56,6 +56,7 @@ class SeZMEnergyModel(nn.Module):
         self.settings = settings or EngineSettings()
         self.descriptor = SeZMDescriptor(cfg, rotation_layout, self.settings)
         self.build_heads(cfg)
+        self.out_bias: torch.Tensor
         self.register_buffer("out_bias", torch.zeros(1, cfg.ntypes, 1, dtype=torch.float64))
         self.rotation_layout_reason = reason
         self.spin = cfg.spin  #: a spin model's SpinConfig (None: no spin)

@@ -101,6 +101,7 @@ class GatedActivation(nn.Module):
         self.scalar_act = activation_fn(activation)
         if lmax > 0:
             self.gate_linear = ChannelLinear(channels, lmax * channels)
+        self._gate_row: torch.Tensor
         self.register_buffer("_gate_row", degree_index(lmax)[1:] - 1, persistent=False)
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
@@ -194,7 +195,7 @@ class EquivariantFFN(nn.Module):
             width1 = 2 * n_k * hidden
         self.so3_linear_1 = SO3Linear(lmax, channels, width1)
         if grid == "none":
-            self.act = GatedActivation(lmax, hidden, activation)
+            self.act: GatedActivation | SelfGridNet = GatedActivation(lmax, hidden, activation)
         else:
             proj = so3_projector(lmax, kmax) if grid == "so3" else s2_projector(lmax, s2_grid)
             self.act = SelfGridNet(proj, hidden, op_type, n_branches)
@@ -223,7 +224,7 @@ class ReadoutFFN(EquivariantFFN):
         super().__init__(lmax, channels, hidden, **kwargs)
         self.mode = mode
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # no n_rows
         """Map ``x`` (N, D ≥ (L+1)², C) to the descriptor (N, C)."""
         if self.mode == "none":
             x0 = x[:, :1]

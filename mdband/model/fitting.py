@@ -15,6 +15,7 @@ output of every hidden layer ``t``: ``x ← x·(1 + e^{a_t} tanh γ_t) + e^{b_t}
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -62,7 +63,7 @@ class CaseFiLM(nn.Module):
         """Return the case code (1, 4·C) of a one-hot (K,)."""
         return self.case_layer2(nn.functional.silu(self.case_layer1(case_embd.reshape(1, -1))))
 
-    def apply(self, x: torch.Tensor, code: torch.Tensor, target: int) -> torch.Tensor:
+    def modulate(self, x: torch.Tensor, code: torch.Tensor, target: int) -> torch.Tensor:
         """Modulate ``x`` by the FiLM of target ``target`` under the case code ``code``.
 
         ``x·(1 + e^{a_t} tanh γ_t) + e^{b_t} tanh β_t`` with ``(γ_t, β_t) = code P_t``.
@@ -91,9 +92,9 @@ class _GLUNet(nn.Module):
                 x = layer(x)
             return self.output_layer(x)
         code = self.case_film.encode(case_embd)
-        x = self.case_film.apply(x, code, 0)
+        x = self.case_film.modulate(x, code, 0)
         for t, layer in enumerate(self.hidden_layers, start=1):
-            x = self.case_film.apply(layer(x), code, t)
+            x = self.case_film.modulate(layer(x), code, t)
         return self.output_layer(x)
 
 
@@ -109,11 +110,13 @@ class FittingNet(nn.Module):
     def __init__(self, cfg: SeZMConfig) -> None:
         super().__init__()
         widths = cfg.fitting_widths
-        film = CaseFiLM(cfg.dim_case_embd, cfg.channels, [cfg.channels, *widths])
+        film: CaseFiLM | None = CaseFiLM(cfg.dim_case_embd, cfg.channels, [cfg.channels, *widths])
         film = film if cfg.case_film_embd else None
         self.filter_layers = _Networks(_GLUNet(cfg.fitting_input, widths, film))
+        self.bias_atom_e: torch.Tensor
         self.register_buffer("bias_atom_e", torch.zeros(cfg.ntypes, 1, dtype=torch.float64))
         self.film = film is not None
+        self.case_embd: torch.Tensor | None
         if cfg.dim_case_embd > 0:
             self.register_buffer("case_embd", torch.zeros(cfg.dim_case_embd))
         else:
@@ -150,13 +153,14 @@ class VectorHead(nn.Module):
 
     def __init__(self, lmax: int, channels: int) -> None:
         super().__init__()
+        self.cartesian_scale: torch.Tensor
         self.register_buffer("cartesian_scale", torch.tensor(math.sqrt(4.0 * math.pi / 3.0)))
         self.proj = nn.Module()
         self.proj.weight = nn.Parameter(torch.zeros(lmax + 1, channels, 1))
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
         """Return the Cartesian vectors (N, 3) of the latent ``latent`` (N, (L+1)², C)."""
-        p = (latent[:, 1:4, :] @ self.proj.weight[1])[..., 0]  # (N, 3)
+        p = (latent[:, 1:4, :] @ cast(torch.Tensor, self.proj.weight)[1])[..., 0]  # (N, 3)
         return self.cartesian_scale * torch.stack([-p[:, 2], -p[:, 0], p[:, 1]], dim=-1)
 
 

@@ -304,6 +304,10 @@ class _ProjectedGridOp(GridOp):
     the grid combination and ``@ out_proj`` after it.
     """
 
+    left_proj: ChannelLinear
+    right_proj: ChannelLinear
+    out_proj: ChannelLinear
+
     def inputs(self, left, right, k: int):
         lp = frame_linear(left, self.left_proj.weight, k)
         return lp, frame_linear(right, self.right_proj.weight, k)

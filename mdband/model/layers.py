@@ -28,6 +28,7 @@ class SO3Linear(nn.Module):
         super().__init__()
         self.lmax = lmax
         self.weight = nn.Parameter(torch.zeros(lmax + 1, c_in, c_out))
+        self._deg: torch.Tensor
         self.register_buffer("_deg", degree_index(lmax), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,6 +88,8 @@ class EquivariantRMSNorm(nn.Module):
         self.adam_scale = nn.Parameter(torch.ones(lmax + 1, 1, channels))
         self.bias = nn.Parameter(torch.zeros(1, channels))
         deg = degree_index(lmax)
+        self._deg: torch.Tensor
+        self._wdeg: torch.Tensor
         self.register_buffer("_deg", deg, persistent=False)
         self.register_buffer("_wdeg", 1.0 / ((2 * deg + 1).double() * (lmax + 1)), persistent=False)
 

@@ -99,7 +99,7 @@ class RadialDegreeMixer(nn.Module):
         out = self.ksize if mode == "degree" else self.ksize * (rank if rank > 0 else channels)
         self.weight = nn.Parameter(torch.zeros((L + 1) * channels, out))
         if mode == "degree_channel" and rank > 0:
-            self.channel_basis = nn.Parameter(torch.zeros(rank, channels))
+            self.channel_basis: nn.Parameter | None = nn.Parameter(torch.zeros(rank, channels))
         else:
             self.channel_basis = None
 
@@ -151,6 +151,7 @@ class RadialDegreeMixer(nn.Module):
         y = torch.bmm(a.view(E, dm * r, dm), xl)
         if self.mode == "degree":
             return y
+        assert self.channel_basis is not None  # degree_channel mode (rank > 0)
         if r == 1:
             return y * self.channel_basis[0]
         return (y.view(E, dm, r, -1) * self.channel_basis).sum(2)

@@ -50,6 +50,7 @@ class SpinEmbedding(nn.Module):
         self.adam_spin_vec_weight = nn.Parameter(torch.zeros(n, channels))
         self.adam_spin_nbr_weight = nn.Parameter(torch.zeros(n, channels))
         mask = torch.tensor([1.0 if on else 0.0 for on in use_spin], dtype=torch.float64)
+        self.spin_mask: torch.Tensor
         self.register_buffer("spin_mask", mask, persistent=False)
 
     def scalar(self, magmoms: torch.Tensor, types: torch.Tensor) -> torch.Tensor:

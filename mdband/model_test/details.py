@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -84,7 +85,7 @@ class DetailWriter:
         self.paths = check_detail_files(prefix, overwrite)
         self.overwrite = overwrite
         self._stack = contextlib.ExitStack()
-        self._handles: dict[str, object] = {}
+        self._handles: dict[str, TextIO] = {}
         self._tmp: dict[str, Path] = {}
 
     def __enter__(self) -> DetailWriter:

@@ -13,6 +13,7 @@ so autograd differentiates it to any order.
 from __future__ import annotations
 
 import math
+from typing import Literal, overload
 
 import torch
 
@@ -23,6 +24,18 @@ def _norm_factor(l: int, m: int) -> float:
     return math.sqrt((2.0 if am else 1.0) * f)
 
 
+@overload
+def spherical_harmonics(
+    lmax: int, u: torch.Tensor, with_grad: Literal[False] = False
+) -> torch.Tensor: ...
+@overload
+def spherical_harmonics(
+    lmax: int, u: torch.Tensor, with_grad: Literal[True]
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def spherical_harmonics(
+    lmax: int, u: torch.Tensor, with_grad: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 def spherical_harmonics(
     lmax: int, u: torch.Tensor, with_grad: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

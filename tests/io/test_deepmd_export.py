@@ -207,3 +207,54 @@ def test_dp_test_runs_on_an_exported_model(tmp_path):
     e = pot.evaluate(atoms.positions, atoms.cell, atoms.pbc, atoms.species).energy
     assert pred_e == pytest.approx(e, rel=1e-10)
     assert data_e == pytest.approx(atoms.energy, rel=1e-12)  # grid_neo's own label
+
+
+#: a deepmd-kit 3.2 venv whose compiled op library loads (``dp --pt freeze`` needs it; the
+#: reference venv runs torch 2.13, against which deepmd-kit's wheel library does not load):
+#: torch==2.11.0 deepmd-kit==3.2.0 mpich==5.0.2 (its op library links libmpi)
+FREEZE_VENV = os.environ.get("DEEPMD_FREEZE_VENV")
+_EVAL_FROZEN = """
+import json, sys
+import ase.io
+from deepmd.infer import DeepPot
+out = {}
+for path in sys.argv[2:]:
+    dp, frames = DeepPot(path), []
+    for a in ase.io.read(sys.argv[1], index=":"):
+        types = [dp.get_type_map().index(s) for s in a.get_chemical_symbols()]
+        cell = a.cell.array.reshape(1, -1) if a.pbc.any() else None
+        e, f, v = dp.eval(a.positions.reshape(1, -1), cell, types)[:3]
+        frames.append({"energy": float(e.ravel()[0]), "forces": f.reshape(-1, 3).tolist()})
+    out[path] = frames
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(
+    FREEZE_VENV is None,
+    reason="slow (two AOTInductor builds, ~5 min): set DEEPMD_FREEZE_VENV to a venv with "
+    "torch==2.11.0, deepmd-kit==3.2.0 and mpich==5.0.2",
+)
+def test_dp_freeze_of_an_exported_model_equals_the_originals(tmp_path):
+    venv = Path(FREEZE_VENV)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LD_LIBRARY_PATH": str(venv / "lib")}
+    pot = mdband.load_model(FIX / "grid_neo.pt", device="cpu", dtype="float64")
+    pot.save_deepmd(tmp_path / "exported.pt")
+    frozen = []
+    for ckpt in (FIX / "grid_neo.pt", tmp_path / "exported.pt"):
+        out = tmp_path / f"{ckpt.stem}-frozen.pth"
+        proc = subprocess.run(
+            [str(venv / "bin" / "dp"), "--pt", "freeze", "-c", str(ckpt), "-o", str(out)],
+            capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        frozen.append(next(tmp_path.glob(f"{out.stem}.pt*")))  # DPA4 freezes to .pt2
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", _EVAL_FROZEN, str(STRUCTURES), *map(str, frozen)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    original, exported = json.loads(proc.stdout.strip().splitlines()[-1]).values()
+    for a, b in zip(original, exported, strict=True):
+        assert b["energy"] == pytest.approx(a["energy"], rel=1e-9)
+        np.testing.assert_allclose(b["forces"], a["forces"], rtol=0, atol=1e-7)

@@ -48,7 +48,9 @@ from mdband.kernels.aggregate import stats
 DOT_MIN = 16
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     node_segment, dot_block_rows, head_stats = cm.node_segment, cm.dot_block_rows, stats.head_stats
     SUM = cm.SUM
 

@@ -64,7 +64,7 @@ def _aggregate_op(
         return aggregate_reference(y, rot, layout, rot_lmax, lmax, rho, dst, N, env, logits, z, s)
     attn = logits is not None
     out = y.new_empty(N, st.dim_of(lmax), y.shape[2])
-    stats = y.new_empty(N, 2, logits.shape[1]) if attn else y.new_zeros(0)
+    stats = y.new_empty(N, 2, logits.shape[1]) if logits is not None else y.new_zeros(0)
     if cm.has_no_items(N):
         return out, stats
     t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
@@ -110,7 +110,7 @@ def _aggregate_bwd_op(
             gout, out, stats, y, rot, layout, rot_lmax, lmax, rho, dst, env, logits, z, s
         )
     attn = logits is not None
-    H = logits.shape[1] if attn else 0
+    H = logits.shape[1] if logits is not None else 0
     E = y.shape[0]
     grot = cm.rot_cotangent(rot, layout, rot_lmax, lmax)
     gy = torch.empty_like(y)
@@ -119,8 +119,9 @@ def _aggregate_bwd_op(
         M, S = stats[:, 0], stats[:, 1]
         gz = -(Q * torch.exp(-M) / S).sum(0)
     if cm.has_no_items(N):
-        if attn:
+        if logits is not None:
             return gy, grot, torch.empty_like(env), torch.empty_like(logits), gz, y.new_zeros(0)
+        assert s is not None  # the plain scatter (no attention) takes s
         return gy, grot, torch.empty_like(env), y.new_zeros(0), y.new_zeros(0), torch.empty_like(s)
     t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
     NB = t["nblk"]
@@ -150,7 +151,8 @@ def _aggregate_bwd_op(
     )
     # epilogue: the blocks' partials summed by torch reductions (no atomics: deterministic)
     q = qp.sum(0)
-    if not attn:
+    if logits is None:
+        assert s is not None  # the plain scatter (no attention) takes s
         return gy, grot, s[dst] * q[:, 0], y.new_zeros(0), y.new_zeros(0), gsp.sum(0)
     inv = torch.reciprocal(S)
     d = torch.exp(logits - M[dst]) * inv[dst] * (q - Q[dst])

@@ -13,7 +13,9 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     SUM = cm.SUM
     MAX = tl.standard._elementwise_max  # combine of tl.max (no nested jit call, see cm.SUM)
 

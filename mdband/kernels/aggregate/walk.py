@@ -20,7 +20,9 @@ from mdband.kernels import _common as cm
 from mdband.kernels.aggregate import stats
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     node_block, head_stats = cm.node_block, stats.head_stats
     SUM = cm.SUM
 

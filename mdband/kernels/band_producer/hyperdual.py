@@ -124,7 +124,8 @@ def hessian(v: torch.Tensor, lmax: int):
 
 # ---------------------------------------------------------------------------- Triton
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def hd_var(p, w, AXIS: tl.constexpr, HESS: tl.constexpr):

@@ -15,9 +15,11 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
+
     from mdband.kernels.band_producer.hyperdual import hd_lin, hd_mul, hd_r2, hd_scale, hd_var
 
-    triton, tl = cm.triton, cm.tl
     _div = cm.div_ieee
     _sqrt = cm.sqrt_ieee
 

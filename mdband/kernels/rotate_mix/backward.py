@@ -18,7 +18,9 @@ from mdband.kernels import _common as cm
 from mdband.kernels.rotate_mix import forward
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     node_block, rotated_block = cm.node_block, forward.rotated_block
     SUM = cm.SUM
 

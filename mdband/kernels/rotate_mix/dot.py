@@ -42,7 +42,9 @@ from mdband.kernels import _common as cm
 DOT_MIN = 16
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     dot_block_rows = cm.dot_block_rows
 
     @triton.jit

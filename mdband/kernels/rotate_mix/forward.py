@@ -15,7 +15,9 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     block_tables, entry_index = cm.block_tables, cm.entry_index
     SUM = cm.SUM
 

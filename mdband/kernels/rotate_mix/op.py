@@ -114,9 +114,13 @@ def _rotate_mix_bwd_op(
     mix = k is not None
     grot = cm.rot_cotangent(rot, layout, rot_lmax, lmax)
     gx = torch.empty_like(x)
-    gk = torch.empty_like(k) if mix else x.new_zeros(0)
-    grad = torch.empty_like(rad) if not mix else x.new_zeros(0)
-    R = k.shape[2] if mix else 1
+    gk = torch.empty_like(k) if k is not None else x.new_zeros(0)
+    if mix:
+        grad = x.new_zeros(0)
+    else:
+        assert rad is not None  # the mode without k takes rad
+        grad = torch.empty_like(rad)
+    R = k.shape[2] if k is not None else 1
     eb = launch.edge_block()
     gbp = x.new_zeros((E + eb - 1) // eb, R, C) if mix else x.new_zeros(0)
     if cm.has_no_items(E):

@@ -22,9 +22,10 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
-    from mdband.kernels.so2_stack.split_dots import split_x
+    import triton
+    import triton.language as tl
 
-    triton, tl = cm.triton, cm.tl
+    from mdband.kernels.so2_stack.split_dots import split_x
 
     @triton.jit
     def gate_tile(

@@ -23,10 +23,11 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
+
     from mdband.kernels.so2_stack.gate import gate_tile
     from mdband.kernels.so2_stack.split_dots import row_dot, split_x
-
-    triton, tl = cm.triton, cm.tl
 
     @triton.jit
     def _gated_row(

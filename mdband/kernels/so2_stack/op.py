@@ -123,7 +123,7 @@ def _mix_bwd_op(
     if _dispatch(gy, lmax) == "reference":
         return so2_mix_layer_bwd_reference(gy, h, w0, wm, wg, lmax, gated)
     F, E, _, C = gy.shape
-    gh = gy
+    gh: torch.Tensor | SplitRows = gy
     if gated and not (cm.has_no_items(E) or cm.has_no_items(F)):
         # fp16x3: gh written split, as its product reads it
         if precision == "fp16x3" and cm.has_tma(gy.device):

@@ -57,7 +57,8 @@ def rows_per_program(L: int, requested: int) -> int:
 
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def so2_presplit_linear_kernel(

@@ -10,7 +10,9 @@ from __future__ import annotations
 from mdband.kernels import _common as cm
 
 if cm.TRITON_AVAILABLE:
-    triton, tl = cm.triton, cm.tl
+    import triton
+    import triton.language as tl
+
     entry_index, node_segment = cm.entry_index, cm.node_segment
     SUM = cm.SUM
 
