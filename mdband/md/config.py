@@ -20,7 +20,15 @@ from mdband.io.h5md import FORCE_UNITS
 from mdband.io.run_files import default_final
 from mdband.io.thermo_table import PRESSURE_UNITS, THERMO_EXTRAS
 from mdband.md.errors import ConfigError
-from mdband.md.setting_table import check_values, parameters_doc, setting, to_toml
+from mdband.md.setting_table import (
+    charge_setting,
+    check_values,
+    head_setting,
+    parameters_doc,
+    setting,
+    spin_setting,
+    to_toml,
+)
 from mdband.settings import check_budget
 
 ENSEMBLES = ("nve", "nvt-langevin", "nvt-bussi", "nvt-nhc", "npt-mtk")
@@ -196,23 +204,9 @@ class RunConfig:
         choices=HOST_MEMORY,
         default_text="auto or $MDBAND_HOST_MEMORY",
     )
-    head: str | None = setting(
-        None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
-    )
-    charge: int | None = setting(
-        None,
-        "Total charge of the system in e, for a model trained with deepmd-kit's "
-        "add_chg_spin_ebd (DPA4-OMol25); other models refuse it.",
-        metavar="E",
-        default_text="the structure file's info, else the model's default_chg_spin",
-    )
-    spin: int | None = setting(
-        None,
-        "Spin multiplicity 2S+1 (1 singlet, 2 doublet, 3 triplet) of the system, for a "
-        "charge/spin model like --charge.",
-        metavar="2S+1",
-        default_text="the structure file's info, else the model's default_chg_spin",
-    )
+    head: str | None = head_setting()
+    charge: int | None = charge_setting()
+    spin: int | None = spin_setting()
     log: str | None = setting(
         None,
         "Also write the thermo table and summary to this file (CSV rows when it ends in .csv).",

@@ -22,7 +22,14 @@ from mdband.errors import StructureError
 from mdband.io.atomic import atomic_path
 from mdband.io.files import start_new_file
 from mdband.md.errors import ConfigError
-from mdband.md.setting_table import check_values, parameters_doc, setting
+from mdband.md.setting_table import (
+    charge_setting,
+    check_values,
+    head_setting,
+    parameters_doc,
+    setting,
+    spin_setting,
+)
 from mdband.md.system import check_structure, read_structure
 
 logger = logging.getLogger(__name__)
@@ -88,22 +95,9 @@ class RelaxConfig:
         "auto", "auto (CUDA when available, else CPU), cpu, cuda or cuda:N.", metavar="DEVICE"
     )
     dtype: str = setting("float64", "Model precision.", choices=("float32", "float64"))
-    head: str | None = setting(
-        None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
-    )
-    charge: int | None = setting(
-        None,
-        "Total charge of the system in e, for a model trained with deepmd-kit's "
-        "add_chg_spin_ebd (DPA4-OMol25); other models refuse it.",
-        metavar="E",
-        default_text="the structure file's info, else the model's default_chg_spin",
-    )
-    spin: int | None = setting(
-        None,
-        "Spin multiplicity 2S+1 (1 singlet, 2 doublet, 3 triplet), like --charge.",
-        metavar="2S+1",
-        default_text="the structure file's info, else the model's default_chg_spin",
-    )
+    head: str | None = head_setting()
+    charge: int | None = charge_setting()
+    spin: int | None = spin_setting()
     min_distance: float = setting(
         0.5, "Refuse structures with two atoms closer than this (0 disables).", unit="Å"
     )

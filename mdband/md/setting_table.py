@@ -60,6 +60,38 @@ def setting(
     return field(default=default, default_factory=default_factory, metadata={"setting": info})
 
 
+def head_setting():
+    """Declare the ``head`` setting that runs and relaxations share."""
+    return setting(
+        None, "Head of a multi-task deepmd-kit checkpoint, by name or alias (default: Default)."
+    )
+
+
+_FROM_FILE = "the structure file's info, else the model's default_chg_spin"
+
+
+def charge_setting():
+    """Declare the ``charge`` setting that runs and relaxations share."""
+    return setting(
+        None,
+        "Total charge of the system in e, for a model trained with deepmd-kit's "
+        "add_chg_spin_ebd (DPA4-OMol25); other models refuse it.",
+        metavar="E",
+        default_text=_FROM_FILE,
+    )
+
+
+def spin_setting():
+    """Declare the ``spin`` setting that runs and relaxations share."""
+    return setting(
+        None,
+        "Spin multiplicity 2S+1 (1 singlet, 2 doublet, 3 triplet) of the system, for a "
+        "charge/spin model like --charge.",
+        metavar="2S+1",
+        default_text=_FROM_FILE,
+    )
+
+
 @dataclass(frozen=True)
 class Spec:
     """One row of the table: a setting's name, type, default and :class:`SettingInfo`."""
