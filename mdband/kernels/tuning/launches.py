@@ -35,14 +35,17 @@ class DotLaunch:
     warps: int | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "edges")
         power_of_two(self, "warps", allow_none=True)
 
 
 @dataclass(frozen=True)
 class LinearLaunch:
-    """A launch of the SO(2) linear kernel (or of its pre-split variant): edges per program,
-    warps, software-pipeline stages and output rows per program (1 or 2)."""
+    """A launch of the SO(2) linear kernel (or of its pre-split variant).
+
+    Edges per program, warps, software-pipeline stages and output rows per program (1 or 2).
+    """
 
     edges: int
     warps: int
@@ -50,6 +53,7 @@ class LinearLaunch:
     rows: int = 1
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "edges", "warps")
         at_least_one(self, "stages")
         choice(self, "rows", (1, 2))
@@ -64,18 +68,22 @@ class GateLaunch:
     bwd_warps: int
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "edges", "fwd_warps", "bwd_warps")
 
 
 @dataclass(frozen=True)
 class StackShape:
-    """Launches of one (L, C) of the SO(2) stack that beat the defaults: the linear kernel's
-    per split mode, and the gate kernels' (None: the default)."""
+    """Launches of one (L, C) of the SO(2) stack that beat the defaults.
+
+    The linear kernel's per split mode, and the gate kernels' (None: the default).
+    """
 
     linear: Mapping[str, LinearLaunch] = field(default_factory=dict)
     gate: GateLaunch | None = None
 
     def __post_init__(self) -> None:
+        """Check the fields and freeze the ``linear`` mapping (ValueError naming the field)."""
         linear = frozen(self, "linear", self.linear)
         check(set(linear) <= set(SPLIT_MODES), self, "linear", dict(linear), "split-mode keys")
         instances(self, "linear", linear.values(), LinearLaunch)
@@ -91,18 +99,22 @@ class GridLaunch:
     warps: int
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "channels", "warps")
 
 
 @dataclass(frozen=True)
 class BlockLaunch:
-    """An op with one launch shape: edges per program (or per loop step) and warps per program
-    (None: Triton's default). ``fwd_edges`` / ``bwd_edges`` where the passes differ."""
+    """An op with one launch shape: edges per program (or per loop step) and warps per program.
+
+    warps None: Triton's default. ``fwd_edges`` / ``bwd_edges`` where the passes differ.
+    """
 
     fwd_edges: int
     bwd_edges: int
     warps: int | None = 4
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "fwd_edges", "bwd_edges")
         power_of_two(self, "warps", allow_none=True)

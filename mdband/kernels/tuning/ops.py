@@ -31,9 +31,11 @@ from mdband.kernels.tuning.launches import (
 
 @dataclass(frozen=True)
 class AggregateTuning:
-    """aggregate (BENCHMARKS.md "2026-12-03 (second session)": the tf32x3 dot backward;
-    "2026-12-03": the forward's prefetch; "2026-12-02 (fifth session)": warps and stages; the
-    one-warp programs and the statistics pass "2026-11-30 — H200, third session on issue #4").
+    """The tuning record of aggregate.
+
+    BENCHMARKS.md "2026-12-03 (second session)": the tf32x3 dot backward; "2026-12-03": the
+    forward's prefetch; "2026-12-02 (fifth session)": warps and stages; the one-warp programs and
+    the statistics pass "2026-11-30 — H200, third session on issue #4".
 
     The forward is always the walk (``walk_*``); ``bwd`` picks the backward: "walk", "dot"
     (BLOCK_EDGES edges per step as tl.dot products) or "auto" ("dot" where its tl.dot is
@@ -54,6 +56,7 @@ class AggregateTuning:
     dot_tf32x3: DotLaunch = field(default_factory=lambda: DotLaunch(edges=16, warps=4))
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         choice(self, "bwd", ("walk", "dot", "auto"))
         power_of_two(self, "walk_warps", allow_none=True)
         at_least_one(self, "walk_stages")
@@ -73,9 +76,11 @@ class AggregateTuning:
 
 @dataclass(frozen=True)
 class RotateMixTuning:
-    """rotate_mix (BENCHMARKS.md "2026-12-03 (second session)": the tf32x3 dot backward of
-    radial rows; "2026-11-30 — H200, third session on issue #4": one warp per program;
-    "2026-12-02 (fifth session)": the backward edge kernel's edges per program and stages).
+    """The tuning record of rotate_mix.
+
+    BENCHMARKS.md "2026-12-03 (second session)": the tf32x3 dot backward of radial rows;
+    "2026-11-30 — H200, third session on issue #4": one warp per program; "2026-12-02 (fifth
+    session)": the backward edge kernel's edges per program and stages.
 
     The forward is always the edge kernel (``fwd_warps``). ``bwd``: "edge" (an edge kernel of
     ``edge_block`` edges per program, ``edge_block_interpreter`` in the CPU interpreter, then
@@ -96,6 +101,7 @@ class RotateMixTuning:
     dot_precision: str = "tf32x3"
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         choice(self, "bwd", ("edge", "dot", "auto"))
         power_of_two(self, "fwd_warps", "edge_warps", "node_warps", "dot_warps", "dot_edges")
         at_least_one(self, "edge_block", "edge_block_interpreter", "edge_stages")
@@ -117,6 +123,7 @@ class ZonalTuning:
     dot_warps: int = 4
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         choice(self, "bwd", ("walk", "auto"))
         power_of_two(self, "dot_edges", "dot_warps")
 
@@ -140,10 +147,12 @@ def _stack_shapes() -> dict:
 
 @dataclass(frozen=True)
 class So2StackTuning:
-    """so2_mix_layer (BENCHMARKS.md "2026-11-30 — H200, fused SO(2) mixing layers": the linear
-    kernel's launch; "2026-12-01 (evening)": the fp16 modes; "2026-12-02 (second session)":
-    two rows per program; "2026-12-03 (second session)": the gate backward; "2026-12-04
-    (fourth session)": the pre-split kernel).
+    """The tuning record of so2_mix_layer.
+
+    BENCHMARKS.md "2026-11-30 — H200, fused SO(2) mixing layers": the linear kernel's launch;
+    "2026-12-01 (evening)": the fp16 modes; "2026-12-02 (second session)": two rows per program;
+    "2026-12-03 (second session)": the gate backward; "2026-12-04 (fourth session)": the pre-split
+    kernel.
 
     ``linear``: the linear kernel's launch per split mode; ``shapes``: per (L, C), launches
     that beat those; ``fallbacks``: smaller launches tried in turn where shared memory runs
@@ -168,6 +177,7 @@ class So2StackTuning:
     )
 
     def __post_init__(self) -> None:
+        """Check the fields and freeze ``linear`` and ``shapes`` (ValueError naming the field)."""
         linear = frozen(self, "linear", self.linear)
         ok = set(linear) == set(SPLIT_MODES)
         check(ok, self, "linear", dict(linear), f"a launch for each of {SPLIT_MODES}")
@@ -215,6 +225,7 @@ class GridProductTuning:
     )
 
     def __post_init__(self) -> None:
+        """Check the fields and freeze the ``shapes`` mapping (ValueError naming the field)."""
         instances(self, "fwd, bwd", (self.fwd, self.bwd), GridLaunch)
         for key, pair in frozen(self, "shapes", self.shapes).items():
             ok = type(key) is int and isinstance(pair, tuple) and len(pair) == 2
@@ -231,8 +242,9 @@ class GridProductTuning:
 
 @dataclass(frozen=True)
 class EdgeMlpTuning:
-    """seed_mlp and radial_mlp, the edge MLPs in registers (BENCHMARKS.md "2026-12-04 (second
-    session)").
+    """The tuning record of seed_mlp and radial_mlp, the edge MLPs in registers.
+
+    BENCHMARKS.md "2026-12-04 (second session)".
 
     ``kernels``: "op" (the op where the fused ops run) or "torch" (the torch path);
     ``max_width``: the widest output the op takes (radial_mlp; wider tiles spill registers);
@@ -247,6 +259,7 @@ class EdgeMlpTuning:
     precision: str = "auto"
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         choice(self, "kernels", ("op", "torch"))
         ok = self.max_width is None or (type(self.max_width) is int and self.max_width >= 1)
         check(ok, self, "max_width", self.max_width, "≥ 1 or None")
@@ -257,41 +270,50 @@ class EdgeMlpTuning:
 
 @dataclass(frozen=True)
 class CellPairsTuning:
-    """cell_pairs (BENCHMARKS.md "2026-12-04 (third session)"): ``kernels`` "auto" (the
-    kernels wherever Triton runs) or "torch" (the torch path); candidates per stencil slot and
-    loop step (``width``) and warps per program."""
+    """The tuning record of cell_pairs (BENCHMARKS.md "2026-12-04 (third session)").
+
+    ``kernels`` "auto" (the kernels wherever Triton runs) or "torch" (the torch path); candidates
+    per stencil slot and loop step (``width``) and warps per program.
+    """
 
     kernels: str = "auto"
     width: int = 8
     warps: int = 4
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         choice(self, "kernels", ("auto", "torch"))
         power_of_two(self, "width", "warps")
 
 
 @dataclass(frozen=True)
 class TakeRowsTuning:
-    """take_rows (BENCHMARKS.md "2026-12-02 (third session)"): ``items`` per program (edges ×
-    row items), the widest row block per program and warps."""
+    """The tuning record of take_rows (BENCHMARKS.md "2026-12-02 (third session)").
+
+    ``items`` per program (edges × row items), the widest row block per program and warps.
+    """
 
     items: int = 4096
     max_width: int = 128
     warps: int = 4
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "items", "max_width", "warps")
 
 
 @dataclass(frozen=True)
 class BandProducerTuning:
-    """band_producer (BENCHMARKS.md "2026-11-30 — NVIDIA H200"): edges and warps per program
-    on a GPU; in the CPU interpreter at most ``interpreter_edges`` (the next power of two of
-    E) and one warp."""
+    """The tuning record of band_producer (BENCHMARKS.md "2026-11-30 — NVIDIA H200").
+
+    Edges and warps per program on a GPU; in the CPU interpreter at most ``interpreter_edges`` (the
+    next power of two of E) and one warp.
+    """
 
     edges: int = 64
     warps: int = 2
     interpreter_edges: int = 64
 
     def __post_init__(self) -> None:
+        """Check the fields (ValueError naming the field)."""
         power_of_two(self, "edges", "warps", "interpreter_edges")
