@@ -8,6 +8,8 @@ vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -81,7 +83,10 @@ class Potential(BatchEvaluation):
         self.metadata = dict(metadata or {})
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
-        self.model = check_model(model, kind).to(device=self.device, dtype=self.dtype).eval()
+        # a torch.nn.Module declaring ModelContract (else ModelContractError): typed Any, as
+        # Python has no intersection type of the two
+        network: Any = check_model(model, kind)
+        self.model = network.to(device=self.device, dtype=self.dtype).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         #: forces from the network, no virial (deepmd-kit's dens mode: mdband.contract)
@@ -338,12 +343,13 @@ class Potential(BatchEvaluation):
         tensors = isinstance(positions, torch.Tensor)
         cs = self.charge_spin_of(charge, spin)
         if atom_virial:
-            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours, cs)
-            return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
+            e, f, v, av = evaluate_atom_virial(self, positions, cell, pbc, species, graph,
+                                               neighbours, cs)  # fmt: skip
+            return _result(e, f, v, True, not tensors, self.last_chunks, atom_virial=av)
         if self.spin is not None or magmoms is not None:
-            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms,
-                                cs)  # fmt: skip
-            return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
+            e, f, v, mf = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours,
+                                        magmoms, cs)  # fmt: skip
+            return _result(e, f, v, compute_virial, not tensors, self.last_chunks, mf)
         if tensors:
             args = (positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin)
             return self._evaluate_tensor(*args)
@@ -353,12 +359,12 @@ class Potential(BatchEvaluation):
         types = self._types.of_frame(species, pos.shape[0])
         if self.neighbour_backend == "cell_list":
             pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
-            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
-            return _result(*out, compute_virial, True, self.last_chunks)
+            e, f, v = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
+            return _result(e, f, v, compute_virial, True, self.last_chunks)
         if graph is None:  # vesin's numpy edges (the cell list returned above)
             graph = self.edges(pos, cell_np, pbc, neighbours)
-        out = self._run_graph(types, graph, pos, cell_np, cs)
-        return _result(*out, compute_virial, True, self.last_chunks)
+        e, f, v = self._run_graph(types, graph, pos, cell_np, cs)
+        return _result(e, f, v, compute_virial, True, self.last_chunks)
 
     def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
         """Return (atom energies, forces, virial), float64 device tensors, of one frame.
