@@ -23,6 +23,7 @@ FRONT_ENDS = ("calculator", "lammps/", "md/", "cli/")
 #: the evaluation side of Potential: it reads its model through the contract alone
 CONTRACT_READERS = (
     "mdband.potential",
+    "mdband.frame_inputs",
     "mdband.step_graph",
     "mdband.batch",
     "mdband.spin",
