@@ -8,6 +8,8 @@ vectors: with ``g = ∂E/∂edge_vec``, ``F_k = Σ_{dst=k} g − Σ_{src=k} g`` 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -16,8 +18,17 @@ from mdband import host_memory as _host_memory
 from mdband.atom_virial import evaluate_atom_virial
 from mdband.batch import BatchEvaluation
 from mdband.contract import check_model
-from mdband.errors import MdbandError
-from mdband.graph import EdgeGraph, validate_structure
+from mdband.frame_inputs import (
+    FrameInputs,
+    device_tensors,
+    edge_tensors,
+    frame_edges,
+    frame_inputs,
+    host_copies,
+    takes_host_path,
+    tensor_result,
+)
+from mdband.graph import EdgeGraph
 from mdband.neighbours import HostNeighbourList
 from mdband.result import (  # noqa: F401  (re-exported: front ends import them from here)
     EdgeResult,
@@ -81,7 +92,10 @@ class Potential(BatchEvaluation):
         self.metadata = dict(metadata or {})
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
-        self.model = check_model(model, kind).to(device=self.device, dtype=self.dtype).eval()
+        # a torch.nn.Module declaring ModelContract (else ModelContractError): typed Any, as
+        # Python has no intersection type of the two
+        network: Any = check_model(model, kind)
+        self.model = network.to(device=self.device, dtype=self.dtype).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         #: forces from the network, no virial (deepmd-kit's dens mode: mdband.contract)
@@ -338,124 +352,47 @@ class Potential(BatchEvaluation):
         tensors = isinstance(positions, torch.Tensor)
         cs = self.charge_spin_of(charge, spin)
         if atom_virial:
-            out = evaluate_atom_virial(self, positions, cell, pbc, species, graph, neighbours, cs)
-            return _result(*out[:3], True, not tensors, self.last_chunks, atom_virial=out[3])
+            e, f, v, av = evaluate_atom_virial(self, positions, cell, pbc, species, graph,
+                                               neighbours, cs)  # fmt: skip
+            return _result(e, f, v, True, not tensors, self.last_chunks, atom_virial=av)
         if self.spin is not None or magmoms is not None:
-            out = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours, magmoms,
-                                cs)  # fmt: skip
-            return _result(*out[:3], compute_virial, not tensors, self.last_chunks, out[3])
-        if tensors:
-            args = (positions, cell, pbc, species, graph, neighbours, compute_virial, charge, spin)
-            return self._evaluate_tensor(*args)
-        pos = np.asarray(positions, dtype=np.float64)
-        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
-        cell_np = cell_np.reshape(3, 3)
-        types = self._types.of_frame(species, pos.shape[0])
-        if self.neighbour_backend == "cell_list":
-            pos_t, cell_t = (torch.as_tensor(a, device=self.device) for a in (pos, cell_np))
-            out = self._tensor_step(pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs)
-            return _result(*out, compute_virial, True, self.last_chunks)
-        if graph is None:  # vesin's numpy edges (the cell list returned above)
-            graph = self.edges(pos, cell_np, pbc, neighbours)
-        out = self._run_graph(types, graph, pos, cell_np, cs)
-        return _result(*out, compute_virial, True, self.last_chunks)
+            e, f, v, mf = evaluate_spin(self, positions, cell, pbc, species, graph, neighbours,
+                                        magmoms, cs)  # fmt: skip
+            return _result(e, f, v, compute_virial, not tensors, self.last_chunks, mf)
+        if tensors and takes_host_path(positions, self.device, self.neighbour_backend):
+            res = self.evaluate(*host_copies(positions, cell), pbc, species, graph=graph,
+                                neighbours=neighbours, compute_virial=compute_virial,
+                                charge=charge, spin=spin)  # fmt: skip
+            return tensor_result(res, positions.device)
+        frame = frame_inputs(self, positions, cell, pbc, species, graph, neighbours,
+                             self._types.of_frame)  # fmt: skip
+        e, f, v = self._run_graph(frame, cs)
+        return _result(e, f, v, compute_virial, not tensors, self.last_chunks)
 
-    def _run_graph(self, types, graph: EdgeGraph, positions, cell, cs=None):
+    def _run_graph(self, frame: FrameInputs, cs=None):
         """Return (atom energies, forces, virial), float64 device tensors, of one frame.
 
         Edges: numpy arrays or tensors. Replayed step graphs when available, else eager.
         """
+        graph = frame.graph
         if self._steps is not None and graph.n_edges > 0:
-            out = self._steps.run(types, graph.src, graph.dst, graph.shifts, positions, cell, cs)
+            out = self._steps.run(frame.types, graph.src, graph.dst, graph.shifts,
+                                  frame.positions, frame.cell, cs)  # fmt: skip
             self._step_chunks = out.chunks
             return out
         dev = self.device
         if graph.n_atoms == 0:  # no atoms: no energy, no forces, no virial
             zero = torch.zeros(0, dtype=torch.float64, device=dev)
             return zero, zero.reshape(0, 3), torch.zeros(3, 3, dtype=torch.float64, device=dev)
-        pos_t = torch.as_tensor(positions, device=dev)
-        cell_t = torch.as_tensor(cell, device=dev).reshape(3, 3)
-        edge_vec = graph.edge_vectors(pos_t, cell_t)
-        src, dst = (torch.as_tensor(a, device=dev) for a in (graph.src, graph.dst))
-        types_t = torch.as_tensor(types, device=dev)
-        return self.forces_from_vectors(types_t, src, dst, edge_vec, cs)
+        return self.forces_from_vectors(*edge_tensors(frame, dev), cs)
 
     def edges(self, positions, cell, pbc, neighbours=None) -> EdgeGraph:
         """Return the neighbour list :meth:`evaluate` would use for this frame (numpy inputs).
 
-        On the device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise.
+        On the device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise
+        (:func:`mdband.frame_inputs.frame_edges`).
         """
-        pos = np.asarray(positions, dtype=np.float64)
-        cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
-        if self.neighbour_backend == "cell_list":
-            dev = self.device
-            pos_t = torch.as_tensor(pos, device=dev)
-            cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-            return self._device_edges(neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
-        return (neighbours or HostNeighbourList(self.cutoff)).edges(pos, cell_np, pbc)
-
-    def _device_edges(self, neighbours, pos_t, cell_t, pbc, cell_np) -> EdgeGraph:
-        """Return the edges from ``neighbours`` for device positions and cell.
-
-        ``neighbours`` None: a fresh device list. A DeviceNeighbourList also gets the host copy
-        of the cell (no copy back).
-        """
-        from mdband.neighbours import DeviceNeighbourList
-
-        nl = neighbours if neighbours is not None else self.neighbour_list()
-        if isinstance(nl, DeviceNeighbourList):
-            return nl.edges(pos_t, cell_t, pbc, host_cell=cell_np)
-        return nl.edges(pos_t, cell_t, pbc)
-
-    def _evaluate_tensor(self, positions, cell, pbc, species, graph, neighbours, virial, charge,
-                         spin):  # fmt: skip
-        """Run :meth:`evaluate` for torch inputs.
-
-        CPU tensors take the numpy path (bitwise the same numbers), tensors on the potential's
-        CUDA device stay there.
-        """
-        if positions.device != self.device and positions.device.type != "cpu":
-            raise MdbandError(
-                f"positions are on {positions.device} but the potential is on {self.device}"
-            )
-        if positions.device.type == "cpu" or self.neighbour_backend == "vesin":
-            cell_np = None if cell is None else torch.as_tensor(cell).detach().cpu().numpy()
-            res = self.evaluate(
-                positions.detach().cpu().numpy(), cell_np, pbc, species,
-                graph=graph, neighbours=neighbours, compute_virial=virial, charge=charge,
-                spin=spin,
-            )  # fmt: skip
-            dev = positions.device
-            return Result(
-                energy=torch.tensor(res.energy, dtype=torch.float64, device=dev),
-                forces=torch.from_numpy(res.forces).to(dev),
-                virial=torch.from_numpy(res.virial).to(dev),
-                atom_energy=torch.from_numpy(res.atom_energy).to(dev),
-                chunks=res.chunks,
-            )
-        pos_t = positions.detach().to(torch.float64)
-        if cell is None:
-            cell_t = torch.zeros(3, 3, dtype=torch.float64, device=self.device)
-        else:
-            cell_t = torch.as_tensor(cell, device=self.device).detach().to(torch.float64)
-        cell_np = cell_t.cpu().numpy().reshape(3, 3)
-        types = self._types.of_frame(species, pos_t.shape[0])
-        cs = self.charge_spin_of(charge, spin)
-        out = self._tensor_step(pos_t, cell_t.reshape(3, 3), pbc, types, graph, neighbours, cell_np,
-                                cs)  # fmt: skip
-        return _result(*out, virial, False, self.last_chunks)
-
-    def _tensor_step(self, pos_t, cell_t, pbc, types, graph, neighbours, cell_np, cs=None):
-        """Return (atom energies, forces, virial) from positions on the potential's device.
-
-        The neighbour list (torch cell list) is built there, or taken from ``graph`` /
-        ``neighbours``.
-        """
-        pbc_np = np.broadcast_to(np.asarray(pbc, dtype=bool), (3,)).copy()
-        validate_structure(np.zeros((0, 3)), cell_np, pbc_np)
-        if graph is None:
-            graph = self._device_edges(neighbours, pos_t, cell_t, pbc_np, cell_np)
-        return self._run_graph(torch.as_tensor(types, device=self.device), graph, pos_t, cell_t, cs)
+        return frame_edges(self, positions, cell, pbc, neighbours)
 
     def evaluate_vectors(self, types, src, dst, vectors, charge_spin=None):
         """Return atom energies (N,), forces (N, 3), virial (3, 3), float64 on ``device``.
@@ -468,14 +405,8 @@ class Potential(BatchEvaluation):
             out = self._steps.run_vectors(types, src, dst, vectors, charge_spin)
             self._step_chunks = out.chunks
             return out
-        dev = self.device
-
-        def t(a):
-            if isinstance(a, torch.Tensor):
-                return a.to(dev)
-            return torch.as_tensor(np.ascontiguousarray(a), device=dev)
-
-        return self.forces_from_vectors(t(types), t(src), t(dst), t(vectors), charge_spin)
+        types, src, dst, vectors = device_tensors(self.device, types, src, dst, vectors)
+        return self.forces_from_vectors(types, src, dst, vectors, charge_spin)
 
     def graph_step(self, types, src, dst, edge_vec, charge_spin=None):
         """Run :meth:`forces_from_vectors`; also return the chunks its forward used.

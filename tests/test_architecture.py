@@ -23,6 +23,7 @@ FRONT_ENDS = ("calculator", "lammps/", "md/", "cli/")
 #: the evaluation side of Potential: it reads its model through the contract alone
 CONTRACT_READERS = (
     "mdband.potential",
+    "mdband.frame_inputs",
     "mdband.step_graph",
     "mdband.batch",
     "mdband.spin",
@@ -479,7 +480,7 @@ def test_kernel_arguments_are_named_as_the_triton_tutorials():
 
 def test_launches_come_from_the_tuning_table():
     """No public module-level dict, list or set in kernels/: kernel choices and launches are the
-    frozen records of ``kernels/tuning.py``, changed only by ``tuning.override`` (private caches
+    frozen records of ``kernels/tuning/``, changed only by ``tuning.override`` (private caches
     such as the launch that fit a GPU's shared memory are not settings)."""
     bad = []
     for mod in (m for mods in kernel_units().values() for m in mods):
