@@ -19,6 +19,7 @@ $(BIN)/mdband: pyproject.toml
 lint: install
 	$(BIN)/ruff check mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
 	$(BIN)/ruff format --check mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format mdband mdband_ase_plugin.py mdband_launcher.py tests benchmarks examples

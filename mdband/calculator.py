@@ -47,7 +47,8 @@ def magmoms_of(atoms, potential: Potential) -> np.ndarray | None:
             "initial_magmoms column of 3 numbers)"
         )
     m = np.asarray(atoms.get_initial_magnetic_moments(), dtype=np.float64)
-    return check_magmoms(m, len(atoms), potential.spin)
+    check_magmoms(m, len(atoms), potential.spin)  # returns m, or raises
+    return m
 
 
 class Calculator(_AseCalculator):

@@ -85,7 +85,7 @@ def _box_basis(cell: np.ndarray, pbc: tuple[bool, bool, bool]) -> np.ndarray:
             continue
         for cand in (cell[k], *np.eye(3)):
             w = cand - sum((cand @ u) * u for u in ortho)
-            if np.linalg.norm(w) > 1e-6 * max(1.0, np.linalg.norm(cand)):
+            if np.linalg.norm(w) > 1e-6 * max(1.0, float(np.linalg.norm(cand))):
                 w = w / np.linalg.norm(w)
                 ortho.append(w)
                 basis[k] = w
@@ -137,7 +137,7 @@ def _grid(scale: tuple, pbc, cutoff: float, bins_per_cutoff: int, n_atoms: int, 
     offsets = torch.tensor(
         list(itertools.product(*[range(-int(m), int(m) + 1) for m in reach])), **i64
     )  # (K, 3)
-    sizes = tuple(int(v) for v in n_bins)
+    sizes = (int(n_bins[0]), int(n_bins[1]), int(n_bins[2]))
     return _Grid(n_t, n_t - 1, stride, offsets, int(np.prod(n_bins)), sizes)
 
 

@@ -27,7 +27,7 @@ not the network's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import torch
 
@@ -141,4 +141,4 @@ def check_model(model, kind: str) -> ModelContract:
         missing = [f"chunking.{n}" for n in CHUNKING if not hasattr(model.chunking, n)]
     if missing:
         raise ModelContractError(kind, missing)
-    return model
+    return cast(ModelContract, model)  # its members checked above

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-from mdband.errors import MdbandError, ModelFileError, is_out_of_memory
+import torch
+
+from mdband.errors import MdbandError, ModelContractError, ModelFileError, is_out_of_memory
 from mdband.io.modelfile import file_sha256, is_model_file, parse_model_file, read_torch_file
 from mdband.kinds import model_builder
 from mdband.potential import Potential
@@ -44,6 +46,8 @@ def potential_from_parts(
             f"{where}cannot build the {kind} model from its configuration "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
         ) from None
+    if not isinstance(module, torch.nn.Module):  # what Potential checks, before the weights
+        raise ModelContractError(kind, [f"torch.nn.Module (it built a {type(module).__name__})"])
     check_weights(module, state_dict, where)
     meta = dict(metadata)
     if not (checked and meta.get("model_hash")):
@@ -65,7 +69,7 @@ def potential_from_parts(
 
 def load_model(
     path,
-    device: str | None = "auto",
+    device: str | torch.device | None = "auto",
     dtype: str = "float32",
     head: str | None = None,
     rotation_layout: str | None = None,

@@ -168,6 +168,7 @@ class DeviceNeighbourList:
         """Return where the current reusable list was built, copied to numpy (None if none)."""
         if self._ref_pos is None:
             return None
+        assert self._ref_cell is not None  # set together with _ref_pos by _build
         return NeighbourReference(
             self._ref_pos.cpu().numpy().copy(),
             self._ref_cell.cpu().numpy().copy(),
@@ -227,6 +228,7 @@ class DeviceNeighbourList:
             return EdgeGraph(*edges, n_atoms=n)
         if self._rebuild_needed(positions, cell, pbc):
             self._build(positions, cell, pbc, host_cell)
+        assert self._full is not None and self._shift_vectors is not None  # set by _build
         src, dst, shifts = self._full
         vec = positions[src] - positions[dst] + self._shift_vectors
         keep = torch.nonzero((vec * vec).sum(1) < self.cutoff**2).reshape(-1)

@@ -203,8 +203,9 @@ class EngineSettings:
             if name == "memory_budget":
                 kw[name] = check_budget(value, source)
                 continue
-            if name in _BOOL_MEANS and _BOOL.get(value, value) in (True, False):
-                value = _BOOL_MEANS[name][_BOOL.get(value, value)]
+            flag = value if isinstance(value, bool) else _BOOL.get(value)
+            if name in _BOOL_MEANS and flag is not None:
+                value = _BOOL_MEANS[name][flag]
             if value not in _CHOICES[name]:
                 raise ValueError(f"{source}={value!r} is not one of {', '.join(_CHOICES[name])}")
             kw[name] = value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import NoReturn
 
 import click
 
@@ -44,7 +45,7 @@ def interrupted_line(exc: BaseException, what: str = "") -> str:
     return f"stopped by {name}" + (f"; {what}" if what else "")
 
 
-def user_error(message: str):
+def user_error(message: str) -> NoReturn:
     """Raise :class:`UserError` with ``message``."""
     raise UserError(message)
 

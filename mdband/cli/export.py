@@ -26,7 +26,7 @@ def _writer_format(out: str, fmt: str | None) -> str:
     name = Path(out).name.lower()
     if fmt is None and (Path(name).suffix in _DUMP_SUFFIXES or name.startswith("dump.")):
         return "lammps/dump"
-    guess = None
+    guess = ""
     if fmt is None:
         try:
             guess = filetype(out, read=False)

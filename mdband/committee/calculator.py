@@ -53,7 +53,7 @@ class CommitteeCalculator(Calculator):
     ) -> None:
         models = list(models)
         if all(isinstance(m, Potential) for m in models):
-            pots = models
+            pots = [m for m in models if isinstance(m, Potential)]
         else:
             from mdband.loader import load_model
 
@@ -66,8 +66,8 @@ class CommitteeCalculator(Calculator):
         self.committee = Committee(pots)
         super().__init__(pots[0], device, dtype, skin=skin, **kwargs)
         self.deviations = bool(deviations)
-        self._frame = None  # (first model's Result, graph, positions, cell, pbc, numbers, charge,
-        # spin)
+        # (first model's Result, graph, positions, cell, pbc, numbers, charge, spin)
+        self._frame: tuple | None = None
         self.n_committee_evaluations = 0
 
     def _evaluate(self, positions, cell, pbc, numbers, magmoms=None, atom_virial=False,
@@ -101,6 +101,7 @@ class CommitteeCalculator(Calculator):
             self._add_deviation()
 
     def _add_deviation(self) -> ModelDeviation:
+        assert self._frame is not None  # set by _evaluate, which calculate ran first
         res, graph, positions, cell, pbc, numbers, charge, spin = self._frame
         out = self.committee.evaluate(positions, cell, pbc, numbers, graph=graph, first=res,
                                       charge=charge, spin=spin)  # fmt: skip
@@ -119,7 +120,6 @@ class CommitteeCalculator(Calculator):
         self.get_property("forces", atoms)  # the first model's results of this frame
         if "max_devi_f" in self.results:
             r = self.results
-            return ModelDeviation(
-                *(float(r[name]) for name in COLUMNS), devi_f=r["devi_f"], devi_e=r["devi_e"]
-            )
+            columns = {name: float(r[name]) for name in COLUMNS}
+            return ModelDeviation(**columns, devi_f=r["devi_f"], devi_e=r["devi_e"])
         return self._add_deviation()

@@ -41,8 +41,9 @@ def _on_host(graph: EdgeGraph) -> EdgeGraph:
     """``graph`` with numpy arrays (a device list's tensors copied back)."""
     if isinstance(graph.src, np.ndarray):
         return graph
-    return EdgeGraph(*(np.asarray(t.cpu()) for t in (graph.src, graph.dst, graph.shifts)),
-                     n_atoms=graph.n_atoms)  # fmt: skip
+    src, dst, shifts = (t if isinstance(t, np.ndarray) else np.asarray(t.cpu())
+                        for t in (graph.src, graph.dst, graph.shifts))  # fmt: skip
+    return EdgeGraph(src, dst, shifts, n_atoms=graph.n_atoms)
 
 
 def filter_graph(graph: EdgeGraph, positions, cell, cutoff: float) -> EdgeGraph:

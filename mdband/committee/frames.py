@@ -35,7 +35,8 @@ def read_frames(
     frames = read_systems(path, fmt, type_map, default_type_map=default_type_map, notes=notes)
     steps = [f.step for f in frames]
     atoms = [f.to_atoms() for f in frames]
-    return atoms, (None if any(s is None for s in steps) else [int(s) for s in steps])
+    known = [s for s in steps if s is not None]
+    return atoms, (None if len(known) < len(steps) else [int(s) for s in known])
 
 
 def model_devi_frames(

@@ -64,6 +64,7 @@ class DeviationRecorder:
     def at_step(self, step: int, atoms) -> None:
         """Write the row of ``step`` if it is a model-deviation step."""
         if step % self.every == 0:
+            assert self.writer is not None, "open() the recorder before its steps"
             self.writer.write(step, self.deviation(step, atoms))
 
     def observables(self, step: int, atoms) -> dict[str, float]:

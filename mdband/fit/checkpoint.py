@@ -67,10 +67,10 @@ def claim_outputs(cfg: FitConfig):
     from mdband.io.locks import OutputLocks
 
     check_outputs(cfg)
-    outs = {"output": cfg.output, "log": cfg.log}
+    named = {"output": cfg.output, "log": cfg.log}
     if cfg.output is not None or cfg.checkpoint is not None:
-        outs["checkpoint"] = str(cfg.checkpoint_path)
-    outs = {k: v for k, v in outs.items() if v is not None}
+        named["checkpoint"] = str(cfg.checkpoint_path)
+    outs = {k: v for k, v in named.items() if v is not None}
     inputs = {f"training data {k + 1}": d for k, d in enumerate(cfg.data)}
     if cfg.init is not None and not str(cfg.init).startswith("builtin:"):
         inputs["model to fine-tune"] = cfg.init

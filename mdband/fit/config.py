@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from mdband.config import SeZMConfig
 from mdband.errors import MdbandError, UnsupportedModelError
@@ -32,7 +33,7 @@ class FitConfigError(MdbandError, ValueError):
 
 
 # small, fast defaults for a model trained from scratch (SeZMConfig fields)
-DEFAULT_MODEL = {
+DEFAULT_MODEL: dict[str, Any] = {
     "rcut": 5.0,
     "channels": 16,
     "n_radial": 8,

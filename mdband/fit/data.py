@@ -67,6 +67,7 @@ def to_graph(frame: Frame, type_index: dict[str, int], cutoff: float) -> GraphFr
     types = np.array([type_index[s] for s in frame.species], dtype=np.int64)
     from mdband.neighbours import host_edge_graph  # the cell list: not at import
 
+    assert frame.energy is not None, "to_graph needs a labelled frame"  # read_dataset checks
     g = host_edge_graph(frame.positions, frame.cell, frame.pbc, cutoff)
     pos = torch.as_tensor(frame.positions, dtype=torch.float64)
     cell = torch.as_tensor(frame.cell, dtype=torch.float64)

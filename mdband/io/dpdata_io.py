@@ -219,7 +219,7 @@ def read_dpdata(path, fmt: str, *, type_map=None, default_type_map=None, notes=N
             multi = dpdata.MultiSystems.from_file(
                 str(path), fmt=fmt, labeled=_has_labels(path, fmt)
             )
-            systems = [(s, f"{path}") for s in multi]
+            systems = [(s, f"{path}") for s in multi.systems.values()]
         elif fmt == "deepmd/hdf5":
             groups = _hdf5_systems(path)
             if not groups:
@@ -282,12 +282,12 @@ def _system_data(frames: list[Frame], type_map: list[str]) -> tuple[dict, bool]:
         data["nopbc"] = True
     labelled = all(f.labelled for f in frames)
     if labelled:
-        data["energies"] = np.array([float(f.energy) for f in frames])
+        data["energies"] = np.array([f.energy for f in frames], dtype=np.float64)
         data["forces"] = np.stack([np.asarray(f.forces, dtype=np.float64) for f in frames])
         if all(f.virial is not None for f in frames):
             data["virials"] = np.stack([np.asarray(f.virial, dtype=np.float64) for f in frames])
     if all(f.charge is not None and f.spin is not None for f in frames):
-        data[CHARGE_SPIN] = np.array([[float(f.charge), float(f.spin)] for f in frames])
+        data[CHARGE_SPIN] = np.array([[f.charge, f.spin] for f in frames], dtype=np.float64)
     return data, labelled
 
 

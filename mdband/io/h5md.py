@@ -314,13 +314,15 @@ def check_series(f: h5py.File, path) -> None:
     precision = _text(params.get("precision", part["position/value"].dtype.name))
     if precision not in ("float32", "float64"):
         raise TrajectoryError(f"trajectory {path} records an unknown precision {precision!r}")
-    want = {f"{PARTICLES}/{k}/value": (precision, (n, 3)) for k in PARTICLE_UNITS}
+    want: dict[str, tuple[str, tuple[int | None, ...]]] = {
+        f"{PARTICLES}/{k}/value": (precision, (n, 3)) for k in PARTICLE_UNITS
+    }
     want[f"{PARTICLES}/box/edges/value"] = ("float64", (3, 3))
     if "image" in part:
         want[f"{PARTICLES}/image/value"] = ("int32", (n, 3))
     for name in _observables_in(f):
-        shape = {**OBSERVABLES, **MODEL_DEVI_OBSERVABLES}[name][1]
-        want[f"observables/{name}/value"] = ("float64", shape)
+        obs_shape = {**OBSERVABLES, **MODEL_DEVI_OBSERVABLES}[name][1]
+        want[f"observables/{name}/value"] = ("float64", obs_shape)
     for name, (dtype, shape) in want.items():
         ds = f.get(name)
         if not isinstance(ds, h5py.Dataset):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from ase import Atoms
@@ -156,7 +157,8 @@ def read_lammps_data(
     if info["masses"] and lacking:
         raise StructureError(f"the Masses section of {path} has no mass for type {lacking[0]}")
     try:
-        raw = ase.io.read(path, format=LAMMPS_FORMAT, atom_style=style, units="metal")
+        # one image (the default index): an Atoms, not a list
+        raw = cast(Atoms, ase.io.read(path, format=LAMMPS_FORMAT, atom_style=style, units="metal"))
     except Exception as exc:  # noqa: BLE001 - ASE's reader raises many kinds
         raise StructureError(f"cannot read LAMMPS data file {path}: {_first_line(exc)}") from None
     types = np.asarray(raw.arrays["type"], dtype=np.int64)

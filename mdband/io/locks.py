@@ -20,6 +20,7 @@ import fcntl
 import os
 import socket
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from mdband.errors import MdbandError, ResourceExhaustedError
@@ -197,7 +198,7 @@ class OutputLocks:
         self.locks: list[OutputLock] = []
 
     @classmethod
-    def acquire(cls, outputs: dict[str, str | os.PathLike]) -> OutputLocks:
+    def acquire(cls, outputs: Mapping[str, str | os.PathLike]) -> OutputLocks:
         """Lock every ``{what: path}``; on a failure release those already taken and raise."""
         held = cls()
         try:

@@ -11,6 +11,7 @@ ASE reads them, velocities and constraints included; LAMMPS data files through
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from ase import Atoms
 
@@ -85,7 +86,7 @@ def read_structure(
     else:
         if type_map is not None and notes is not None:
             notes.append(f"{path} names its elements; the type map is not needed")
-        ase_fmt = {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
+        ase_fmt = fmt if fmt is None else {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
         atoms = _read_ase(path, frame, ase_fmt)
     if len(atoms) == 0:
         raise StructureError(f"structure {path} has no atoms")
@@ -164,9 +165,9 @@ def read_images(
             notes.append(f"{path} names its elements; the type map is not needed")
         import ase.io
 
-        ase_fmt = {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
+        ase_fmt = fmt if fmt is None else {"ase/db": "db", "h5md": "mdband-h5md"}.get(fmt, fmt)
         try:
-            images = ase.io.read(path, index=":", format=ase_fmt)
+            images = cast(list[Atoms], ase.io.read(path, index=":", format=ase_fmt))
         except Exception as exc:  # noqa: BLE001 - ASE's readers raise many kinds
             raise StructureError(f"cannot read structure {path}: {_first_line(exc)}") from None
     elif fmt == "lammps/lmp":

@@ -18,6 +18,7 @@ The plugin reduces these over the ranks (MPI max, min, sum) and rank 0 calls
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -161,7 +162,7 @@ class CommitteeModel(LammpsModel):
         buf[0] = eps.max() if nlocal else 0.0
         buf[1] = eps.min() if nlocal else np.inf
         buf[2] = eps.sum()
-        buf[3:] = np.stack(virials).reshape(-1)
+        buf[3:] = np.stack(cast(list[np.ndarray], virials)).reshape(-1)  # set by each compute
         if devi_atom is not None:
             np.frombuffer(devi_atom, dtype=np.float64)[:nlocal] = eps
 

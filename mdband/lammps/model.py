@@ -138,7 +138,8 @@ class LammpsModel:
         self._lut_np = lut
         self.last_exchange_calls = 0
         self.last_path = ""  # "owners" (one rank) or "exchange", for tests and logs
-        self.last_virial = None  # (3, 3) −Σ g ⊗ vec of the rank's edges in the last compute
+        #: (3, 3) −Σ g ⊗ vec of the rank's edges in the last compute
+        self.last_virial: np.ndarray | None = None
         self._list = None  # compute_listed: (n_all, rows, owners, centres) of LAMMPS' list
         self.list_copies = 0  # neighbour lists taken by compute_listed
         self.announce = True  # print which path a single rank takes

@@ -72,11 +72,11 @@ def carried_constraints(constraints, config: RunConfig, source: str) -> list:
             f"structure {source} carries ASE constraints ({names}); --engine {config.engine} "
             "does not carry them (use --engine ase)"
         )
-    reason = _ENSEMBLE_REASONS.get(config.ensemble)
-    if reason is not None:
+    why_not = _ENSEMBLE_REASONS.get(config.ensemble)
+    if why_not is not None:
         raise StructureError(
             f"structure {source} carries ASE constraints ({names}), which ensemble "
-            f"{config.ensemble} cannot honour: {reason} (use nve, nvt-langevin or nvt-bussi)"
+            f"{config.ensemble} cannot honour: {why_not} (use nve, nvt-langevin or nvt-bussi)"
         )
     return constraints
 

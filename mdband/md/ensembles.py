@@ -19,7 +19,6 @@ import numpy as np
 from ase import Atoms, units
 from ase.md.bussi import Bussi
 from ase.md.langevin import Langevin
-from ase.md.md import MolecularDynamics
 from ase.md.nose_hoover_chain import MTKNPT, IsotropicMTKNPT, NoseHooverChainNVT
 from ase.md.verlet import VelocityVerlet
 
@@ -37,14 +36,17 @@ STATE_ATTRIBUTES = {
     "npt-mtk/isotropic": (*_NHC, *_BARO, "_eps", "_p_eps", "_cell0", "_volume0"),
     "npt-mtk/full": (*_NHC, *_BARO, "_p_g", "_h"),
 }
+#: the ASE integrators of the ensembles (Bussi is a VelocityVerlet)
+Integrator = VelocityVerlet | Langevin | NoseHooverChainNVT | IsotropicMTKNPT | MTKNPT
 
 
 def _key(config: RunConfig) -> str:
     return f"npt-mtk/{config.barostat}" if config.ensemble == "npt-mtk" else config.ensemble
 
 
-def _ase_integrator(atoms: Atoms, c: RunConfig, rng: np.random.Generator) -> MolecularDynamics:
+def _ase_integrator(atoms: Atoms, c: RunConfig, rng: np.random.Generator) -> Integrator:
     dt = c.timestep * units.fs
+    assert c.tdamp is not None and c.pdamp is not None  # a resolved config (RunConfig.resolved)
     tdamp = c.tdamp * units.fs
     pdamp = c.pdamp * units.fs
     if c.ensemble == "nve":
@@ -94,7 +96,7 @@ class Ensemble:
     """An ASE integrator plus the random generator it draws from (if any)."""
 
     name: str
-    dyn: MolecularDynamics
+    dyn: Integrator
     rng: np.random.Generator | None
     attributes: tuple[str, ...]
 
@@ -121,7 +123,9 @@ class Ensemble:
             return float(atoms.get_potential_energy() + atoms.get_kinetic_energy())
         if self.name == "nvt-bussi":
             etot = atoms.get_potential_energy() + atoms.get_kinetic_energy()
+            assert isinstance(self.dyn, Bussi)
             return float(etot - self.dyn.transferred_energy)
+        assert isinstance(self.dyn, (NoseHooverChainNVT, IsotropicMTKNPT, MTKNPT))  # the NHC ones
         return float(self.dyn.get_conserved_energy())
 
     # ------------------------------------------------------------------ state
@@ -175,11 +179,11 @@ def _set(obj, path: str, value) -> None:
     setattr(obj, last, value)
 
 
-def thermostat_rng(seed: int) -> np.random.Generator:
+def thermostat_rng(seed: int | None) -> np.random.Generator:
     """Return the generator of thermostat noise (independent of the initial-velocity stream)."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(2)[1]))
 
 
-def velocity_rng(seed: int) -> np.random.Generator:
+def velocity_rng(seed: int | None) -> np.random.Generator:
     """Return the generator of the initial Maxwell-Boltzmann velocities."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed).spawn(2)[0]))

@@ -62,6 +62,7 @@ def box_commands(cell: np.ndarray, c: RunConfig, type_masses: list[float]) -> li
 def fix_commands(c: RunConfig, step: int) -> list[str]:
     """Return the integrator and thermostat fixes of ``c.ensemble`` for a run from ``step``."""
     t = num(c.temperature)
+    assert c.tdamp is not None and c.pdamp is not None  # a resolved config (RunConfig.resolved)
     tdamp, pdamp = c.tdamp / 1000.0, c.pdamp / 1000.0
     seed = c.seed if c.seed is not None else 0
     nhc = f"tchain {c.tchain} tloop {c.tloop}"

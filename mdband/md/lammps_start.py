@@ -81,8 +81,8 @@ def prepare(config: RunConfig) -> Start:
         atoms = setup._atoms_from_checkpoint(ck, potential, config)
         plan = outputs.plan_resume(config, ck, atoms, potential.model_hash, notes)
         restart = unpack_bytes(ck.integrator[RESTART], int(ck.integrator[RESTART_BYTES]))
-        rotation = np.asarray(ck.integrator[ROTATION], dtype=np.float64)
-        rotation = None if np.array_equal(rotation, np.eye(3)) else rotation
+        stored = np.asarray(ck.integrator[ROTATION], dtype=np.float64)
+        rotation = None if np.array_equal(stored, np.eye(3)) else stored
         bath = float(ck.integrator.get(BATH, 0.0))
         start = ck.step
         notes.append(f"Resuming from {config.checkpoint} at step {ck.step}")
@@ -139,6 +139,7 @@ def checkpoint_record(
     step) on disk, recorded with the other outputs (:func:`mdband.md.outputs.record`).
     """
     rotation = np.eye(3) if s.rotation is None else s.rotation
+    assert s.plan is not None  # prepare plans the outputs
     return Checkpoint(
         step=state.step,
         time=time_ps,
@@ -152,9 +153,9 @@ def checkpoint_record(
         model_hash=s.model_hash,
         integrator={
             RESTART: pack_bytes(restart),
-            RESTART_BYTES: np.float64(len(restart)),
+            RESTART_BYTES: np.asarray(len(restart), dtype=np.float64),
             ROTATION: rotation,
-            BATH: np.float64(bath),
+            BATH: np.asarray(bath, dtype=np.float64),
         },
         outputs=outputs.record(config, s.plan.run_id, written),
     )

@@ -46,8 +46,9 @@ def new_run_id() -> str:
 def output_paths(c: RunConfig) -> dict[str, Path]:
     """Return the files the run writes (the final structure also where it is the default one)."""
     out = {name: Path(getattr(c, name)) for name in OUTPUTS if getattr(c, name)}
-    if not c.final and default_final(c.trajectory, c.log):
-        out["final"] = Path(default_final(c.trajectory, c.log))
+    final = default_final(c.trajectory, c.log)
+    if not c.final and final:
+        out["final"] = Path(final)
     return {name: out[name] for name in OUTPUTS if name in out}
 
 
@@ -170,6 +171,7 @@ def _trajectory_plan(c: RunConfig, ck: Checkpoint, atoms, model_hash: str, notes
     same = rec is not None and _same(path, Path(rec["path"]))
     if not path.exists():
         if same:
+            assert rec is not None  # same: the checkpoint records this file
             raise TrajectoryError(
                 f"trajectory {path} is missing, but the checkpoint's run wrote {rec['frames']} "
                 f"frames to it (through step {rec['last_step']}); restore it, or give another "

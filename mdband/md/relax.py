@@ -227,7 +227,7 @@ def _claim_outputs(c: RelaxConfig):
     if c.trajectory and Path(c.trajectory).suffix.lower() not in _TRAJECTORY_SUFFIXES:
         raise ConfigError(f"trajectory {c.trajectory} must end in .traj, .xyz or .extxyz")
     paths = structure_paths(c)
-    inputs = {
+    inputs: dict[str, str | None] = {
         f"structure {k + 1}" if len(paths) > 1 else "structure": p for k, p in enumerate(paths)
     }
     if not str(c.model).startswith("builtin:"):

@@ -55,7 +55,7 @@ class _BatchSlot(Calculator):
 
     def __init__(self, potential) -> None:
         super().__init__(potential)
-        self._primed = None
+        self._primed: tuple | None = None  # (positions, cell, result) of prime
         #: evaluations not served by the batch (an optimiser that asked for another point)
         self.unbatched = 0
 
@@ -210,9 +210,9 @@ def _relax_many(config: RelaxConfig, potential, logfile, fmt: str) -> BatchRelax
     calls, converged = _lockstep(potential, atoms, slots, opts, logfile)
     relaxed = []
     for (source, a), opt, conv in zip(batch, opts, converged):
-        r = _result(a, conv, opt.nsteps)
-        relaxed.append(Relaxed(source, a, conv, opt.nsteps, r.energy, r.max_force,
-                               r.max_stress, r.volume))  # fmt: skip
+        res = _result(a, conv, opt.nsteps)
+        relaxed.append(Relaxed(source, a, conv, opt.nsteps, res.energy, res.max_force,
+                               res.max_stress, res.volume))  # fmt: skip
     frames = []
     for r in relaxed:
         snap = _snapshot(r.atoms)

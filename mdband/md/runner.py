@@ -324,6 +324,7 @@ class _Run:
         model_s0 = getattr(self.atoms.calc, "model_seconds", None)
         outputs.clean_temps(c)
         if self.p.plan.log_size is not None:
+            assert c.log is not None  # a log size is planned only for a log
             os.truncate(c.log, self.p.plan.log_size)  # drop the rows after the checkpoint
         self._open_trajectory()
         devi = self.p.model_devi

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from ase import Atoms
@@ -137,7 +137,7 @@ def charge_spin_of_run(config: RunConfig, potentials, atoms: Atoms, notes: list[
     if not takes:
         potentials[0].charge_spin_of(config.charge, config.spin)  # refuses given values
         return config
-    fill = {}
+    fill: dict[str, Any] = {}
     for k, v in found.items():
         if getattr(config, k) is None and v is not None:
             try:

@@ -26,6 +26,7 @@ from mdband.model import compiling
 from mdband.model import conv as _conv
 from mdband.model import embedding as _embedding
 from mdband.model import grids as _grids
+from mdband.model.chunked import DescriptorOutput
 from mdband.model.chunking import describe_budget, plan_for_budget, resolve_budget
 from mdband.model.conv import SO2Convolution
 from mdband.model.embedding import (
@@ -173,6 +174,8 @@ class SeZMDescriptor(nn.Module):
     Parameter names follow deepmd-kit. It plans the chunks of an evaluation: the model's
     :class:`~mdband.contract.Chunking`.
     """
+
+    _compiled: Any  # _unchunked under torch.compile (compile=on), kept out of the modules
 
     def __init__(self, cfg, rotation_layout: st.RotationLayout, settings=None) -> None:
         super().__init__()
@@ -371,7 +374,7 @@ class SeZMDescriptor(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, types, src, dst, edge_vec, exchange=None, plan=None, head=None,
                 energy_rows=None, csr_pair=None, latent=False, magmoms=None, gate=None,
-                charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
+                charge_spin=None, systems=None) -> DescriptorOutput:  # fmt: skip
         """Compute the descriptor (N, C), or ``head(descriptor, slice(None))`` given a head.
 
         With ``latent`` (no head) it returns the pair (descriptor, the readout's input
@@ -419,7 +422,7 @@ class SeZMDescriptor(nn.Module):
 
     def _unchunked(self, types, src, dst, edge_vec, exchange=None, csr_pair=None,
                    latent=False, magmoms=None, gate=None, charge_spin=None,
-                   systems=None) -> torch.Tensor:  # fmt: skip
+                   systems=None) -> DescriptorOutput:  # fmt: skip
         """Compute the descriptor (N, C) of one unchunked evaluation.
 
         It is compiled under compile=on; with ``latent`` it also returns the readout's input.

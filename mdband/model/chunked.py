@@ -46,6 +46,9 @@ EAGER_FINAL_STAGE = True
 #: the rotation's floats per edge) is built once per chunk and kept for every stage, instead of
 #: rebuilt by each stage and its backward; off until measured faster (gpu_large.py --cost)
 CACHE_GEOMETRY = False
+#: what a descriptor evaluation returns: (N, C), or with ``latent`` the pair (descriptor, the
+#: readout's input)
+DescriptorOutput = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 
 
 class Stage(NamedTuple):
@@ -293,7 +296,7 @@ def _or_zeros(g, like):
 
 def chunked_descriptor(desc, types, src, dst, edge_vec, plan, exchange=None, head=None,
                        energy_rows=None, latent=False, magmoms=None, gate=None,
-                       charge_spin=None, systems=None) -> torch.Tensor:  # fmt: skip
+                       charge_spin=None, systems=None) -> DescriptorOutput:  # fmt: skip
     """Run :meth:`SeZMDescriptor.forward` in the chunks of ``plan`` (same numbers to rounding).
 
     ``latent`` (no head): also return the readout's input.

@@ -89,7 +89,9 @@ class ChunkPlan:
             )
 
 
-def plan_chunks(row_ptr: Sequence[int], max_edges: int, dst_sorted: bool = False) -> ChunkPlan:
+def plan_chunks(
+    row_ptr: Sequence[int] | np.ndarray, max_edges: int, dst_sorted: bool = False
+) -> ChunkPlan:
     """Greedy chunks of consecutive destination atoms with at most ``max_edges`` edges each.
 
     ``row_ptr`` (N+1,) host ints: the CSR row pointer of the edges by destination
@@ -115,7 +117,9 @@ def plan_chunks(row_ptr: Sequence[int], max_edges: int, dst_sorted: bool = False
     return ChunkPlan(tuple(atoms), tuple(edges), dst_sorted)
 
 
-def plan_even(row_ptr: Sequence[int], n_chunks: int, dst_sorted: bool = False) -> ChunkPlan:
+def plan_even(
+    row_ptr: Sequence[int] | np.ndarray, n_chunks: int, dst_sorted: bool = False
+) -> ChunkPlan:
     """Plan ``n_chunks`` chunks of consecutive destination atoms with about equal edge counts.
 
     Chunk c starts at the first atom whose edges start at or after c·E/n (fewer chunks
@@ -178,6 +182,7 @@ def describe_budget(setting: str, device) -> str:
     if setting == "auto" and dev.type != "cuda":
         return "auto: no limit on CPU (never chunked; give a size to chunk)"
     n = resolve_budget(setting, dev)
+    assert n is not None  # only "off" and "auto" off CUDA resolve to no limit
     if setting == "auto":
         return f"auto: {format_bytes(n)} ({AUTO_FRACTION:.0%} of the free memory of {dev})"
     return f"{format_bytes(n)} ({setting})"

@@ -45,6 +45,9 @@ class MessagePassing2(torch.nn.Module):
     accepts_energy_rows = False
     accepts_edge_csr = False
     chunking = None
+    # buffers registered in __init__
+    epsilon: torch.Tensor
+    sigma: torch.Tensor
 
     def __init__(
         self,
