@@ -441,6 +441,18 @@ if TRITON_AVAILABLE:
         return s + h * s * (1.0 - s)
 
     @triton.jit
+    def scalar_as(value, dtype: tl.constexpr):
+        """Return a float argument of a kernel in ``dtype``.
+
+        Every float parameter of a kernel is annotated ``tl.float64``: without it a Python float
+        arrives as fp32 on the GPU (float64's 1/rcut rounded to 24 bits), while the interpreter,
+        which the CPU tests run, keeps all 53. ``tl.full`` converts the GPU's fp64 scalar and
+        the interpreter's Python float alike (``tl.cast`` would round the Python float to fp32
+        first); float32 kernels get the value rounded to nearest, as an fp32 argument was.
+        """
+        return tl.full((), value, dtype)
+
+    @triton.jit
     def sqrt_ieee(a):
         """Return the square root of ``a``, rounded to nearest.
 

@@ -168,9 +168,8 @@ if cm.TRITON_AVAILABLE:
         dst, shift (first_row = exclusive cumulative sum of n_pairs), slot by slot in bin order.
         """
         i = tl.program_id(0).to(tl.int64)
-        # fp64 arguments (a plain float arrives as fp32 on the GPU) in the positions' dtype
-        cutoff_sq = tl.full((), cutoff_sq, positions_ptr.dtype.element_ty)
-        min_dist_sq = tl.full((), min_dist_sq, positions_ptr.dtype.element_ty)
+        cutoff_sq = cm.scalar_as(cutoff_sq, positions_ptr.dtype.element_ty)
+        min_dist_sq = cm.scalar_as(min_dist_sq, positions_ptr.dtype.element_ty)
         cnt, first, ix, iy, iz, vx, vy, vz = _atom_slots(
             i,
             bins_ptr,

@@ -175,17 +175,6 @@ if cm.TRITON_AVAILABLE:
         return raw, draw
 
     @triton.jit
-    def _in_dtype_of(r, inv_rcut, gauss_coeff):
-        """Return the fp64 scalar arguments in r's dtype.
-
-        A float argument without its ``tl.float64`` annotation arrives as fp32 on the GPU (float64's
-        1/rcut rounded to 24 bits, while the interpreter keeps 53); ``tl.full`` converts both the
-        GPU's fp64 scalar and the interpreter's Python float exactly (``tl.cast`` would round a
-        Python float to fp32).
-        """
-        return tl.full((), inv_rcut, r.dtype), tl.full((), gauss_coeff, r.dtype)
-
-    @triton.jit
     def _edge_block(
         r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES: tl.constexpr, BLOCK_BASIS: tl.constexpr
     ):
@@ -223,7 +212,8 @@ if cm.TRITON_AVAILABLE:
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )
-        inv_rcut, gauss_coeff = _in_dtype_of(r, inv_rcut, gauss_coeff)
+        inv_rcut = cm.scalar_as(inv_rcut, r.dtype)
+        gauss_coeff = cm.scalar_as(gauss_coeff, r.dtype)
         env, _ = _envelope(r, inv_rcut, ENV_ORDER)
         envr, _ = _envelope(r, inv_rcut, RBF_ORDER)
         raw, _ = _raw(r[:, None], f[None, :], gauss_coeff, BASIS, ACCURATE_TRIG)
@@ -259,7 +249,8 @@ if cm.TRITON_AVAILABLE:
         e, em, n, nm, r, f = _edge_block(
             r_ptr, freqs_ptr, n_edges, n_basis, BLOCK_EDGES, BLOCK_BASIS
         )
-        inv_rcut, gauss_coeff = _in_dtype_of(r, inv_rcut, gauss_coeff)
+        inv_rcut = cm.scalar_as(inv_rcut, r.dtype)
+        gauss_coeff = cm.scalar_as(gauss_coeff, r.dtype)
         _, denv = _envelope(r, inv_rcut, ENV_ORDER)
         envr, denvr = _envelope(r, inv_rcut, RBF_ORDER)
         raw, draw = _raw(r[:, None], f[None, :], gauss_coeff, BASIS, ACCURATE_TRIG)

@@ -120,7 +120,7 @@ if cm.TRITON_AVAILABLE:
         h = tl.dot(x, w1, input_precision=PRECISION)
         if NORM:
             s = tl.load(scale_ptr + cc, mask=cc < n_hidden, other=0.0)
-            eps = tl.full((), epsilon, h.dtype)
+            eps = cm.scalar_as(epsilon, h.dtype)
             rho = 1.0 / cm.sqrt_ieee(tl.sum(h * h, axis=1) / n_hidden + eps)
             n = h * rho[:, None] * s[None, :]
         else:

@@ -16,6 +16,7 @@ predicates it patches); the pinned file speaks the names the kernels had when it
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from functools import partial
@@ -203,13 +204,19 @@ def _normal(value):
     return int(value)
 
 
-def _check_float_arguments(kernel, args) -> None:
-    """A Python float reaches a compiled kernel as fp32 unless its parameter is annotated with a
-    float type (``x: tl.float64``): float64 models would lose half their digits on the GPU
-    (the interpreter, which the kernel tests run, keeps them all)."""
+@functools.cache
+def _compiled_params(fn):
+    """The kernel function's parameters as the compiler reads them (annotations included)."""
     from triton.runtime.jit import JITFunction
 
-    params = JITFunction(getattr(kernel, "fn", kernel)).params  # as the compiler reads them
+    return JITFunction(fn).params
+
+
+def _check_float_arguments(kernel, args) -> None:
+    """A Python float reaches a compiled kernel as fp32 unless its parameter is annotated with a
+    float type (``x: tl.float64``, read with ``_common.scalar_as``): float64 models would lose
+    half their digits on the GPU (the interpreter, which the kernel tests run, keeps them all)."""
+    params = _compiled_params(getattr(kernel, "fn", kernel))
     for param, value in zip(params, args):
         if isinstance(value, float):
             assert param.annotation_type == "fp64", (

@@ -62,13 +62,12 @@ def _aggregate_op(
     cm.check_rot(rot, layout, rot_lmax, lmax, "aggregate")
     if _dispatch(y, lmax, logits) == "reference":
         return aggregate_reference(y, rot, layout, rot_lmax, lmax, rho, dst, N, env, logits, z, s)
-    attn = logits is not None
     out = y.new_empty(N, st.dim_of(lmax), y.shape[2])
     stats = y.new_empty(N, 2, logits.shape[1]) if logits is not None else y.new_zeros(0)
     if cm.has_no_items(N):
         return out, stats
     t = cm.kernel_tables(layout, rot_lmax, lmax, y.device)
-    if attn:
+    if logits is not None:
         launch.stats(perm, row_ptr, env, logits, z, stats)
     sr = cm.rot_args(rot, layout)
     launch.walk_fwd(y, rot, rho, perm, row_ptr, env, logits, s, out, stats, t, layout, sr)

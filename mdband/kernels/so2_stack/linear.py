@@ -55,7 +55,7 @@ if cm.TRITON_AVAILABLE:
         w_hi_desc,
         w_lo_desc,
         y_desc,
-        weight_inv_scale: tl.float64,  # a power of two; fp64 as every float argument
+        weight_inv_scale: tl.float64,  # a power of two (see cm.scalar_as)
         out_desc,
         gates_desc,
         gate_weight_ptr,
@@ -132,8 +132,9 @@ if cm.TRITON_AVAILABLE:
                 wr1 = wrow1 + k * C
                 acc1 = row_dot(xh, xl, inv, w_hi_desc.load([wr1, 0]), w_lo_desc, wr1, acc1, MODE)
         if MODE != 0:
-            acc0 = acc0 * tl.full((), weight_inv_scale, tl.float32)
-            acc1 = acc1 * tl.full((), weight_inv_scale, tl.float32)
+            scale = cm.scalar_as(weight_inv_scale, tl.float32)
+            acc0 = acc0 * scale
+            acc1 = acc1 * scale
         if GATE == 0:
             if RESIDUAL:
                 acc0 += res_desc.load([f, e0, j0 * C]).reshape(BE, C)

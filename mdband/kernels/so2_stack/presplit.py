@@ -69,7 +69,7 @@ if cm.TRITON_AVAILABLE:
         w_hi_desc,
         w_lo_desc,
         y_desc,
-        weight_inv_scale: tl.float64,  # a power of two; fp64 as every float argument
+        weight_inv_scale: tl.float64,  # a power of two (see cm.scalar_as)
         n_edges,
         LMAX: tl.constexpr,
         CHANNELS: tl.constexpr,
@@ -112,6 +112,6 @@ if cm.TRITON_AVAILABLE:
             cross = tl.dot(xh, w_lo_desc.load([wr, 0]).T, cross)
             ik = tl.load(inv_ptr + (inv_row + k), mask=e < n_edges, other=0.0)
             acc += (tl.dot(xh, wh.T) + cross * (1.0 / 2048.0)) * ik[:, None]
-        scale = tl.full((), weight_inv_scale, tl.float32)
+        scale = cm.scalar_as(weight_inv_scale, tl.float32)
         y = acc * scale + res_desc.load([f, e0, j0 * C]).reshape(BE, NR * C)
         y_desc.store([f, e0, j0 * C], y.reshape(1, BE, NR * C))
