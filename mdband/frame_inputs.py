@@ -133,13 +133,10 @@ def frame_edges(pot, positions, cell, pbc, neighbours=None) -> EdgeGraph:
     On the device (tensor edges) for the cell-list backend, vesin's numpy edges otherwise;
     ``neighbours``: a list that follows a trajectory (None: a fresh one).
     """
-    pos = np.asarray(positions, dtype=np.float64)
-    cell_np = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=np.float64)
+    pos, cell_np = _host_arrays(positions, cell)
     if pot.neighbour_backend == "cell_list":
-        dev = pot.device
-        pos_t = torch.as_tensor(pos, device=dev)
-        cell_t = torch.as_tensor(cell_np.reshape(3, 3), device=dev)
-        return device_edges(pot, neighbours, pos_t, cell_t, pbc, cell_np.reshape(3, 3))
+        pos_t, cell_t = (torch.as_tensor(a, device=pot.device) for a in (pos, cell_np))
+        return device_edges(pot, neighbours, pos_t, cell_t, pbc, cell_np)
     return (neighbours or HostNeighbourList(pot.cutoff)).edges(pos, cell_np, pbc)
 
 
